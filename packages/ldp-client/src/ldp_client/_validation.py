@@ -1,0 +1,38 @@
+"""Eager parameter checks shared by every module; messages name the parameter, range and value."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .errors import InvalidParameterError
+
+#: Largest epsilon a single mechanism accepts. Beyond it randomization is numerically meaningless.
+MAX_EPSILON = 20.0
+
+
+def check_int(name: str, value: Any, low: int, high: int) -> int:
+    """Return ``value`` if it is an ``int`` (not ``bool``) in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidParameterError(f"{name} must be in [{low}, {high}], got {value}")
+    return value
+
+
+def check_float(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
+    """Return ``value`` as a float if it is a finite real number in ``[low, high]`` (or ``(low, high]``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        raise InvalidParameterError(f"{name} must be finite, got {v}")
+    if (v <= low if low_open else v < low) or v > high:
+        bracket = "(" if low_open else "["
+        raise InvalidParameterError(f"{name} must be in {bracket}{low:g}, {high:g}], got {v:g}")
+    return v
+
+
+def check_epsilon(value: Any, name: str = "epsilon") -> float:
+    """Return a valid per-mechanism epsilon in ``(0, MAX_EPSILON]``."""
+    return check_float(name, value, 0.0, MAX_EPSILON, low_open=True)

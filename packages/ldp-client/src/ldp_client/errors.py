@@ -1,0 +1,78 @@
+"""The SDK's error hierarchy.
+
+Every error the SDK raises on bad input is an :class:`LdpError`; the message names the parameter
+or file at fault, the allowed range and the value received.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetExhaustedError",
+    "EncodingError",
+    "InvalidParameterError",
+    "LdpError",
+    "LedgerCorruptedError",
+    "OutboxCorruptedError",
+    "PolicyViolationError",
+    "ProtocolError",
+    "StateCorruptedError",
+    "TransportError",
+]
+
+
+class LdpError(Exception):
+    """Base class of every error raised by ``ldp_client``."""
+
+
+class InvalidParameterError(LdpError, ValueError):
+    """A parameter or input value is out of its allowed range."""
+
+
+class EncodingError(InvalidParameterError):
+    """A point cannot be encoded (wrong dimension, NaN or infinite coordinate, wrong type)."""
+
+
+class ProtocolError(LdpError):
+    """A message (round spec, report, packed batch) is malformed or inconsistent."""
+
+
+class PolicyViolationError(ProtocolError):
+    """A round spec asks for more than the device's own policy allows."""
+
+
+class BudgetExhaustedError(LdpError):
+    """Participating would exceed the device's privacy budget.
+
+    Attributes
+    ----------
+    scope : str
+        ``"campaign"`` or ``"total"``.
+    spent, requested, cap : float
+        The budget already spent in the scope, the epsilon the report would charge, and the cap.
+    """
+
+    def __init__(self, scope: str, spent: float, requested: float, cap: float) -> None:
+        self.scope = scope
+        self.spent = spent
+        self.requested = requested
+        self.cap = cap
+        super().__init__(
+            f"{scope} privacy budget exhausted: spent {spent:.6g} + requested {requested:.6g} "
+            f"> cap {cap:.6g}"
+        )
+
+
+class StateCorruptedError(LdpError):
+    """A durable state file of the device cannot be read back; nothing is reset silently."""
+
+
+class LedgerCorruptedError(StateCorruptedError):
+    """The budget ledger is unreadable; the device refuses to report until an operator acts."""
+
+
+class OutboxCorruptedError(StateCorruptedError):
+    """A stored report in the outbox is unreadable."""
+
+
+class TransportError(LdpError):
+    """Sending reports to the collector failed (after retries where they apply)."""

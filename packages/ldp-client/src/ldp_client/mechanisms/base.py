@@ -1,0 +1,59 @@
+"""The contract every mechanism's parameter object fulfils."""
+
+from __future__ import annotations
+
+import abc
+import math
+from typing import Any, ClassVar
+
+from .._spec import Spec, SpecRegistry
+from ..payload import Payload
+from ..rng import Rng
+
+__all__ = ["MECHANISMS", "MechanismParams"]
+
+#: Registry of the ``ldp.v1.MechanismSpec`` oneof: kind name -> parameter class.
+MECHANISMS = SpecRegistry("mechanism")
+
+
+class MechanismParams(Spec, abc.ABC):
+    """Base of every frozen ``<Mechanism>Params`` dataclass.
+
+    Subclasses hold the public parameters (the fields of their proto message), derive every
+    constant once as a cached property, and implement :meth:`randomize` (device side) and
+    :meth:`check_payload` (both sides: the device before storing, the collector before accepting).
+    """
+
+    epsilon: float
+    #: Name of the ``ldp.v1.Payload`` field this mechanism's output travels in.
+    PAYLOAD_FIELD: ClassVar[str] = ""
+    #: Kind of value it randomizes (``ldp_client.encoders.base``: index, bits, unit_cube, box, ball).
+    INPUT_KIND: ClassVar[str] = ""
+
+    @property
+    @abc.abstractmethod
+    def input_size(self) -> int:
+        """Domain size (index), bit-vector length (bits) or dimension (vectors)."""
+
+    @property
+    @abc.abstractmethod
+    def realized_epsilon(self) -> float:
+        """The epsilon the exact probabilities really realize (<= ``epsilon``)."""
+
+    @property
+    @abc.abstractmethod
+    def payload_bits(self) -> int:
+        """Information bits of one report (for the bandwidth-aware oracle choice)."""
+
+    @abc.abstractmethod
+    def randomize(self, value: Any, *, rng: Rng | None = None) -> Payload:
+        """Randomize one encoded value (validated) with ``rng`` (default: the OS CSPRNG)."""
+
+    @abc.abstractmethod
+    def check_payload(self, payload: Any) -> Payload:
+        """Return ``payload`` if it is a possible output of this mechanism, else raise ``ProtocolError``."""
+
+
+def bits_for(n: int) -> int:
+    """Bits needed to write an index in ``[0, n)``."""
+    return max(1, math.ceil(math.log2(n))) if n > 1 else 1

@@ -1,0 +1,119 @@
+"""Mechanism outputs ("payloads") as plain Python values, and their compact msgpack form.
+
+========================  =============================  ==========================
+mechanism                 Python value                   ``ldp.v1.Payload`` field
+========================  =============================  ==========================
+GRR                       ``int``                        ``index``
+unary encoding, bitwise   ``bytes`` (packed bits)        ``bits``
+RR, box vector
+local hashing             :class:`HashedValue`           ``hashed``
+discrete Laplace          :class:`Integers`              ``integers``
+l2-ball vector            :class:`Floats`                ``floats``
+========================  =============================  ==========================
+
+Bits are packed little-endian within bytes: bit ``i`` is ``(data[i // 8] >> (i % 8)) & 1``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, NamedTuple, Union
+
+from .errors import ProtocolError
+
+__all__ = [
+    "Floats",
+    "HashedValue",
+    "Integers",
+    "Payload",
+    "get_bit",
+    "pack_bits",
+    "payload_from_wire",
+    "payload_to_wire",
+    "unpack_bits",
+]
+
+
+class HashedValue(NamedTuple):
+    """Local hashing output: the hash seed and the randomized bucket."""
+
+    seed: int
+    value: int
+
+
+class Integers(NamedTuple):
+    """Noisy integer coordinates."""
+
+    values: tuple[int, ...]
+
+
+class Floats(NamedTuple):
+    """Float coordinates (sent as IEEE float32)."""
+
+    values: tuple[float, ...]
+
+
+Payload = Union[int, bytes, HashedValue, Integers, Floats]
+
+_INDEX, _BITS, _HASHED, _INTEGERS, _FLOATS = 1, 2, 3, 4, 5
+_MAX_U64 = 2**64 - 1
+_MAX_U32 = 2**32 - 1
+_MAX_S64 = 2**63 - 1
+
+
+def pack_bits(bits: list[int] | tuple[int, ...] | list[bool]) -> bytes:
+    """Pack a 0/1 sequence little-endian within bytes."""
+    out = bytearray((len(bits) + 7) // 8)
+    for i, b in enumerate(bits):
+        if b:
+            out[i >> 3] |= 1 << (i & 7)
+    return bytes(out)
+
+
+def unpack_bits(data: bytes, length: int) -> list[int]:
+    """Inverse of :func:`pack_bits` for a vector of ``length`` bits."""
+    return [(data[i >> 3] >> (i & 7)) & 1 for i in range(length)]
+
+
+def get_bit(data: bytes, i: int) -> int:
+    return (data[i >> 3] >> (i & 7)) & 1
+
+
+def payload_to_wire(payload: Payload) -> list[Any]:
+    """Compact msgpack-ready form ``[tag, ...]`` (tag = the ``ldp.v1.Payload`` field number)."""
+    if isinstance(payload, bool):
+        raise ProtocolError("payload must not be a bool")
+    if isinstance(payload, int):
+        return [_INDEX, payload]
+    if isinstance(payload, bytes):
+        return [_BITS, payload]
+    if isinstance(payload, HashedValue):
+        return [_HASHED, payload.seed, payload.value]
+    if isinstance(payload, Integers):
+        return [_INTEGERS, list(payload.values)]
+    if isinstance(payload, Floats):
+        return [_FLOATS, struct.pack(f"<{len(payload.values)}f", *payload.values)]
+    raise ProtocolError(f"unsupported payload type {type(payload).__name__}")
+
+
+def _is_int(v: Any, low: int, high: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+
+
+def payload_from_wire(data: Any, where: str = "payload") -> Payload:
+    """Inverse of :func:`payload_to_wire`; malformed input raises :class:`ProtocolError`."""
+    if not isinstance(data, (list, tuple)) or not data:
+        raise ProtocolError(f"{where}: expected a non-empty list [tag, ...]")
+    tag = data[0]
+    if tag == _INDEX and len(data) == 2 and _is_int(data[1], 0, _MAX_U64):
+        return int(data[1])
+    if tag == _BITS and len(data) == 2 and isinstance(data[1], (bytes, bytearray)):
+        return bytes(data[1])
+    if tag == _HASHED and len(data) == 3 and _is_int(data[1], 0, _MAX_U64) and _is_int(data[2], 0, _MAX_U32):
+        return HashedValue(int(data[1]), int(data[2]))
+    if tag == _INTEGERS and len(data) == 2 and isinstance(data[1], (list, tuple)):
+        if all(_is_int(v, -_MAX_S64 - 1, _MAX_S64) for v in data[1]):
+            return Integers(tuple(int(v) for v in data[1]))
+    if tag == _FLOATS and len(data) == 2 and isinstance(data[1], (bytes, bytearray)) and len(data[1]) % 4 == 0:
+        return Floats(struct.unpack(f"<{len(data[1]) // 4}f", data[1]))
+    raise ProtocolError(f"{where}: malformed payload (tag {tag!r}, {len(data)} items)")

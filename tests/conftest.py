@@ -1,0 +1,6 @@
+"""Shared fixtures: make ``tests/support`` importable as ``support``."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
