@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import typing
 from typing import Any, ClassVar, TypeVar, get_args, get_origin
 
@@ -51,10 +50,15 @@ class Spec:
             raise ProtocolError(f"{where}: {exc}") from exc
 
 
-@functools.cache
+_FIELD_TYPES: dict[type, dict[str, Any]] = {}
+
+
 def _field_types(cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    cached = _FIELD_TYPES.get(cls)
+    if cached is None:
+        hints = typing.get_type_hints(cls)
+        cached = _FIELD_TYPES[cls] = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return cached
 
 
 def _dump(value: Any) -> Any:

@@ -1,0 +1,91 @@
+"""The contract every campaign kind implements: ``first_round`` and ``close_round``.
+
+An engine is a pure, server-side state machine: it turns a validated ``ldp.v1.CampaignConfig``
+into the first :class:`~ldp_client.spec.RoundSpec`, and each closed round's reports into either
+the next round's spec (the *feedback*) or the final ``ldp.v1.Result``. It never touches gRPC or
+the database directly, so it is unit-testable with the in-process simulator.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ldp.v1 import campaigns_pb2
+from ldp_client.spec import RoundSpec
+
+from ..storage.base import AccumulateFn, StoredReport
+
+__all__ = ["ENGINES", "CampaignEngine", "RoundOutcome", "RoundPlan", "RoundReports", "register_engine"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundPlan:
+    """A round to open: its spec and the engine state to carry to ``close_round``."""
+
+    spec: RoundSpec
+    engine_state: bytes = b""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundOutcome:
+    """What closing a round produced: estimates of the round, and either a next round or a result."""
+
+    estimates: campaigns_pb2.Estimates | None = None
+    next_round: RoundPlan | None = None
+    result: campaigns_pb2.Result | None = None
+    diagnostics: Mapping[str, float] = field(default_factory=dict)
+
+
+class RoundReports(abc.ABC):
+    """Read access to one closed round's stored reports and accumulators."""
+
+    @property
+    @abc.abstractmethod
+    def count(self) -> int:
+        """Number of stored reports."""
+
+    @abc.abstractmethod
+    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
+        """All reports in insertion order."""
+
+    @abc.abstractmethod
+    def accumulators(self) -> dict[str, bytes]:
+        """The round's accumulator blobs (as kept by the engine's ``accumulate_fn``)."""
+
+
+class CampaignEngine(abc.ABC):
+    """Base of every campaign kind (one module per kind under ``ldp_collector.engines``)."""
+
+    #: The ``ldp.v1.CampaignKind`` value this engine serves.
+    KIND: ClassVar[int]
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
+        """Validate ``config`` (raise ``InvalidArgumentError`` naming the bad field)."""
+        self.campaign_id = campaign_id
+        self.config = config
+
+    @abc.abstractmethod
+    def first_round(self) -> RoundPlan:
+        """The campaign's first round."""
+
+    @abc.abstractmethod
+    def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
+        """Run the server step on a closed round."""
+
+    def accumulate_fn(self, spec: RoundSpec) -> AccumulateFn | None:
+        """Incremental accumulator maintained at ingestion for ``spec`` (``None``: raw reports only)."""
+        return None
+
+
+ENGINES: dict[int, type[CampaignEngine]] = {}
+
+
+def register_engine(cls: type[CampaignEngine]) -> type[CampaignEngine]:
+    """Class decorator: make ``cls`` the engine of its ``KIND``."""
+    if cls.KIND in ENGINES:
+        raise RuntimeError(f"two engines for campaign kind {cls.KIND}")
+    ENGINES[cls.KIND] = cls
+    return cls
