@@ -58,6 +58,14 @@ class Component(Spec):
             raise InvalidParameterError(
                 f"encoder {self.encoder.KIND} output size {self.encoder.output_size} does not match "
                 f"mechanism {self.mechanism.KIND} input size {self.mechanism.input_size}")
+        # A bit-vector mechanism is calibrated to a Hamming sensitivity; it must cover the largest
+        # distance the encoder can produce, or the stated epsilon would not hold.
+        needed = getattr(self.encoder, "max_hamming_distance", None)
+        granted = getattr(self.mechanism, "sensitivity", None)
+        if needed is not None and granted is not None and granted < max(1, needed):
+            raise InvalidParameterError(
+                f"mechanism {self.mechanism.KIND} sensitivity {granted} is below the encoder's largest "
+                f"Hamming distance {needed}: the stated epsilon would not hold")
 
     def to_dict(self) -> dict[str, Any]:
         return {"encoder": ENCODERS.dump(self.encoder), "mechanism": MECHANISMS.dump(self.mechanism)}
