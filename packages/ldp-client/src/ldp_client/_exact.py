@@ -51,19 +51,31 @@ def bernoulli(p: Fraction, rng: Rng) -> bool:
 
 def bernoulli_exp(gamma: Fraction, rng: Rng) -> bool:
     """``True`` with probability exactly ``exp(-gamma)``, ``gamma >= 0`` rational (CKS Alg. 1)."""
-    while gamma > 1:
+    if gamma < 0:
+        raise ValueError(f"bernoulli_exp needs gamma >= 0, got {gamma}")
+    return _bernoulli_exp_ratio(gamma.numerator, gamma.denominator, rng)
+
+
+# The hot loops below work on integer numerators and denominators: building Fraction objects
+# costs more than the coins themselves. Coins whose outcome is certain (``num >= den``) are
+# not drawn; that changes no probability.
+
+
+def _bernoulli_exp_ratio(num: int, den: int, rng: Rng) -> bool:
+    """``True`` with probability ``exp(-num / den)``; ``num >= 0``, ``den >= 1``."""
+    while num > den:
         # exp(-gamma) = exp(-1)^floor(gamma) * exp(-(gamma - floor(gamma)))
-        if not _bernoulli_exp_at_most_one(Fraction(1), rng):
+        if not _bernoulli_exp_at_most_one(1, 1, rng):
             return False
-        gamma -= 1
-    return _bernoulli_exp_at_most_one(gamma, rng)
+        num -= den
+    return _bernoulli_exp_at_most_one(num, den, rng)
 
 
-def _bernoulli_exp_at_most_one(gamma: Fraction, rng: Rng) -> bool:
-    num, den = gamma.numerator, gamma.denominator
-    k = 1
+def _bernoulli_exp_at_most_one(num: int, den: int, rng: Rng) -> bool:
+    """``True`` with probability ``exp(-num / den)`` for ``0 <= num <= den``."""
     # Draw A_k ~ Bernoulli(gamma / k) until the first failure; return whether k is odd.
-    while rng.bernoulli(num, den * k):
+    k = 1
+    while num >= den * k or (num and rng.bernoulli(num, den * k)):
         k += 1
     return k % 2 == 1
 
@@ -75,10 +87,11 @@ def discrete_laplace(scale: Fraction, rng: Rng) -> int:
     s, t = scale.denominator, scale.numerator  # exp(-|z| * s / t)
     while True:
         u = rng.randbelow(t)
-        if not bernoulli_exp(Fraction(u, t), rng):
+        g = math.gcd(u, t)  # the reduced form of u / t, as Fraction(u, t) would give
+        if not _bernoulli_exp_at_most_one(u // g, t // g, rng):
             continue
         v = 0
-        while bernoulli_exp(Fraction(1), rng):
+        while _bernoulli_exp_at_most_one(1, 1, rng):
             v += 1
         y = (u + t * v) // s
         negative = rng.bernoulli(1, 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .errors import InvalidParameterError
+from .errors import EncodingError, InvalidParameterError
 
 #: Largest epsilon a single mechanism accepts. Beyond it randomization is numerically meaningless.
 MAX_EPSILON = 20.0
@@ -36,3 +36,27 @@ def check_float(name: str, value: Any, low: float, high: float, *, low_open: boo
 def check_epsilon(value: Any, name: str = "epsilon") -> float:
     """Return a valid per-mechanism epsilon in ``(0, MAX_EPSILON]``."""
     return check_float(name, value, 0.0, MAX_EPSILON, low_open=True)
+
+
+def check_vector(name: str, value: Any, dimension: int) -> list[float]:
+    """Return ``value`` as a list of floats if it is a list or tuple of ``dimension`` finite reals.
+
+    ``TypeError`` for a non-sequence or a non-real coordinate; :class:`EncodingError` for a wrong
+    length or a NaN / infinite coordinate. Range checks are left to the caller.
+    """
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a list or tuple of {dimension} floats, got {type(value).__name__}")
+    if len(value) != dimension:
+        raise EncodingError(f"{name} must have dimension {dimension}, got {len(value)}")
+    out = []
+    for j, x in enumerate(value):
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise TypeError(f"{name} coordinate {j} must be a real number, got {type(x).__name__}")
+        try:
+            v = float(x)
+        except OverflowError:  # an int beyond the float range
+            v = math.inf
+        if not math.isfinite(v):
+            raise EncodingError(f"{name} coordinate {j} must be finite, got {x!r:.40}")
+        out.append(v)
+    return out
