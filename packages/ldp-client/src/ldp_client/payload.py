@@ -55,7 +55,7 @@ class Floats(NamedTuple):
 
 Payload = Union[int, bytes, HashedValue, Integers, Floats]
 
-_INDEX, _BITS, _HASHED, _INTEGERS, _FLOATS = 1, 2, 3, 4, 5
+_HASHED, _INTEGERS, _FLOATS = 3, 4, 5
 _MAX_U64 = 2**64 - 1
 _MAX_U32 = 2**32 - 1
 _MAX_S64 = 2**63 - 1
@@ -79,14 +79,19 @@ def get_bit(data: bytes, i: int) -> int:
     return (data[i >> 3] >> (i & 7)) & 1
 
 
-def payload_to_wire(payload: Payload) -> list[Any]:
-    """Compact msgpack-ready form ``[tag, ...]`` (tag = the ``ldp.v1.Payload`` field number)."""
+def payload_to_wire(payload: Payload) -> Any:
+    """Compact msgpack-ready form.
+
+    An index travels as a bare msgpack integer and packed bits as a bare msgpack binary (the two
+    most common payloads, kept minimal); the others as ``[tag, ...]`` with tag = the
+    ``ldp.v1.Payload`` field number.
+    """
     if isinstance(payload, bool):
         raise ProtocolError("payload must not be a bool")
     if isinstance(payload, int):
-        return [_INDEX, payload]
+        return payload
     if isinstance(payload, bytes):
-        return [_BITS, payload]
+        return payload
     if isinstance(payload, HashedValue):
         return [_HASHED, payload.seed, payload.value]
     if isinstance(payload, Integers):
@@ -102,13 +107,13 @@ def _is_int(v: Any, low: int, high: int) -> bool:
 
 def payload_from_wire(data: Any, where: str = "payload") -> Payload:
     """Inverse of :func:`payload_to_wire`; malformed input raises :class:`ProtocolError`."""
+    if _is_int(data, 0, _MAX_U64):
+        return int(data)
+    if isinstance(data, (bytes, bytearray)):
+        return bytes(data)
     if not isinstance(data, (list, tuple)) or not data:
-        raise ProtocolError(f"{where}: expected a non-empty list [tag, ...]")
+        raise ProtocolError(f"{where}: expected an index, bits or a non-empty list [tag, ...]")
     tag = data[0]
-    if tag == _INDEX and len(data) == 2 and _is_int(data[1], 0, _MAX_U64):
-        return int(data[1])
-    if tag == _BITS and len(data) == 2 and isinstance(data[1], (bytes, bytearray)):
-        return bytes(data[1])
     if tag == _HASHED and len(data) == 3 and _is_int(data[1], 0, _MAX_U64) and _is_int(data[2], 0, _MAX_U32):
         return HashedValue(int(data[1]), int(data[2]))
     if tag == _INTEGERS and len(data) == 2 and isinstance(data[1], (list, tuple)):

@@ -1,0 +1,336 @@
+"""Mergeable per-round accumulators, serialized to bytes for the store's accumulate callback.
+
+The store keeps raw reports (the source of truth) and, per round, accumulator blobs keyed
+``f"{group}:{component_index}"`` that :func:`make_accumulate_fn` updates in the ingestion
+transaction and :func:`rebuild` recomputes from the raw reports (the two must agree byte for byte).
+
+What an accumulator holds
+    * GRR and unary encoding: the report count n and the per-value (per-bit) counts, which is all
+      their estimators need (:meth:`CountAccumulator.finalize` returns a ready aggregator);
+    * local hashing and every other mechanism: n only. A local-hashing report supports every value
+      hashing to its bucket, so candidate support counts need the raw reports
+      (:func:`aggregate_reports` builds the aggregators from them).
+
+Blob format (little-endian int64 words)
+    ``[FORMAT_VERSION, kind, n, ...]`` then, by kind: ``KIND_DENSE`` -- one count per domain value;
+    ``KIND_SPARSE`` -- k reported values followed by their k counts (GRR over more than
+    ``MAX_DENSE_DOMAIN`` values); ``KIND_REPORT_COUNT`` -- nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgpack
+import numpy as np
+from numpy.typing import NDArray
+
+from ldp_client.errors import ProtocolError
+from ldp_client.mechanisms import GRRParams, LocalHashingParams, MechanismParams, UnaryEncodingParams
+from ldp_client.payload import payload_from_wire
+from ldp_client.spec import RoundSpec
+
+from ..storage.base import AccumulateFn, StoredReport
+from .frequency import (
+    MAX_DENSE_DOMAIN,
+    FrequencyAggregator,
+    GRRAggregator,
+    LocalHashingAggregator,
+    UnaryEncodingAggregator,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "KIND_DENSE",
+    "KIND_REPORT_COUNT",
+    "KIND_SPARSE",
+    "ComponentParams",
+    "CountAccumulator",
+    "accumulator_key",
+    "aggregate_reports",
+    "component_params_from_spec",
+    "decode_report_payloads",
+    "make_accumulate_fn",
+    "rebuild",
+]
+
+FORMAT_VERSION = 1
+KIND_DENSE = 1
+KIND_SPARSE = 2
+KIND_REPORT_COUNT = 3
+_HEADER_WORDS = 3
+
+#: Mechanism parameters of every component, per group: ``{group: (params of component 0, ...)}``.
+ComponentParams = Mapping[int, Sequence[MechanismParams]]
+
+
+def accumulator_key(group: int, component_index: int) -> str:
+    """The blob key of one component of one group: ``"<group>:<component_index>"``."""
+    return f"{group}:{component_index}"
+
+
+def component_params_from_spec(spec: RoundSpec) -> dict[int, tuple[MechanismParams, ...]]:
+    """``{group: (mechanism of each component, ...)}`` for every group that reports in ``spec``."""
+    out: dict[int, tuple[MechanismParams, ...]] = {}
+    for task in spec.tasks:
+        mechanisms = tuple(c.mechanism for c in task.components)
+        for group in task.groups:
+            out[group] = mechanisms
+    return out
+
+
+class CountAccumulator:
+    """Mergeable per-round state of one component (verbs: zero / add / merge / finalize).
+
+    Parameters
+    ----------
+    params : MechanismParams
+        The component's mechanism. GRR and unary encoding keep counts; anything else only n.
+    """
+
+    def __init__(self, params: MechanismParams) -> None:
+        if not isinstance(params, MechanismParams):
+            raise TypeError(f"params must be mechanism parameters, got {type(params).__name__}")
+        self._params = params
+        self._counts: GRRAggregator | UnaryEncodingAggregator | None
+        if isinstance(params, GRRParams):
+            self._counts = GRRAggregator(params)
+        elif isinstance(params, UnaryEncodingParams):
+            self._counts = UnaryEncodingAggregator(params)
+        else:
+            self._counts = None
+        self._n = 0
+
+    @property
+    def params(self) -> MechanismParams:
+        return self._params
+
+    @property
+    def n(self) -> int:
+        """Number of reports accumulated."""
+        return self._counts.n if self._counts is not None else self._n
+
+    @property
+    def has_counts(self) -> bool:
+        """Whether the accumulator suffices for estimation (GRR, unary encoding)."""
+        return self._counts is not None
+
+    def zero(self) -> CountAccumulator:
+        """A new empty accumulator for the same parameters."""
+        return CountAccumulator(self._params)
+
+    def add(self, payloads: Sequence[Any]) -> None:
+        """Add a batch of decoded payloads (validated in bulk for the counting mechanisms)."""
+        if self._counts is not None:
+            self._counts.add(payloads)
+        else:
+            self._n += len(payloads)
+
+    def merge(self, other: CountAccumulator) -> None:
+        """Add ``other``'s state (same parameters)."""
+        if not isinstance(other, CountAccumulator) or other._params != self._params:
+            raise ProtocolError("cannot merge accumulators of different mechanisms or parameters")
+        if self._counts is not None and other._counts is not None:
+            # Both aggregators have the same class since the parameters are equal.
+            if isinstance(self._counts, GRRAggregator) and isinstance(other._counts, GRRAggregator):
+                self._counts.merge(other._counts)
+            elif isinstance(self._counts, UnaryEncodingAggregator) and isinstance(other._counts, UnaryEncodingAggregator):
+                self._counts.merge(other._counts)
+        else:
+            self._n += other._n
+
+    def finalize(self) -> FrequencyAggregator | None:
+        """A frequency aggregator holding the accumulated counts, or ``None`` when the raw
+        reports are needed (local hashing and the non-counting mechanisms)."""
+        counts = self._counts
+        if isinstance(counts, GRRAggregator):
+            grr = counts.zero()
+            grr.merge(counts)
+            return grr
+        if isinstance(counts, UnaryEncodingAggregator):
+            return UnaryEncodingAggregator.from_counts(counts.params, counts.counts(), counts.n)
+        return None
+
+    def to_bytes(self) -> bytes:
+        """The blob (see the module docstring)."""
+        counts = self._counts
+        if counts is None:
+            words = np.array([FORMAT_VERSION, KIND_REPORT_COUNT, self._n], dtype="<i8")
+        elif isinstance(counts, UnaryEncodingAggregator) or counts.params.domain_size <= MAX_DENSE_DOMAIN:
+            dense = counts.counts() if isinstance(counts, UnaryEncodingAggregator) else _dense_grr(counts)
+            words = np.concatenate([np.array([FORMAT_VERSION, KIND_DENSE, counts.n], dtype="<i8"),
+                                    dense.astype("<i8")])
+        else:
+            values, value_counts = counts.counts()
+            words = np.concatenate([np.array([FORMAT_VERSION, KIND_SPARSE, counts.n], dtype="<i8"),
+                                    values.astype("<i8"), value_counts.astype("<i8")])
+        return words.tobytes()
+
+    @classmethod
+    def from_bytes(cls, params: MechanismParams, blob: bytes, *, key: str = "accumulator") -> CountAccumulator:
+        """Inverse of :meth:`to_bytes`; a blob that does not fit ``params`` raises ``ProtocolError``."""
+        acc = cls(params)
+        if not isinstance(blob, (bytes, bytearray, memoryview)) or len(blob) % 8 or len(blob) < 8 * _HEADER_WORDS:
+            raise ProtocolError(f"{key}: corrupted accumulator blob ({len(blob)} bytes)")
+        words = np.frombuffer(bytes(blob), dtype="<i8")
+        version, kind, n = (int(w) for w in words[:_HEADER_WORDS])
+        body = words[_HEADER_WORDS:].astype(np.int64)
+        if version != FORMAT_VERSION:
+            raise ProtocolError(f"{key}: accumulator format {version}, expected {FORMAT_VERSION}")
+        counts = acc._counts
+        expected = (KIND_REPORT_COUNT if counts is None else
+                    KIND_DENSE if isinstance(counts, UnaryEncodingAggregator)
+                    or counts.params.domain_size <= MAX_DENSE_DOMAIN else KIND_SPARSE)
+        if kind != expected or n < 0:
+            raise ProtocolError(f"{key}: accumulator kind {kind} (n = {n}) does not fit {params.KIND}")
+        try:
+            if counts is None:
+                if body.size:
+                    raise ProtocolError(f"{key}: report-count accumulator has {body.size} extra words")
+                acc._n = n
+            elif isinstance(counts, UnaryEncodingAggregator):
+                acc._counts = UnaryEncodingAggregator.from_counts(counts.params, body, n)
+            elif kind == KIND_DENSE:
+                acc._counts = GRRAggregator.from_counts(counts.params, body, n)
+            else:
+                if body.size % 2:
+                    raise ProtocolError(f"{key}: sparse accumulator has an odd number of words")
+                half = body.size // 2
+                acc._counts = GRRAggregator.from_sparse(counts.params, body[:half], body[half:], n)
+        except ValueError as exc:  # InvalidParameterError from from_counts
+            raise ProtocolError(f"{key}: corrupted accumulator: {exc}") from exc
+        return acc
+
+
+def _dense_grr(agg: GRRAggregator) -> NDArray[np.int64]:
+    values, counts = agg.counts()
+    dense = np.zeros(agg.params.domain_size, dtype=np.int64)
+    dense[values] = counts
+    return dense
+
+
+def decode_report_payloads(reports: Iterable[StoredReport],
+                           component_params_by_group: ComponentParams) -> dict[str, list[Any]]:
+    """Decode stored reports into decoded payload lists keyed ``"<group>:<component_index>"``.
+
+    Each report's ``payloads`` is msgpack of ``[payload_to_wire(p), ...]`` with one entry per
+    component of its group. Malformed reports raise ``ProtocolError`` naming the report.
+    """
+    pending: dict[str, list[Any]] = {}
+    for report in reports:
+        params = component_params_by_group.get(report.group)
+        where = f"report {report.report_id.hex()} (group {report.group})"
+        if params is None:
+            raise ProtocolError(f"{where}: the group does not report in this round")
+        try:
+            wire = msgpack.unpackb(report.payloads, raw=False, strict_map_key=True)
+        except Exception as exc:  # msgpack raises several unrelated types on garbage
+            raise ProtocolError(f"{where}: payloads are not valid msgpack: {exc}") from exc
+        if not isinstance(wire, list) or len(wire) != len(params):
+            raise ProtocolError(f"{where}: expected a list of {len(params)} payloads")
+        for index, item in enumerate(wire):
+            pending.setdefault(accumulator_key(report.group, index), []).append(
+                payload_from_wire(item, where=f"{where} component {index}"))
+    return pending
+
+
+def _params_for(key: str, component_params_by_group: ComponentParams) -> MechanismParams:
+    group, index = (int(part) for part in key.split(":"))
+    return component_params_by_group[group][index]
+
+
+def make_accumulate_fn(component_params_by_group: ComponentParams) -> AccumulateFn:
+    """The store's accumulate callback for one round.
+
+    Parameters
+    ----------
+    component_params_by_group : Mapping[int, Sequence[MechanismParams]]
+        The mechanism of every component of every reporting group
+        (:func:`component_params_from_spec`).
+
+    Returns
+    -------
+    AccumulateFn
+        ``accumulate(new_reports, blobs) -> updated blobs``: decodes the newly accepted reports,
+        adds them to the blobs of their ``"<group>:<component_index>"`` keys (creating missing
+        ones) and returns only the blobs it changed.
+    """
+    frozen = {int(g): tuple(p) for g, p in component_params_by_group.items()}
+
+    def accumulate(reports: Sequence[StoredReport], blobs: Mapping[str, bytes]) -> Mapping[str, bytes]:
+        updated: dict[str, bytes] = {}
+        for key, payloads in decode_report_payloads(reports, frozen).items():
+            params = _params_for(key, frozen)
+            acc = (CountAccumulator.from_bytes(params, blobs[key], key=key) if key in blobs
+                   else CountAccumulator(params))
+            acc.add(payloads)
+            updated[key] = acc.to_bytes()
+        return updated
+
+    return accumulate
+
+
+def rebuild(reports: Iterable[StoredReport] | Iterable[Sequence[StoredReport]],
+            component_params_by_group: ComponentParams) -> dict[str, bytes]:
+    """Recompute every accumulator blob of a round from its raw reports.
+
+    Parameters
+    ----------
+    reports : iterable of StoredReport, or of batches of them (``ReportStore.iter_reports``)
+    component_params_by_group : Mapping[int, Sequence[MechanismParams]]
+
+    Returns
+    -------
+    dict of str to bytes
+        Equal to what :func:`make_accumulate_fn` produced incrementally for the same reports.
+    """
+    frozen = {int(g): tuple(p) for g, p in component_params_by_group.items()}
+    accumulators: dict[str, CountAccumulator] = {}
+    for batch in _batches(reports):
+        for key, payloads in decode_report_payloads(batch, frozen).items():
+            if key not in accumulators:
+                accumulators[key] = CountAccumulator(_params_for(key, frozen))
+            accumulators[key].add(payloads)
+    return {key: acc.to_bytes() for key, acc in accumulators.items()}
+
+
+def aggregate_reports(reports: Iterable[StoredReport] | Iterable[Sequence[StoredReport]],
+                      component_params_by_group: ComponentParams) -> dict[str, FrequencyAggregator]:
+    """Frequency aggregators (local hashing included) built from raw reports, keyed like the blobs.
+
+    Components whose mechanism is not a frequency oracle (GRR, unary encoding, local hashing)
+    are skipped.
+    """
+    frozen = {int(g): tuple(p) for g, p in component_params_by_group.items()}
+    aggregators: dict[str, FrequencyAggregator] = {}
+    for batch in _batches(reports):
+        for key, payloads in decode_report_payloads(batch, frozen).items():
+            params = _params_for(key, frozen)
+            if key not in aggregators:
+                if isinstance(params, GRRParams):
+                    aggregators[key] = GRRAggregator(params)
+                elif isinstance(params, UnaryEncodingParams):
+                    aggregators[key] = UnaryEncodingAggregator(params)
+                elif isinstance(params, LocalHashingParams):
+                    aggregators[key] = LocalHashingAggregator(params)
+                else:
+                    continue
+            aggregators[key].add(payloads)
+    return aggregators
+
+
+def _batches(reports: Iterable[StoredReport] | Iterable[Sequence[StoredReport]],
+             size: int = 65536) -> Iterable[list[StoredReport]]:
+    """Batches of reports from either a flat iterable or an iterable of batches."""
+    batch: list[StoredReport] = []
+    for item in reports:
+        if isinstance(item, StoredReport):
+            batch.append(item)
+        else:
+            batch.extend(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
