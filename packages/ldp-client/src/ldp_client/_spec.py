@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib
 import typing
 from typing import Any, ClassVar, TypeVar, get_args, get_origin
 
@@ -94,10 +95,16 @@ def _load(tp: Any, value: Any, where: str) -> Any:
 
 
 class SpecRegistry:
-    """Maps ``KIND`` names of a ``oneof`` to their spec classes (``{"grr": GRRParams, ...}``)."""
+    """Maps ``KIND`` names of a ``oneof`` to their spec classes (``{"grr": GRRParams, ...}``).
 
-    def __init__(self, what: str) -> None:
+    ``modules`` names the module that defines each kind; it is imported on first use, so a device
+    pays the import cost only of the mechanisms and encoders its rounds really use.
+    """
+
+    def __init__(self, what: str, package: str = "", modules: dict[str, str] | None = None) -> None:
         self.what = what
+        self._package = package
+        self._modules = dict(modules or {})
         self._classes: dict[str, type[Spec]] = {}
 
     def register(self, cls: type[S]) -> type[S]:
@@ -106,14 +113,24 @@ class SpecRegistry:
         self._classes[cls.KIND] = cls
         return cls
 
+    def load_all(self) -> None:
+        """Import every declared module (so that every kind is registered)."""
+        for kind in self._modules:
+            self.get(kind)
+
     def kinds(self) -> tuple[str, ...]:
+        self.load_all()
         return tuple(self._classes)
 
     def get(self, kind: str) -> type[Spec]:
-        try:
-            return self._classes[kind]
-        except KeyError:
-            raise ProtocolError(f"unknown {self.what} {kind!r}; known: {sorted(self._classes)}") from None
+        cls = self._classes.get(kind)
+        if cls is None and kind in self._modules:
+            importlib.import_module(f"{self._package}.{self._modules[kind]}")
+            cls = self._classes.get(kind)
+        if cls is None:
+            known = sorted(set(self._classes) | set(self._modules))
+            raise ProtocolError(f"unknown {self.what} {kind!r}; known: {known}")
+        return cls
 
     def dump(self, spec: Spec) -> dict[str, Any]:
         """``{kind: fields}``, the plain-data form of the ``oneof``."""

@@ -7,6 +7,7 @@ or file at fault, the allowed range and the value received.
 from __future__ import annotations
 
 __all__ = [
+    "AlreadyReportedError",
     "BudgetExhaustedError",
     "EncodingError",
     "InvalidParameterError",
@@ -60,6 +61,29 @@ class BudgetExhaustedError(LdpError):
             f"{scope} privacy budget exhausted: spent {spent:.6g} + requested {requested:.6g} "
             f"> cap {cap:.6g}"
         )
+
+
+class AlreadyReportedError(LdpError):
+    """The device already reported in this round and the collector acknowledged the report.
+
+    A device never reports twice in one round (that would spend the budget twice), and an
+    acknowledged report is no longer stored, so there is nothing to return or resend.
+
+    Attributes
+    ----------
+    campaign_id : str
+    round : int
+    report_id : bytes
+        The acknowledged report.
+    """
+
+    def __init__(self, campaign_id: str, round: int, report_id: bytes) -> None:
+        self.campaign_id = campaign_id
+        self.round = round
+        self.report_id = report_id
+        super().__init__(
+            f"already reported in campaign {campaign_id!r} round {round} (report {report_id.hex()}, "
+            "acknowledged by the collector); a device reports at most once per round")
 
 
 class StateCorruptedError(LdpError):

@@ -66,7 +66,8 @@ class Report:
 
     def pack(self) -> bytes:
         """Compact msgpack bytes."""
-        return msgpack.packb(self.to_wire(), use_bin_type=True)
+        packed: bytes = msgpack.packb(self.to_wire(), use_bin_type=True)
+        return packed
 
     @classmethod
     def unpack(cls, data: bytes) -> Report:
@@ -92,7 +93,8 @@ def pack_batch(request_id: str, reports: Sequence[Report]) -> bytes:
         raise InvalidParameterError(f"request_id must be a string of 1 to {MAX_REQUEST_ID} characters")
     if len(reports) > MAX_BATCH_REPORTS:
         raise InvalidParameterError(f"a batch holds at most {MAX_BATCH_REPORTS} reports, got {len(reports)}")
-    return msgpack.packb([_FORMAT, request_id, [r.to_wire() for r in reports]], use_bin_type=True)
+    packed: bytes = msgpack.packb([_FORMAT, request_id, [r.to_wire() for r in reports]], use_bin_type=True)
+    return packed
 
 
 def unpack_batch(data: bytes) -> tuple[str, list[Report | ProtocolError]]:

@@ -179,7 +179,8 @@ class RoundSpec(Spec):
 
     def pack(self) -> bytes:
         """Compact msgpack bytes of :meth:`to_dict`."""
-        return msgpack.packb(self.to_dict(), use_bin_type=True)
+        packed: bytes = msgpack.packb(self.to_dict(), use_bin_type=True)
+        return packed
 
     @classmethod
     def unpack(cls, data: bytes) -> RoundSpec:

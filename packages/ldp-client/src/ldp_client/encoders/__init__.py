@@ -7,15 +7,44 @@ live in :mod:`.geometry` and :mod:`.projection`, which the collector imports as 
 
 from __future__ import annotations
 
+import importlib
+
 from .base import BALL, BITS, BOX, ENCODERS, INDEX, UNIT_CUBE, Encoder, NumericDomain, as_point
-from .bitvector import BitVectorEncoder
-from .categorical import CategoricalEncoder
-from .geometry import CellLocator, TreeCell, cell_adjacency, cells_touch, check_partition, contact_dimension
-from .grid import CellListEncoder, GridTreeEncoder, UniformGridEncoder
-from .lsh import ShiftedGridEncoder, SimHashEncoder
-from .nearest import NearestCandidateEncoder
-from .projection import RandomProjection
-from .vectors import SymmetricBoxEncoder, UnitBallEncoder, UnitCubeEncoder
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (import cost on devices)
+
+if TYPE_CHECKING:  # loaded on first use (PEP 562): a device imports only what its rounds use
+    from typing import Any
+
+    from .bitvector import BitVectorEncoder
+    from .categorical import CategoricalEncoder
+    from .geometry import CellLocator, TreeCell, cell_adjacency, cells_touch, check_partition, contact_dimension
+    from .grid import CellListEncoder, GridTreeEncoder, UniformGridEncoder
+    from .lsh import ShiftedGridEncoder, SimHashEncoder
+    from .nearest import NearestCandidateEncoder
+    from .projection import RandomProjection
+    from .vectors import SymmetricBoxEncoder, UnitBallEncoder, UnitCubeEncoder
+
+_LAZY = {
+    "BitVectorEncoder": "bitvector",
+    "CategoricalEncoder": "categorical",
+    "CellLocator": "geometry",
+    "TreeCell": "geometry",
+    "cell_adjacency": "geometry",
+    "cells_touch": "geometry",
+    "check_partition": "geometry",
+    "contact_dimension": "geometry",
+    "CellListEncoder": "grid",
+    "GridTreeEncoder": "grid",
+    "UniformGridEncoder": "grid",
+    "ShiftedGridEncoder": "lsh",
+    "SimHashEncoder": "lsh",
+    "NearestCandidateEncoder": "nearest",
+    "RandomProjection": "projection",
+    "SymmetricBoxEncoder": "vectors",
+    "UnitBallEncoder": "vectors",
+    "UnitCubeEncoder": "vectors",
+}
 
 __all__ = [
     "BALL",
@@ -46,3 +75,16 @@ __all__ = [
     "check_partition",
     "contact_dimension",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

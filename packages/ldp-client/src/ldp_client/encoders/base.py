@@ -14,7 +14,19 @@ from ..errors import EncodingError, InvalidParameterError
 __all__ = ["ENCODERS", "Encoder", "NumericDomain", "as_point"]
 
 #: Registry of the ``ldp.v1.EncoderSpec`` oneof: kind name -> encoder class.
-ENCODERS = SpecRegistry("encoder")
+ENCODERS = SpecRegistry("encoder", "ldp_client.encoders", {
+    "categorical": "categorical",
+    "uniform_grid": "grid",
+    "grid_tree": "grid",
+    "cell_list": "grid",
+    "simhash": "lsh",
+    "shifted_grid": "lsh",
+    "nearest_candidate": "nearest",
+    "bit_vector": "bitvector",
+    "unit_cube": "vectors",
+    "symmetric_box": "vectors",
+    "unit_ball": "vectors",
+})
 
 #: Kinds of encoded values, which decide the mechanisms an encoder can feed: an index in
 #: [0, size), a 0/1 tuple of length size, or a float tuple of dimension size in [0,1]^d

@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
+import importlib
+
 from .base import MECHANISMS, MechanismParams
-from .bitwise_randomized_response import BitwiseRRParams
-from .discrete_laplace import DiscreteLaplaceParams
-from .local_hashing import LocalHashingParams
-from .oracle_choice import choose_frequency_oracle
-from .randomized_response import GRRParams
-from .unary_encoding import UnaryEncodingParams, UnaryVariant, oue, sue
-from .vector_box import VectorBoxParams
-from .vector_l2_ball import VectorL2BallParams
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (import cost on devices)
+
+if TYPE_CHECKING:  # loaded on first use (PEP 562): a device imports only what its rounds use
+    from typing import Any
+
+    from .bitwise_randomized_response import BitwiseRRParams
+    from .discrete_laplace import DiscreteLaplaceParams
+    from .local_hashing import LocalHashingParams
+    from .oracle_choice import choose_frequency_oracle
+    from .randomized_response import GRRParams
+    from .unary_encoding import UnaryEncodingParams, UnaryVariant, oue, sue
+    from .vector_box import VectorBoxParams
+    from .vector_l2_ball import VectorL2BallParams
+
+_LAZY = {
+    "BitwiseRRParams": "bitwise_randomized_response",
+    "DiscreteLaplaceParams": "discrete_laplace",
+    "LocalHashingParams": "local_hashing",
+    "choose_frequency_oracle": "oracle_choice",
+    "GRRParams": "randomized_response",
+    "UnaryEncodingParams": "unary_encoding",
+    "UnaryVariant": "unary_encoding",
+    "oue": "unary_encoding",
+    "sue": "unary_encoding",
+    "VectorBoxParams": "vector_box",
+    "VectorL2BallParams": "vector_l2_ball",
+}
 
 __all__ = [
     "MECHANISMS",
@@ -27,3 +49,16 @@ __all__ = [
     "oue",
     "sue",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

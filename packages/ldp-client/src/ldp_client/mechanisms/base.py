@@ -13,7 +13,15 @@ from ..rng import Rng
 __all__ = ["MECHANISMS", "MechanismParams"]
 
 #: Registry of the ``ldp.v1.MechanismSpec`` oneof: kind name -> parameter class.
-MECHANISMS = SpecRegistry("mechanism")
+MECHANISMS = SpecRegistry("mechanism", "ldp_client.mechanisms", {
+    "grr": "randomized_response",
+    "unary_encoding": "unary_encoding",
+    "local_hashing": "local_hashing",
+    "bitwise_rr": "bitwise_randomized_response",
+    "discrete_laplace": "discrete_laplace",
+    "vector_l2_ball": "vector_l2_ball",
+    "vector_box": "vector_box",
+})
 
 
 class MechanismParams(Spec, abc.ABC):

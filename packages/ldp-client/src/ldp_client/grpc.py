@@ -1,0 +1,416 @@
+"""Talking to the collector over gRPC (the ``[grpc]`` extra): fetch rounds, send reports, get results.
+
+:class:`CollectorClient` wraps ``ldp.v1.DeviceService``. Every call is retried on ``UNAVAILABLE``,
+``DEADLINE_EXCEEDED`` and ``RESOURCE_EXHAUSTED`` with full-jitter exponential backoff
+(``uniform(0, min(backoff_max, backoff_base * 2**attempt))``, randomness from the injected ``rng``),
+or after the server's ``google.rpc.RetryInfo`` delay when the status carries one. Submissions are
+idempotent: each batch gets a random ``request_id`` that is reused on every retry of that batch, and
+the collector deduplicates on it and on the report ids. Other status codes are not retried:
+``INVALID_ARGUMENT``, ``NOT_FOUND``, ``FAILED_PRECONDITION``, ``OUT_OF_RANGE`` and ``ALREADY_EXISTS``
+raise :class:`RequestRejectedError` (a :class:`~ldp_client.errors.ProtocolError`), everything else
+(after the retries where they apply) :class:`RpcFailedError` (a
+:class:`~ldp_client.errors.TransportError`); both carry the status code and message.
+
+:class:`Sender` drains a :class:`~ldp_client.device.Device`'s outbox::
+
+    outcome = Sender(device, client).drain()
+
+Accepted and duplicate reports are acknowledged (removed from the outbox). A *rejected* report is
+removed as well -- resending the same bytes cannot succeed, and the device never re-samples -- and
+returned in :attr:`DrainResult.rejected` with the collector's reason, so the app can log or surface
+it. Its budget stays charged.
+
+Importing this module without grpcio, grpcio-status or ldp-proto raises ``ImportError`` with the
+install hint ``pip install "ldp-client[grpc]"``.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+try:
+    import grpc
+    from google.rpc import error_details_pb2  # type: ignore[import-untyped, unused-ignore]
+    from grpc_status import rpc_status
+
+    from ldp.v1 import campaigns_pb2, service_pb2, service_pb2_grpc
+except ImportError as _exc:
+    raise ImportError(
+        f'ldp_client.grpc needs grpcio, grpcio-status and ldp-proto ({_exc}); install them with: '
+        'pip install "ldp-client[grpc]"') from _exc
+
+from ._validation import check_float, check_int
+from .device import Device
+from .errors import InvalidParameterError, ProtocolError, TransportError
+from .report import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, REPORT_ID_BYTES, Report, pack_batch
+from .rng import Rng, resolve_rng
+from .serde import report_to_proto, round_spec_from_proto
+from .spec import RoundSpec, check_campaign_id
+
+__all__ = [
+    "CollectorClient",
+    "DrainResult",
+    "OutcomeStatus",
+    "RejectedReport",
+    "ReportOutcome",
+    "RequestRejectedError",
+    "RpcFailedError",
+    "Sender",
+    "drain",
+]
+
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                        grpc.StatusCode.RESOURCE_EXHAUSTED})
+_REJECTED = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+                       grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.OUT_OF_RANGE,
+                       grpc.StatusCode.ALREADY_EXISTS})
+#: Extra random delay on top of a server's RetryInfo delay, as a fraction of it (de-synchronizes devices).
+_RETRY_INFO_JITTER = 0.2
+#: Room for the request envelope around a batch at the largest allowed batch size.
+_MESSAGE_LIMIT = MAX_BATCH_BYTES + (1 << 20)
+
+Resp = TypeVar("Resp")
+
+
+class RequestRejectedError(ProtocolError):
+    """The collector refused the request itself (bad argument, unknown campaign, closed round ...).
+
+    Attributes
+    ----------
+    method : str
+        The RPC (``"SubmitReports"`` ...).
+    code : grpc.StatusCode
+    details : str
+        The collector's message.
+    """
+
+    def __init__(self, method: str, code: grpc.StatusCode, details: str) -> None:
+        self.method = method
+        self.code = code
+        self.details = details
+        super().__init__(f"collector rejected {method}: {code.name}: {details}")
+
+
+class RpcFailedError(TransportError):
+    """A call failed for good: a non-retryable status, or retries exhausted.
+
+    Attributes
+    ----------
+    method : str
+    code : grpc.StatusCode
+    details : str
+    attempts : int
+        Calls made.
+    retry_after : float or None
+        The server's RetryInfo delay when it asked for a longer wait than ``backoff_max``: try again
+        (e.g. :meth:`Sender.drain`) no sooner than this many seconds from now.
+    """
+
+    def __init__(self, method: str, code: grpc.StatusCode, details: str, attempts: int,
+                 retry_after: float | None = None) -> None:
+        self.method = method
+        self.code = code
+        self.details = details
+        self.attempts = attempts
+        self.retry_after = retry_after
+        hint = f"; the collector asks to retry after {retry_after:g} s" if retry_after is not None else ""
+        super().__init__(f"{method} failed after {attempts} attempt(s): {code.name}: {details}{hint}")
+
+
+class OutcomeStatus(enum.IntEnum):
+    """What the collector did with one report (values equal ``ldp.v1.ReportOutcome.Status``)."""
+
+    ACCEPTED = 1
+    DUPLICATE = 2
+    REJECTED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ReportOutcome:
+    """The collector's answer for one report."""
+
+    report_id: bytes
+    status: OutcomeStatus
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedReport:
+    """A report the collector rejected for good, with its reason (already removed from the outbox)."""
+
+    report: Report
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DrainResult:
+    """What :meth:`Sender.drain` did."""
+
+    accepted: int
+    duplicates: int
+    rejected: tuple[RejectedReport, ...]
+
+    @property
+    def sent(self) -> int:
+        return self.accepted + self.duplicates + len(self.rejected)
+
+
+class CollectorClient:
+    """A client of the collector's ``ldp.v1.DeviceService``.
+
+    Parameters
+    ----------
+    target : str
+        ``host:port`` of the collector.
+    credentials : grpc.ChannelCredentials, optional
+        TLS (or mTLS) credentials; ``None`` opens an insecure channel (tests, local networks).
+    device_token : str, optional
+        Sent as ``authorization: Bearer <token>`` metadata on every call.
+    timeout : float
+        Deadline of each attempt, in seconds (0, 3600].
+    max_batch : int
+        Reports per ``SubmitReports``/``SubmitPacked`` call, in [1, 100000].
+    max_attempts : int
+        Calls per request including the first, in [1, 100].
+    backoff_base, backoff_max : float
+        Full-jitter backoff: attempt ``a`` (from 1) waits ``uniform(0, min(backoff_max,
+        backoff_base * 2**(a - 1)))`` seconds. A RetryInfo delay from the server replaces it (plus up
+        to 20% jitter); one longer than ``backoff_max`` stops the retries with
+        :class:`RpcFailedError` carrying ``retry_after``.
+    rng : Rng, optional
+        Randomness of the jitter and the request ids; defaults to the OS CSPRNG.
+    sleep : callable, optional
+        Waits the given seconds (``time.sleep``); injectable for tests.
+    options : sequence of (str, Any), optional
+        Extra gRPC channel options.
+    """
+
+    def __init__(self, target: str, *, credentials: grpc.ChannelCredentials | None = None,
+                 device_token: str | None = None, timeout: float = 10.0, max_batch: int = 1000,
+                 max_attempts: int = 6, backoff_base: float = 0.2, backoff_max: float = 10.0,
+                 rng: Rng | None = None, sleep: Callable[[float], None] = time.sleep,
+                 options: Sequence[tuple[str, Any]] = ()) -> None:
+        if not isinstance(target, str) or not target:
+            raise InvalidParameterError(f"target must be a non-empty 'host:port' string, got {target!r}")
+        if device_token is not None and (not isinstance(device_token, str) or not device_token
+                                         or any(c in device_token for c in "\r\n")):
+            raise InvalidParameterError("device_token must be a non-empty single-line string")
+        self._timeout = check_float("timeout", timeout, 0.0, 3600.0, low_open=True)
+        self._max_batch = check_int("max_batch", max_batch, 1, MAX_BATCH_REPORTS)
+        self._max_attempts = check_int("max_attempts", max_attempts, 1, 100)
+        self._backoff_base = check_float("backoff_base", backoff_base, 0.0, 3600.0)
+        self._backoff_max = check_float("backoff_max", backoff_max, 0.0, 3600.0)
+        self._rng = resolve_rng(rng)
+        self._sleep = sleep
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {device_token}"),) if device_token is not None else ())
+        channel_options = [("grpc.max_send_message_length", _MESSAGE_LIMIT),
+                           ("grpc.max_receive_message_length", _MESSAGE_LIMIT), *options]
+        if credentials is None:
+            self._channel = grpc.insecure_channel(target, options=channel_options)
+        else:
+            self._channel = grpc.secure_channel(target, credentials, options=channel_options)
+        self._stub = service_pb2_grpc.DeviceServiceStub(self._channel)
+
+    @property
+    def max_batch(self) -> int:
+        return self._max_batch
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._channel.close()
+
+    def __enter__(self) -> CollectorClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ calls
+
+    def get_round_spec(self, campaign_id: str) -> RoundSpec | None:
+        """The campaign's current round, or ``None`` once the campaign is finished.
+
+        Raises
+        ------
+        RequestRejectedError
+            E.g. ``NOT_FOUND`` for an unknown campaign.
+        ProtocolError
+            The collector sent a spec that does not validate.
+        RpcFailedError
+            The collector could not be reached.
+        """
+        check_campaign_id(campaign_id)
+        response = self._call("GetRoundSpec", self._stub.GetRoundSpec,
+                              service_pb2.GetRoundSpecRequest(campaign_id=campaign_id))
+        if response.finished:
+            return None
+        if not response.HasField("spec"):
+            raise ProtocolError("GetRoundSpec: the response has neither a spec nor finished=true")
+        return round_spec_from_proto(response.spec)
+
+    def get_result(self, campaign_id: str) -> campaigns_pb2.Result:
+        """The campaign's published result (``ldp.v1.Result``), e.g. to label the device locally."""
+        check_campaign_id(campaign_id)
+        response = self._call("GetResult", self._stub.GetResult,
+                              service_pb2.GetResultRequest(campaign_id=campaign_id))
+        return response.result
+
+    def submit(self, reports: Sequence[Report]) -> list[ReportOutcome]:
+        """Send reports with ``SubmitReports`` in batches of ``max_batch``; one outcome per report, in order.
+
+        Raises
+        ------
+        RequestRejectedError, RpcFailedError
+            A batch failed; the outcomes of earlier batches are lost to the caller but the collector
+            kept them (resending is safe: it deduplicates). :class:`Sender` sends batch by batch.
+        """
+        outcomes: list[ReportOutcome] = []
+        for batch in self._batches(reports):
+            request = service_pb2.SubmitReportsRequest(request_id=self._request_id(),
+                                                       reports=[report_to_proto(r) for r in batch])
+            outcomes += self._outcomes(batch, self._call("SubmitReports", self._stub.SubmitReports, request))
+        return outcomes
+
+    def submit_packed(self, reports: Sequence[Report]) -> list[ReportOutcome]:
+        """Like :meth:`submit`, with ``SubmitPacked`` and the msgpack batch of :func:`~ldp_client.report.pack_batch`."""
+        outcomes: list[ReportOutcome] = []
+        for batch in self._batches(reports):
+            request_id = self._request_id()
+            request = service_pb2.SubmitPackedRequest(request_id=request_id, packed=pack_batch(request_id, batch))
+            outcomes += self._outcomes(batch, self._call("SubmitPacked", self._stub.SubmitPacked, request))
+        return outcomes
+
+    # ------------------------------------------------------------------ internals
+
+    def _batches(self, reports: Sequence[Report]) -> list[Sequence[Report]]:
+        for r in reports:
+            if not isinstance(r, Report):
+                raise TypeError(f"reports must be Report objects, got {type(r).__name__}")
+        return [reports[i:i + self._max_batch] for i in range(0, len(reports), self._max_batch)]
+
+    def _request_id(self) -> str:
+        return self._rng.token_bytes(REPORT_ID_BYTES).hex()
+
+    @staticmethod
+    def _outcomes(batch: Sequence[Report], response: service_pb2.SubmitReportsResponse) -> list[ReportOutcome]:
+        if len(response.outcomes) != len(batch):
+            raise ProtocolError(f"collector answered {len(response.outcomes)} outcomes for {len(batch)} reports")
+        out = []
+        for i, (report, outcome) in enumerate(zip(batch, response.outcomes)):
+            if outcome.report_id != report.report_id:
+                raise ProtocolError(f"outcome {i} is for report {outcome.report_id.hex()}, "
+                                    f"not {report.report_id.hex()} (outcomes must follow request order)")
+            try:
+                status = OutcomeStatus(outcome.status)
+            except ValueError:
+                raise ProtocolError(f"outcome {i} has status {outcome.status}, not accepted/duplicate/rejected") from None
+            out.append(ReportOutcome(report_id=report.report_id, status=status, reason=outcome.reason))
+        return out
+
+    def _call(self, method: str, rpc: Callable[..., Resp], request: Any) -> Resp:
+        """Call ``rpc(request)`` with retries; the same request object (same request_id) every time."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return rpc(request, timeout=self._timeout, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                code, details = _status_of(exc)
+                if code in _REJECTED:
+                    raise RequestRejectedError(method, code, details) from exc
+                if code not in _RETRYABLE or attempt >= self._max_attempts:
+                    raise RpcFailedError(method, code, details, attempt) from exc
+                server_delay = _retry_delay(exc)
+                if server_delay is not None and server_delay > self._backoff_max:
+                    raise RpcFailedError(method, code, details, attempt, retry_after=server_delay) from exc
+                self._sleep(self._backoff(attempt, server_delay))
+
+    def _backoff(self, attempt: int, server_delay: float | None) -> float:
+        u = self._rng.uniform()
+        if server_delay is not None:
+            return server_delay * (1.0 + _RETRY_INFO_JITTER * u)
+        return min(self._backoff_max, self._backoff_base * 2.0 ** (attempt - 1)) * u
+
+
+def _status_of(exc: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
+    # The RpcError of a unary call is also its grpc.Call (code, details, trailing metadata).
+    if not hasattr(exc, "code"):
+        return grpc.StatusCode.UNKNOWN, str(exc)
+    call = cast(grpc.Call, exc)
+    return call.code(), call.details() or ""
+
+
+def _retry_delay(exc: grpc.RpcError) -> float | None:
+    """The ``google.rpc.RetryInfo`` delay in the call's status details, if any (seconds)."""
+    if not hasattr(exc, "trailing_metadata"):
+        return None
+    try:
+        status = rpc_status.from_call(cast(grpc.Call, exc))
+    except ValueError:  # details inconsistent with the call's code/message: ignore them
+        return None
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            delay = info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+            return max(0.0, float(delay))
+    return None
+
+
+class Sender:
+    """Drains a device's outbox to a collector.
+
+    Parameters
+    ----------
+    device : Device
+    client : CollectorClient
+    packed : bool
+        Use ``SubmitPacked`` (msgpack batch) instead of ``SubmitReports``.
+    """
+
+    def __init__(self, device: Device, client: CollectorClient, *, packed: bool = False) -> None:
+        if not isinstance(device, Device):
+            raise TypeError(f"device must be a Device, got {type(device).__name__}")
+        if not isinstance(client, CollectorClient):
+            raise TypeError(f"client must be a CollectorClient, got {type(client).__name__}")
+        self._device = device
+        self._client = client
+        self._packed = packed
+
+    def drain(self) -> DrainResult:
+        """Send every pending report, batch by batch, acknowledging each batch's outcomes.
+
+        Accepted and duplicate reports are removed from the outbox; rejected ones too, and they are
+        returned with the collector's reason. A failure (:class:`RpcFailedError`,
+        :class:`RequestRejectedError`) stops the drain; batches sent before it stay acknowledged and
+        the rest stays pending for the next drain.
+        """
+        pending = self._device.pending_reports()
+        submit = self._client.submit_packed if self._packed else self._client.submit
+        accepted = duplicates = 0
+        rejected: list[RejectedReport] = []
+        step = self._client.max_batch
+        for start in range(0, len(pending), step):
+            batch = pending[start:start + step]
+            outcomes = submit(batch)
+            for report, outcome in zip(batch, outcomes):
+                if outcome.status is OutcomeStatus.ACCEPTED:
+                    accepted += 1
+                elif outcome.status is OutcomeStatus.DUPLICATE:
+                    duplicates += 1
+                else:
+                    rejected.append(RejectedReport(report=report, reason=outcome.reason))
+            self._device.acknowledge(r.report_id for r in batch)
+        return DrainResult(accepted=accepted, duplicates=duplicates, rejected=tuple(rejected))
+
+
+def drain(device: Device, client: CollectorClient, *, packed: bool = False) -> DrainResult:
+    """``Sender(device, client, packed=packed).drain()``."""
+    return Sender(device, client, packed=packed).drain()

@@ -1,0 +1,306 @@
+"""Conversion between the SDK's plain-data objects and the ``ldp.v1`` protobuf messages.
+
+The spec dataclasses (:class:`~ldp_client.spec.RoundSpec`, :class:`~ldp_client.spec.GroupTask`,
+:class:`~ldp_client.spec.Component`, every registered encoder and mechanism, ``NumericDomain`` ...)
+carry exactly the field names of their messages, so one generic walker converts them:
+
+* a nested spec is a nested message; an encoder or mechanism inside ``EncoderSpec`` /
+  ``MechanismSpec`` is the ``oneof`` member named by its ``KIND``;
+* tuples are repeated fields, enums are their integer values;
+* ``RoundSpec.deadline`` (Unix seconds, float, nanosecond precision) is a
+  ``google.protobuf.Timestamp``, ``None`` leaves it unset; an unset optional message is ``None``.
+
+Going to protobuf goes through :meth:`Spec.to_dict`, coming back through :meth:`Spec.from_dict`, so
+the dataclasses validate what arrives; every problem raises
+:class:`~ldp_client.errors.ProtocolError` naming the field path (``round_spec.tasks[0].components[1]
+.mechanism.grr: epsilon must be in (0, 20], got 0``). A field this SDK does not know is accepted at
+its default value and refused otherwise (the wire only grows; an old device must not silently
+ignore a setting it cannot honour).
+
+Reports map to ``ldp.v1.Report`` with one ``Payload`` per component (``index``, ``bits``,
+``hashed``, ``integers``, ``floats``; see :mod:`ldp_client.payload`).
+
+This module and :mod:`ldp_client.grpc` are the only ones that import protobuf.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from fractions import Fraction
+from typing import Any
+
+try:
+    from google.protobuf import timestamp_pb2
+    from google.protobuf.message import Message
+
+    from ldp.v1 import encoders_pb2, mechanisms_pb2, reports_pb2
+except ImportError as _exc:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        f'ldp_client.serde needs protobuf and the ldp-proto package ({_exc}); install them with: '
+        'pip install "ldp-client[grpc]"') from _exc
+
+from ._spec import Spec, SpecRegistry, _field_types
+from .encoders.base import ENCODERS, Encoder
+from .errors import InvalidParameterError, ProtocolError
+from .mechanisms.base import MECHANISMS, MechanismParams
+from .payload import Floats, HashedValue, Integers, Payload
+from .report import Report
+from .spec import RoundSpec
+
+__all__ = [
+    "encoder_from_proto",
+    "encoder_to_proto",
+    "mechanism_from_proto",
+    "mechanism_to_proto",
+    "report_from_proto",
+    "report_to_proto",
+    "round_spec_from_proto",
+    "round_spec_to_proto",
+    "spec_from_proto",
+    "spec_to_proto",
+]
+
+_TIMESTAMP = "google.protobuf.Timestamp"
+#: ``oneof`` wrapper messages and the registries of their members.
+_WRAPPERS: dict[str, SpecRegistry] = {
+    "ldp.v1.EncoderSpec": ENCODERS,
+    "ldp.v1.MechanismSpec": MECHANISMS,
+}
+_NANOS = 10**9
+
+
+# ---------------------------------------------------------------------------- specs -> protobuf
+
+
+def spec_to_proto(spec: Spec, message: Message, *, where: str = "") -> Message:
+    """Fill ``message`` (an empty message of the matching type) from ``spec``; returns it."""
+    if not isinstance(spec, Spec):
+        raise TypeError(f"spec must be an ldp_client spec object, got {type(spec).__name__}")
+    _fill(message, spec.to_dict(), where or type(spec).__name__)
+    return message
+
+
+def _fill(message: Message, data: dict[str, Any], where: str) -> None:
+    descriptor = message.DESCRIPTOR
+    message.SetInParent()
+    for name, value in data.items():
+        field = descriptor.fields_by_name.get(name)
+        path = f"{where}.{name}"
+        if field is None:
+            raise ProtocolError(f"{path}: {descriptor.full_name} has no field {name!r}")
+        if value is None:
+            continue
+        try:
+            if field.message_type is not None:
+                target = getattr(message, name)
+                if field.is_repeated:
+                    for i, item in enumerate(value):
+                        _fill(target.add(), item, f"{path}[{i}]")
+                elif field.message_type.full_name == _TIMESTAMP:
+                    target.CopyFrom(_to_timestamp(value, path))
+                else:
+                    _fill(target, value, path)
+            elif field.is_repeated:
+                getattr(message, name).extend(value)
+            else:
+                setattr(message, name, value)
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"{path}: cannot be written to {descriptor.full_name}.{name} ({exc})") from exc
+
+
+def _to_timestamp(value: Any, where: str) -> timestamp_pb2.Timestamp:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ProtocolError(f"{where}: a timestamp must be finite Unix seconds, got {value!r}")
+    exact = Fraction(value)
+    seconds = math.floor(exact)
+    nanos = round((exact - seconds) * _NANOS)
+    if nanos == _NANOS:
+        seconds, nanos = seconds + 1, 0
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+
+
+# ---------------------------------------------------------------------------- protobuf -> specs
+
+
+def spec_from_proto(cls: type[Spec], message: Message, *, where: str = "") -> Spec:
+    """Build and validate a ``cls`` from ``message``; any problem raises :class:`ProtocolError`."""
+    where = where or cls.__name__
+    if not isinstance(message, Message):
+        raise TypeError(f"{where}: expected a protobuf message, got {type(message).__name__}")
+    return cls.from_dict(_to_dict(message, cls, where), where=where)
+
+
+def _to_dict(message: Message, cls: type[Spec], where: str) -> dict[str, Any]:
+    descriptor = message.DESCRIPTOR
+    hints = _field_types(cls)
+    for set_field, _ in message.ListFields():
+        if set_field.name not in hints:
+            raise ProtocolError(f"{where}.{set_field.name}: field is set, but this ldp-client version does not "
+                                f"support it in {cls.__name__}")
+    out: dict[str, Any] = {}
+    for name, hint in hints.items():
+        field = descriptor.fields_by_name.get(name)
+        if field is None:
+            raise ProtocolError(f"{where}: {descriptor.full_name} has no field {name!r} for {cls.__name__}.{name}")
+        if field.has_presence and not message.HasField(name):
+            continue  # unset: the dataclass default (None for optional parts)
+        value = getattr(message, name)
+        path = f"{where}.{name}"
+        message_type = field.message_type
+        if message_type is None:
+            out[name] = list(value) if field.is_repeated else value
+        elif field.is_repeated:
+            item_hint = _element_type(hint)
+            out[name] = [_message_value(item, message_type, item_hint, f"{path}[{i}]")
+                         for i, item in enumerate(value)]
+        else:
+            out[name] = _message_value(value, message_type, _element_type(hint), path)
+    return out
+
+
+def _element_type(hint: Any) -> Any:
+    """The spec class behind ``X``, ``X | None`` or ``tuple[X, ...]``."""
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        return typing.get_args(hint)[0]
+    if origin is typing.Union or origin is types.UnionType:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _element_type(args[0]) if len(args) == 1 else hint
+    return hint
+
+
+def _message_value(message: Message, message_type: Any, hint: Any, where: str) -> Any:
+    # message_type: a protobuf Descriptor (the pure-Python or the upb class, depending on the backend)
+    if message_type.full_name == _TIMESTAMP:
+        return _from_timestamp(message, where)
+    registry = _WRAPPERS.get(message_type.full_name)
+    if registry is not None:
+        oneof = message_type.oneofs[0].name
+        kind = message.WhichOneof(oneof)
+        if kind is None:
+            raise ProtocolError(f"{where}: no {registry.what} kind is set")
+        kind_cls = registry.get(kind)
+        return {kind: _to_dict(getattr(message, kind), kind_cls, f"{where}.{kind}")}
+    if not (isinstance(hint, type) and issubclass(hint, Spec)):
+        raise ProtocolError(f"{where}: cannot convert a {message_type.full_name} into {hint!r}")
+    return _to_dict(message, hint, where)
+
+
+def _from_timestamp(message: Message, where: str) -> float:
+    seconds = getattr(message, "seconds")  # noqa: B009 - typed as a plain Message here
+    nanos = getattr(message, "nanos")  # noqa: B009
+    if not 0 <= nanos < _NANOS:
+        raise ProtocolError(f"{where}: timestamp nanos must be in [0, {_NANOS}), got {nanos}")
+    return float(Fraction(seconds) + Fraction(nanos, _NANOS))
+
+
+# ---------------------------------------------------------------------------- public pairs
+
+
+def round_spec_to_proto(spec: RoundSpec) -> reports_pb2.RoundSpec:
+    """``RoundSpec`` -> ``ldp.v1.RoundSpec``."""
+    if not isinstance(spec, RoundSpec):
+        raise TypeError(f"spec must be a RoundSpec, got {type(spec).__name__}")
+    message = reports_pb2.RoundSpec()
+    spec_to_proto(spec, message, where="round_spec")
+    return message
+
+
+def round_spec_from_proto(message: reports_pb2.RoundSpec) -> RoundSpec:
+    """``ldp.v1.RoundSpec`` -> validated ``RoundSpec``; problems raise :class:`ProtocolError`."""
+    _expect(message, reports_pb2.RoundSpec, "round_spec")
+    spec = spec_from_proto(RoundSpec, message, where="round_spec")
+    assert isinstance(spec, RoundSpec)
+    return spec
+
+
+def mechanism_to_proto(params: MechanismParams) -> mechanisms_pb2.MechanismSpec:
+    """Mechanism parameters -> ``ldp.v1.MechanismSpec`` (the ``oneof`` member named by ``KIND``)."""
+    if not isinstance(params, MechanismParams):
+        raise TypeError(f"params must be mechanism parameters, got {type(params).__name__}")
+    message = mechanisms_pb2.MechanismSpec()
+    _fill(message, MECHANISMS.dump(params), "mechanism")
+    return message
+
+
+def mechanism_from_proto(message: mechanisms_pb2.MechanismSpec) -> MechanismParams:
+    """``ldp.v1.MechanismSpec`` -> validated mechanism parameters."""
+    _expect(message, mechanisms_pb2.MechanismSpec, "mechanism")
+    data = _message_value(message, message.DESCRIPTOR, None, "mechanism")
+    params = MECHANISMS.load(data, where="mechanism")
+    assert isinstance(params, MechanismParams)
+    return params
+
+
+def encoder_to_proto(encoder: Encoder) -> encoders_pb2.EncoderSpec:
+    """Encoder -> ``ldp.v1.EncoderSpec`` (the ``oneof`` member named by ``KIND``)."""
+    if not isinstance(encoder, Encoder):
+        raise TypeError(f"encoder must be an ldp_client encoder, got {type(encoder).__name__}")
+    message = encoders_pb2.EncoderSpec()
+    _fill(message, ENCODERS.dump(encoder), "encoder")
+    return message
+
+
+def encoder_from_proto(message: encoders_pb2.EncoderSpec) -> Encoder:
+    """``ldp.v1.EncoderSpec`` -> validated encoder."""
+    _expect(message, encoders_pb2.EncoderSpec, "encoder")
+    data = _message_value(message, message.DESCRIPTOR, None, "encoder")
+    encoder = ENCODERS.load(data, where="encoder")
+    assert isinstance(encoder, Encoder)
+    return encoder
+
+
+def report_to_proto(report: Report) -> reports_pb2.Report:
+    """``Report`` -> ``ldp.v1.Report``."""
+    if not isinstance(report, Report):
+        raise TypeError(f"report must be a Report, got {type(report).__name__}")
+    return reports_pb2.Report(report_id=report.report_id, campaign_id=report.campaign_id, round=report.round,
+                              group=report.group, payloads=[_payload_to_proto(p) for p in report.payloads])
+
+
+def _payload_to_proto(payload: Payload) -> reports_pb2.Payload:
+    if isinstance(payload, bool):
+        raise ProtocolError("payload must not be a bool")
+    if isinstance(payload, int):
+        return reports_pb2.Payload(index=payload)
+    if isinstance(payload, bytes):
+        return reports_pb2.Payload(bits=payload)
+    if isinstance(payload, HashedValue):
+        return reports_pb2.Payload(hashed=reports_pb2.HashedValue(seed=payload.seed, value=payload.value))
+    if isinstance(payload, Integers):
+        return reports_pb2.Payload(integers=reports_pb2.SignedIntegers(values=payload.values))
+    if isinstance(payload, Floats):
+        return reports_pb2.Payload(floats=reports_pb2.Floats(values=payload.values))
+    raise ProtocolError(f"unsupported payload type {type(payload).__name__}")
+
+
+def report_from_proto(message: reports_pb2.Report, *, where: str = "report") -> Report:
+    """``ldp.v1.Report`` -> validated ``Report``; problems raise :class:`ProtocolError`."""
+    _expect(message, reports_pb2.Report, where)
+    payloads: list[Payload] = []
+    for i, p in enumerate(message.payloads):
+        kind = p.WhichOneof("value")
+        if kind == "index":
+            payloads.append(p.index)
+        elif kind == "bits":
+            payloads.append(bytes(p.bits))
+        elif kind == "hashed":
+            payloads.append(HashedValue(p.hashed.seed, p.hashed.value))
+        elif kind == "integers":
+            payloads.append(Integers(tuple(p.integers.values)))
+        elif kind == "floats":
+            payloads.append(Floats(tuple(p.floats.values)))
+        else:
+            raise ProtocolError(f"{where}.payloads[{i}]: no payload value is set")
+    try:
+        return Report(report_id=bytes(message.report_id), campaign_id=message.campaign_id, round=message.round,
+                      group=message.group, payloads=tuple(payloads))
+    except (TypeError, InvalidParameterError) as exc:
+        raise ProtocolError(f"{where}: {exc}") from exc
+
+
+def _expect(message: Any, cls: type[Message], where: str) -> None:
+    if not isinstance(message, cls):
+        raise TypeError(f"{where}: expected an {cls.DESCRIPTOR.full_name} message, got {type(message).__name__}")
