@@ -156,3 +156,14 @@ def test_decode_record_raises_protocol_error_only() -> None:
     for data in (b"", MAGIC, MAGIC + b"\x01" + b"\x00" * 40):
         with pytest.raises(ProtocolError):
             decode_record(data)
+
+
+@pytest.mark.parametrize("campaign", ["c-a_b", "c_1_2", "x_0_00000000000000000000000000000000"])
+def test_campaign_ids_with_underscores_survive_a_reopen(tmp_path: Path, campaign: str) -> None:
+    """Collector-assigned ids may contain '_' (url-safe tokens): file names must still parse."""
+    box = Outbox(tmp_path / "outbox")
+    report = make_report(7, campaign=campaign, round=3)
+    box.put(report, 1.0)
+    reopened = Outbox(tmp_path / "outbox")
+    assert [s.report for s in reopened.pending()] == [report]
+    assert [e.report_id for e in reopened.find(campaign, 3)] == [report.report_id]

@@ -46,7 +46,7 @@ _HEADER = struct.Struct(">4sBI")
 _EPSILON = struct.Struct(">d")
 _SUFFIX = ".ldpr"
 _QUARANTINE = ".quarantine"
-_NAME = re.compile(r"^(\d{12})_([A-Za-z0-9][A-Za-z0-9.-]{0,127})_(\d{1,10})_([0-9a-f]{32})\.ldpr$")
+_NAME = re.compile(r"^(\d{12})_([A-Za-z0-9][A-Za-z0-9._-]{0,127})_(\d{1,10})_([0-9a-f]{32})\.ldpr$")
 
 
 class OutboxEntry(NamedTuple):
