@@ -12,14 +12,21 @@ import enum
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..errors import FailedPreconditionError
+
 __all__ = [
     "AccumulateFn",
     "CampaignRecord",
     "Outcome",
     "ReportStore",
     "RoundRecord",
+    "StoreClosedError",
     "StoredReport",
 ]
+
+
+class StoreClosedError(FailedPreconditionError):
+    """The store was closed; every call after :meth:`ReportStore.close` raises this."""
 
 
 class Outcome(enum.IntEnum):
@@ -124,23 +131,33 @@ class ReportStore(abc.ABC):
                     accumulate: AccumulateFn | None = None) -> list[Outcome]:
         """Store a validated batch durably, then return one outcome per report.
 
-        Idempotent by ``report_id`` (a stored id is DUPLICATE and changes nothing) and by
-        ``request_id`` (a replayed request returns the first answer). Reports must target open
-        rounds (the caller checked); all reports and accumulator updates commit in one durable
-        transaction (group commit across concurrent callers is allowed) before this returns.
+        Idempotent by ``report_id`` (a stored id is DUPLICATE and changes nothing; so is an id
+        repeated within the batch, after its first occurrence) and by ``request_id`` (a replayed
+        request returns the first answer and changes nothing). Reports must target open rounds (the
+        caller checked); the store checks again inside its transaction, so a report whose round is
+        closed (or unknown) by commit time is REJECTED (DUPLICATE if its id is already stored) and
+        no report can land in a round after ``close_round`` returned ``True``. All reports and
+        accumulator updates commit in one durable transaction (group commit across concurrent
+        callers is allowed) before this returns. ``accumulate`` is called inside that transaction
+        with the newly accepted reports of one round at a time (never an empty list) and that
+        round's current blobs; it must be a pure function of its arguments (after a rollback the
+        store may call it again).
         """
 
     @abc.abstractmethod
     def iter_reports(self, campaign_id: str, round: int, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
-        """All stored reports of a round, in insertion order, in batches."""
+        """All stored reports of a round, in insertion order, in batches of at most ``batch_size``.
+
+        ``NotFoundError`` (on first iteration) if the round is unknown.
+        """
 
     @abc.abstractmethod
     def count_reports(self, campaign_id: str, round: int) -> int:
-        """Number of stored reports of a round."""
+        """Number of stored reports of a round; ``NotFoundError`` if the round is unknown."""
 
     @abc.abstractmethod
     def load_accumulators(self, campaign_id: str, round: int) -> dict[str, bytes]:
-        """The round's accumulator blobs."""
+        """The round's accumulator blobs; ``NotFoundError`` if the round is unknown."""
 
     @abc.abstractmethod
     def replace_accumulators(self, campaign_id: str, round: int, blobs: Mapping[str, bytes]) -> None:

@@ -1,0 +1,373 @@
+"""Collector configuration: a TOML file with ``LDP_*`` environment overrides.
+
+Precedence, lowest first: the dataclass defaults, the TOML file, the environment, explicit
+``overrides`` (the CLI's flags). The file is flat (``listen = "0.0.0.0:50051"``); a
+``[collector]`` table is accepted too. Every bad value raises :class:`ConfigError` naming the key
+and where it came from, e.g. ``"LDP_METRICS_PORT: metrics_port must be an integer in [0, 65535],
+got 'abc'"``.
+
+Environment variables are ``LDP_`` plus the upper-cased key (``LDP_LISTEN``, ``LDP_DATA_DIR``,
+``LDP_OPERATOR_TOKEN``, ``LDP_METRICS_PORT`` ...). Lists (``device_tokens``) are comma-separated
+there, booleans are ``1/0``, ``true/false``, ``yes/no`` or ``on/off``.
+
+Secrets: ``operator_token`` and ``device_tokens`` may instead be read from files
+(``operator_token_file``, ``device_tokens_file``: one token per line), which keeps them out of
+the TOML file and the process environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser under its PyPI name
+    import tomli as tomllib
+
+__all__ = ["DEFAULT_CONFIG_FILE", "CollectorConfig", "ConfigError", "is_loopback", "load_config", "split_listen"]
+
+#: Read by :func:`load_config` when no path is given and the file exists.
+DEFAULT_CONFIG_FILE = "ldp-collector.toml"
+_ENV_PREFIX = "LDP_"
+_LOG_FORMATS = ("auto", "json", "text")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_MAX_TOKEN = 4096
+_MIN_TOKEN = 16
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectorConfig:
+    """Everything ``ldp-collector serve`` needs; validated on construction.
+
+    Parameters
+    ----------
+    listen : str
+        ``host:port`` to bind (``[::1]:50051`` for IPv6); port 0 picks a free port.
+    data_dir : str
+        Directory of the embedded SQLite store (created if missing).
+    operator_token : str
+        Bearer token for ``OperatorService`` (at least 16 characters). Empty: operator calls are
+        unauthenticated, which the server allows only on a loopback address or with
+        ``allow_insecure_operator``.
+    device_tokens : tuple of str
+        When non-empty, ``DeviceService`` calls need ``authorization: Bearer <one of them>``.
+    allow_insecure_operator : bool
+        Start without an operator token on a non-loopback address (operator calls open to anyone
+        who can reach the port). Off by default.
+    tls_cert, tls_key : str
+        PEM server certificate chain and private key; both or neither.
+    tls_client_ca : str
+        PEM CA bundle; when set, clients must present a certificate it signed (mTLS). Needs TLS.
+    max_receive_bytes : int
+        Largest request message the server accepts (gRPC ``max_receive_message_length``).
+    max_send_bytes : int
+        Largest response message.
+    max_batch_reports : int
+        Largest number of reports in one ``SubmitReports``/``SubmitPacked`` request.
+    max_concurrent_rpcs : int
+        RPCs served at once before gRPC answers RESOURCE_EXHAUSTED (0 = no limit).
+    max_queued_calls : int
+        Handler calls waiting for or running in the worker pool before the service sheds load
+        with UNAVAILABLE + RetryInfo (0 = no limit).
+    worker_threads : int
+        Threads running the blocking collector handlers (group commit waits on the disk).
+    keepalive_time_s, keepalive_timeout_s : float
+        Server keepalive ping interval and the time to wait for its acknowledgement.
+    grace_period_s : float
+        How long a graceful shutdown lets in-flight RPCs finish.
+    tick_interval_s : float
+        Period of the background task that closes rounds on report count or deadline.
+    watch_poll_interval_s : float
+        How often ``WatchCampaign`` looks for changes.
+    reuse_port : bool
+        Set SO_REUSEPORT so several collector processes can share the port (DESIGN §9).
+    metrics_port : int
+        Port of the Prometheus ``/metrics`` endpoint (0 = off).
+    metrics_host : str
+        Address the metrics endpoint binds.
+    log_format : str
+        ``auto`` (JSON when stderr is not a terminal), ``json`` or ``text``.
+    log_level : str
+        ``DEBUG`` ... ``CRITICAL``.
+    """
+
+    listen: str = "127.0.0.1:50051"
+    data_dir: str = "./ldp-data"
+    operator_token: str = field(default="", repr=False)
+    device_tokens: tuple[str, ...] = field(default=(), repr=False)
+    allow_insecure_operator: bool = False
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    max_receive_bytes: int = 32 * 1024 * 1024
+    max_send_bytes: int = 64 * 1024 * 1024
+    max_batch_reports: int = 10_000
+    max_concurrent_rpcs: int = 1024
+    max_queued_calls: int = 512
+    worker_threads: int = 16
+    keepalive_time_s: float = 60.0
+    keepalive_timeout_s: float = 20.0
+    grace_period_s: float = 10.0
+    tick_interval_s: float = 1.0
+    watch_poll_interval_s: float = 0.5
+    reuse_port: bool = False
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    log_format: str = "auto"
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        _check_str("listen", self.listen, nonempty=True)
+        host, _ = split_listen(self.listen)
+        _check_str("data_dir", self.data_dir, nonempty=True)
+        _check_str("operator_token", self.operator_token)
+        if self.operator_token:
+            _check_token("operator_token", self.operator_token)
+        tokens: Any = self.device_tokens
+        if isinstance(tokens, list):
+            object.__setattr__(self, "device_tokens", tuple(tokens))
+        elif not isinstance(tokens, tuple):
+            raise ConfigError(f"device_tokens must be a list of strings, got {type(tokens).__name__}")
+        for i, token in enumerate(self.device_tokens):
+            _check_str(f"device_tokens[{i}]", token, nonempty=True)
+            _check_token(f"device_tokens[{i}]", token)
+        for name in ("allow_insecure_operator", "reuse_port"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("tls_cert", "tls_key", "tls_client_ca"):
+            _check_str(name, getattr(self, name))
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("tls_cert and tls_key must be set together (got only "
+                              f"{'tls_cert' if self.tls_cert else 'tls_key'})")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ConfigError("tls_client_ca (mTLS) needs tls_cert and tls_key")
+        _check_int("max_receive_bytes", self.max_receive_bytes, 1024, 2**31 - 1)
+        _check_int("max_send_bytes", self.max_send_bytes, 1024, 2**31 - 1)
+        _check_int("max_batch_reports", self.max_batch_reports, 1, 100_000)
+        _check_int("max_concurrent_rpcs", self.max_concurrent_rpcs, 0, 1_000_000)
+        _check_int("max_queued_calls", self.max_queued_calls, 0, 1_000_000)
+        _check_int("worker_threads", self.worker_threads, 1, 1024)
+        for name, low in (("keepalive_time_s", 1.0), ("keepalive_timeout_s", 0.1), ("grace_period_s", 0.0),
+                          ("tick_interval_s", 0.01), ("watch_poll_interval_s", 0.01)):
+            object.__setattr__(self, name, _check_float(name, getattr(self, name), low, 86_400.0))
+        _check_int("metrics_port", self.metrics_port, 0, 65535)
+        _check_str("metrics_host", self.metrics_host, nonempty=True)
+        if self.log_format not in _LOG_FORMATS:
+            raise ConfigError(f"log_format must be one of {', '.join(_LOG_FORMATS)}, got {self.log_format!r}")
+        if not isinstance(self.log_level, str) or self.log_level.upper() not in _LOG_LEVELS:
+            raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {self.log_level!r}")
+        object.__setattr__(self, "log_level", self.log_level.upper())
+        if not self.operator_token and not self.allow_insecure_operator and not is_loopback(host):
+            raise ConfigError(
+                f"operator_token is required when listening on a non-loopback address ({self.listen}); "
+                "set LDP_OPERATOR_TOKEN, or allow_insecure_operator = true to run without one")
+
+    @property
+    def tls(self) -> bool:
+        """Whether the server listens with TLS."""
+        return bool(self.tls_cert)
+
+    @property
+    def operator_auth(self) -> bool:
+        """Whether operator calls need a bearer token."""
+        return bool(self.operator_token)
+
+    def replace(self, **changes: Any) -> CollectorConfig:
+        """A copy with some fields changed (validated again)."""
+        try:
+            return dataclasses.replace(self, **changes)
+        except TypeError as exc:
+            raise ConfigError(str(exc)) from exc
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port``) and check the port; ``ConfigError`` on bad input."""
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"listen must be host:port, got {listen!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"listen port must be an integer, got {port_text!r} in {listen!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"listen port must be in [0, 65535], got {port}")
+    return host, port
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (as written in ``listen``) is only reachable from this machine."""
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None,
+                overrides: Mapping[str, Any] | None = None) -> CollectorConfig:
+    """Build the configuration from defaults, a TOML file, ``LDP_*`` variables and overrides.
+
+    Parameters
+    ----------
+    path : path-like, optional
+        TOML file. ``None``: ``./ldp-collector.toml`` if it exists, else no file. A given path that
+        does not exist is an error.
+    env : mapping, optional
+        The environment to read ``LDP_*`` variables from (default ``os.environ``).
+    overrides : mapping, optional
+        Final values by key (``None`` values are ignored), e.g. from command-line flags.
+
+    Returns
+    -------
+    CollectorConfig
+
+    Raises
+    ------
+    ConfigError
+        Unknown key, wrong type or out-of-range value, unreadable file; the message names the key.
+    """
+    known = {f.name: f for f in dataclasses.fields(CollectorConfig)}
+    file_keys = set(known) | {"operator_token_file", "device_tokens_file"}
+    values: dict[str, Any] = {}
+
+    if path is None and Path(DEFAULT_CONFIG_FILE).is_file():
+        path = DEFAULT_CONFIG_FILE
+    if path is not None:
+        values.update(_read_toml(Path(path), file_keys))
+
+    environ = os.environ if env is None else env
+    for key in sorted(file_keys):
+        name = _ENV_PREFIX + key.upper()
+        if name in environ:
+            values[key] = _from_env(name, key, environ[name], known)
+
+    for key, value in (overrides or {}).items():
+        if key not in file_keys:
+            raise ConfigError(f"unknown configuration key {key!r}")
+        if value is not None:
+            values[key] = value
+
+    token_file = values.pop("operator_token_file", None)
+    if token_file and not values.get("operator_token"):
+        tokens = _read_tokens("operator_token_file", token_file)
+        if len(tokens) != 1:
+            raise ConfigError(f"operator_token_file {token_file!r} must hold exactly one token, got {len(tokens)}")
+        values["operator_token"] = tokens[0]
+    tokens_file = values.pop("device_tokens_file", None)
+    if tokens_file:
+        values["device_tokens"] = tuple(values.get("device_tokens", ())) + tuple(
+            _read_tokens("device_tokens_file", tokens_file))
+
+    for key, value in values.items():
+        values[key] = _coerce(key, value, known[key])
+    try:
+        return CollectorConfig(**values)
+    except TypeError as exc:  # a TOML value of an unexpected shape reaching the dataclass
+        raise ConfigError(str(exc)) from exc
+
+
+def _read_toml(path: Path, keys: set[str]) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {str(path)!r} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {str(path)!r}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"configuration file {str(path)!r} is not valid TOML: {exc}") from exc
+    table = data.pop("collector", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [collector] must be a table")
+    merged = {**data, **table}
+    unknown = sorted(set(merged) - keys)
+    if unknown:
+        raise ConfigError(f"{path}: unknown configuration key(s) {unknown}; known: {sorted(keys)}")
+    return merged
+
+
+def _read_tokens(key: str, file: Any) -> list[str]:
+    if not isinstance(file, str) or not file:
+        raise ConfigError(f"{key} must be a file path, got {file!r}")
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {file!r}: {exc}") from exc
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _from_env(name: str, key: str, raw: str, known: Mapping[str, dataclasses.Field[Any]]) -> Any:
+    """Parse an environment string by the type of ``key``; errors name the variable."""
+    if key not in known:
+        return raw  # the *_file keys
+    tp = known[key].type
+    try:
+        if tp == "bool":
+            low = raw.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off", ""):
+                return False
+            raise ConfigError(f"{key} must be true or false, got {raw!r}")
+        if tp == "int":
+            try:
+                return int(raw.strip())
+            except ValueError:
+                raise ConfigError(f"{key} must be an integer, got {raw!r}") from None
+        if tp == "float":
+            try:
+                return float(raw.strip())
+            except ValueError:
+                raise ConfigError(f"{key} must be a number, got {raw!r}") from None
+        if tp == "tuple[str, ...]":
+            return tuple(t.strip() for t in raw.split(",") if t.strip())
+        return raw
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def _coerce(key: str, value: Any, f: dataclasses.Field[Any]) -> Any:
+    """Accept TOML's natural types: lists for tuples, ints where floats are expected."""
+    if f.type == "tuple[str, ...]" and isinstance(value, list):
+        return tuple(value)
+    if f.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _check_str(name: str, value: Any, *, nonempty: bool = False) -> None:
+    if not isinstance(value, str):
+        raise ConfigError(f"{name} must be a string, got {type(value).__name__}")
+    if nonempty and not value:
+        raise ConfigError(f"{name} must not be empty")
+
+
+def _check_token(name: str, value: str) -> None:
+    if not _MIN_TOKEN <= len(value) <= _MAX_TOKEN or not value.isascii() or not value.isprintable() or " " in value:
+        raise ConfigError(f"{name} must be {_MIN_TOKEN} to {_MAX_TOKEN} printable ASCII characters without "
+                          f"spaces, got {len(value)} characters")
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+
+
+def _check_float(name: str, value: Any, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ConfigError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r}")
+    return float(value)

@@ -1,0 +1,764 @@
+"""The collector's plain handlers: campaigns, rounds, ingestion, estimates and results.
+
+:class:`Collector` is everything the gRPC servicer does apart from decoding, encoding and mapping
+errors to status codes (STYLE.md §10): it validates reports before storing them
+(:mod:`ldp_collector.ingest`), stores them idempotently through the
+:class:`~ldp_collector.storage.base.ReportStore`, runs the campaign engines when rounds close, and
+answers with ``ldp.v1`` messages. Errors are the domain errors of :mod:`ldp_collector.errors`.
+
+Concurrency
+-----------
+All methods are thread-safe. Per campaign, a reader-writer lock orders ingestion against the
+closing of a round: a batch holds the read side from the moment it checks that a round is open
+until its reports are committed, and closing takes the write side only for the atomic
+``store.close_round`` (so no acknowledged report can land in a round after the engine started
+reading it). A second, plain lock per campaign serializes the server steps (close, advance,
+recovery) so one engine runs at a time. Across *processes* sharing one store, the store's
+compare-and-set ``close_round`` decides who runs the server step; a store shared by several
+processes must also refuse reports to closed rounds inside ``add_reports``.
+
+Crash recovery
+--------------
+Closing is: CAS-close the round, run the engine, store the estimates, open the next round (or
+store the result). If the process dies in between, the campaign is left ``collecting`` with a
+closed current round; :meth:`Collector.tick` resumes the server step once the round has been
+closed for :data:`RECOVERY_GRACE_SECONDS` (the raw reports are the source of truth, so nothing is
+lost). A campaign whose first round was never opened is repaired the same way.
+
+Auto-closing
+------------
+A round closes automatically once it holds ``close_after_reports`` reports (checked after every
+batch, inline in the submitting thread, *after* the batch is committed and its outcomes computed)
+or once ``round_duration`` has elapsed (checked by :meth:`Collector.tick`, which the service calls
+from a background thread). A round below ``min_reports_per_round`` stays open.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import dataclasses
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from statistics import NormalDist
+
+from google.protobuf.message import DecodeError
+
+from ldp.v1 import campaigns_pb2, service_pb2
+from ldp_client.errors import ProtocolError
+from ldp_client.report import Report
+from ldp_client.spec import RoundSpec
+
+from .campaigns import (
+    COLLECTING,
+    FAILED,
+    FINISHED,
+    campaign_to_proto,
+    duration_seconds,
+    make_engine,
+    parse_config,
+    prepare_campaign,
+    round_status,
+    timestamp,
+)
+from .engines import CampaignEngine, RoundOutcome, RoundPlan, RoundReports
+from .errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from .ingest import RoundContext, check_request_id, validate_batch
+from .storage.base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoredReport
+
+__all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "RECOVERY_GRACE_SECONDS", "Collector"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+#: A server step interrupted (closed round not advanced, first round not opened) for this long is
+#: resumed by :meth:`Collector.tick`; shorter gaps are a step still running somewhere.
+RECOVERY_GRACE_SECONDS = 60.0
+_LIST_CHUNK = 500
+
+
+class _ReadWriteLock:
+    """Many readers or one writer; a waiting writer blocks new readers (no writer starvation)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[None]:
+        with self._cond:
+            self._writers_waiting += 1
+            try:
+                while self._writer or self._readers:
+                    self._cond.wait()
+            finally:
+                self._writers_waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class _CampaignLocks:
+    __slots__ = ("ingest", "step")
+
+    def __init__(self) -> None:
+        #: Read: a batch between its open-round check and its commit. Write: the CAS close.
+        self.ingest = _ReadWriteLock()
+        #: Held for a whole server step (create, close + engine + advance, recovery).
+        self.step = threading.Lock()
+
+
+class _StoredRoundReports(RoundReports):
+    """:class:`RoundReports` of one closed round, read from the store."""
+
+    def __init__(self, store: ReportStore, campaign_id: str, round: int) -> None:
+        self._store = store
+        self._campaign_id = campaign_id
+        self._round = round
+
+    @property
+    def count(self) -> int:
+        return self._store.count_reports(self._campaign_id, self._round)
+
+    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
+        return self._store.iter_reports(self._campaign_id, self._round, batch_size)
+
+    def accumulators(self) -> dict[str, bytes]:
+        return self._store.load_accumulators(self._campaign_id, self._round)
+
+
+def _dispatch_accumulate(functions: Mapping[tuple[str, int], AccumulateFn]) -> AccumulateFn | None:
+    """One ``AccumulateFn`` for a batch spanning several campaigns: route by the reports' round."""
+    if not functions:
+        return None
+
+    def accumulate(reports: Sequence[StoredReport], blobs: Mapping[str, bytes]) -> Mapping[str, bytes]:
+        if not reports:
+            return {}
+        fn = functions.get((reports[0].campaign_id, reports[0].round))
+        return fn(reports, blobs) if fn is not None else {}
+
+    return accumulate
+
+
+def _encode_page_token(campaign_id: str) -> str:
+    return base64.urlsafe_b64encode(campaign_id.encode()).decode().rstrip("=")
+
+
+def _decode_page_token(token: str) -> str:
+    try:
+        campaign_id = base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        campaign_id = ""
+    if not campaign_id or _encode_page_token(campaign_id) != token:
+        raise InvalidArgumentError(f"page_token {token[:40]!r} is not a token this service issued")
+    return campaign_id
+
+
+class Collector:
+    """Campaigns, rounds and reports over one :class:`ReportStore`; thread-safe.
+
+    Parameters
+    ----------
+    store : ReportStore
+        Durable storage; the collector does not close it.
+    clock : callable, optional
+        Unix time in seconds (``time.time``); injectable for tests.
+
+    Notes
+    -----
+    Device side: :meth:`get_round_spec`, :meth:`submit`, :meth:`get_result`. Operator side:
+    :meth:`create_campaign`, :meth:`list_campaigns`, :meth:`get_campaign`, :meth:`close_round`,
+    :meth:`get_estimates`, :meth:`campaign_events`, :meth:`tick`.
+    """
+
+    def __init__(self, store: ReportStore, *, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._locks: dict[str, _CampaignLocks] = {}
+        self._configs: dict[str, campaigns_pb2.CampaignConfig] = {}
+        self._engines: dict[str, CampaignEngine] = {}
+        self._specs: dict[tuple[str, int], RoundSpec] = {}
+        self._accumulate: dict[tuple[str, int], AccumulateFn | None] = {}
+
+    @property
+    def store(self) -> ReportStore:
+        """The underlying store."""
+        return self._store
+
+    # -- caches (configs, specs and engines never change once stored) ---------------------------
+    def _campaign_locks(self, campaign_id: str) -> _CampaignLocks:
+        with self._lock:
+            locks = self._locks.get(campaign_id)
+            if locks is None:
+                locks = self._locks[campaign_id] = _CampaignLocks()
+            return locks
+
+    def _exists(self, campaign_id: str) -> bool:
+        """Whether the campaign exists (campaigns are never deleted, so a yes is cached)."""
+        with self._lock:
+            if campaign_id in self._configs:
+                return True
+        try:
+            self._config(self._store.get_campaign(campaign_id))
+        except NotFoundError:
+            return False
+        return True
+
+    def _config(self, record: CampaignRecord) -> campaigns_pb2.CampaignConfig:
+        with self._lock:
+            config = self._configs.get(record.campaign_id)
+        if config is None:
+            config = parse_config(record)
+            with self._lock:
+                self._configs[record.campaign_id] = config
+        return config
+
+    def _engine(self, record: CampaignRecord) -> CampaignEngine:
+        with self._lock:
+            engine = self._engines.get(record.campaign_id)
+        if engine is None:
+            engine = make_engine(self._config(record))
+            with self._lock:
+                engine = self._engines.setdefault(record.campaign_id, engine)
+        return engine
+
+    def _spec(self, campaign_id: str, round_record: RoundRecord) -> RoundSpec:
+        key = (campaign_id, round_record.round)
+        with self._lock:
+            spec = self._specs.get(key)
+        if spec is None:
+            try:
+                spec = RoundSpec.unpack(round_record.spec)
+            except ProtocolError as exc:
+                raise RuntimeError(f"stored spec of round {round_record.round} of campaign {campaign_id} "
+                                   f"is unreadable: {exc}") from exc
+            with self._lock:
+                self._specs[key] = spec
+        return spec
+
+    def _accumulate_fn(self, record: CampaignRecord, spec: RoundSpec) -> AccumulateFn | None:
+        key = (record.campaign_id, spec.round)
+        with self._lock:
+            if key in self._accumulate:
+                return self._accumulate[key]
+        fn = self._engine(record).accumulate_fn(spec)
+        with self._lock:
+            self._accumulate[key] = fn
+        return fn
+
+    def _open_round_record(self, record: CampaignRecord) -> RoundRecord | None:
+        """The current round of a collecting campaign if it is open, else ``None``."""
+        if record.state != COLLECTING:
+            return None
+        try:
+            round_record = self._store.get_round(record.campaign_id, record.current_round)
+        except NotFoundError:
+            return None
+        return round_record if round_record.open else None
+
+    # -- device side -----------------------------------------------------------------------------
+    def get_round_spec(self, campaign_id: str) -> tuple[RoundSpec | None, bool]:
+        """The open round's spec of a campaign, and whether the campaign is finished.
+
+        Returns
+        -------
+        (RoundSpec or None, bool)
+            ``(spec, False)`` while a round is open; ``(None, False)`` between two rounds (a
+            server step is running: ask again later); ``(None, True)`` once the campaign is
+            finished or failed (nothing more to report).
+
+        Raises
+        ------
+        NotFoundError
+            Unknown campaign.
+        """
+        record = self._store.get_campaign(campaign_id)
+        if record.state != COLLECTING:
+            return None, True
+        round_record = self._open_round_record(record)
+        if round_record is None:
+            return None, False
+        return self._spec(campaign_id, round_record), False
+
+    def _round_context(self, campaign_id: str) -> tuple[RoundContext | str, AccumulateFn | None]:
+        """The open round of a campaign (or why its reports are rejected) and its accumulator."""
+        try:
+            record = self._store.get_campaign(campaign_id)
+        except NotFoundError:
+            return f"campaign {campaign_id} does not exist", None
+        if record.state != COLLECTING:
+            return f"campaign {campaign_id} is {record.state}", None
+        round_record = self._open_round_record(record)
+        if round_record is None:
+            return f"campaign {campaign_id} has no open round (round {record.current_round} is closing)", None
+        spec = self._spec(campaign_id, round_record)
+        context = RoundContext(campaign_id=campaign_id, round=round_record.round, spec=spec)
+        return context, self._accumulate_fn(record, spec)
+
+    def submit(self, request_id: str, reports: Sequence[Report | ProtocolError]) -> list[tuple[Outcome, str]]:
+        """Validate, store and acknowledge a batch of reports (partial success).
+
+        Parameters
+        ----------
+        request_id : str
+            Idempotency key of the batch (1 to 128 characters): a replayed request gets the first
+            answer for the reports it stored.
+        reports : sequence of Report or ProtocolError
+            The batch in request order; a :class:`ProtocolError` stands for a report that could
+            not be decoded (``ldp_client.report.unpack_batch``) and is rejected with its message.
+
+        Returns
+        -------
+        list of (Outcome, str)
+            One ``(outcome, reason)`` per report, in request order; the reason is empty unless the
+            report was rejected. ACCEPTED and DUPLICATE reports are durably stored when this
+            returns; rejected ones changed nothing, and a batch rejected entirely records nothing.
+
+        Raises
+        ------
+        InvalidArgumentError
+            Bad ``request_id`` or an oversized batch.
+        """
+        check_request_id(request_id)
+        campaign_ids = sorted({r.campaign_id for r in reports if isinstance(r, Report)})
+        contexts: dict[str, RoundContext | str] = {}
+        functions: dict[tuple[str, int], AccumulateFn] = {}
+        # Locks exist only for real campaigns, so made-up campaign ids cost no memory.
+        existing = [cid for cid in campaign_ids if self._exists(cid)]
+        for cid in set(campaign_ids).difference(existing):
+            contexts[cid] = f"campaign {cid} does not exist"
+        with contextlib.ExitStack() as held:
+            # Sorted acquisition: a batch never waits for a lock while holding a later one.
+            for cid in existing:
+                held.enter_context(self._campaign_locks(cid).ingest.read())
+            for cid in existing:
+                context, fn = self._round_context(cid)
+                contexts[cid] = context
+                if isinstance(context, RoundContext) and fn is not None:
+                    functions[(cid, context.round)] = fn
+            batch = validate_batch(reports, contexts.__getitem__)
+            stored = (self._store.add_reports(request_id, batch.valid, accumulate=_dispatch_accumulate(functions))
+                      if batch.valid else [])
+            outcomes = batch.merge(stored)
+        if any(outcome == Outcome.ACCEPTED for outcome, _ in outcomes):
+            for context in contexts.values():
+                if isinstance(context, RoundContext):
+                    self._auto_close_if_full(context.campaign_id, context.round)
+        return outcomes
+
+    def get_result(self, campaign_id: str) -> campaigns_pb2.Result:
+        """The campaign's result: complete once FINISHED; state only (and the error) otherwise.
+
+        Raises
+        ------
+        NotFoundError
+            Unknown campaign.
+        """
+        record = self._store.get_campaign(campaign_id)
+        result = campaigns_pb2.Result(campaign_id=campaign_id)
+        if record.state == FINISHED and record.result:
+            try:
+                result.ParseFromString(record.result)
+            except DecodeError as exc:
+                raise RuntimeError(f"stored result of campaign {campaign_id} is unreadable: {exc}") from exc
+            return result
+        if record.state == FAILED:
+            result.state = campaigns_pb2.FAILED
+            result.warnings.append(record.error)
+        else:
+            result.state = campaigns_pb2.COLLECTING
+        return result
+
+    # -- operator side ---------------------------------------------------------------------------
+    def create_campaign(self, config: campaigns_pb2.CampaignConfig) -> campaigns_pb2.Campaign:
+        """Validate a configuration, store the campaign and open its first round.
+
+        Raises
+        ------
+        InvalidArgumentError
+            A bad field, or a kind that is not implemented yet.
+        AlreadyExistsError
+            The campaign id is taken.
+        """
+        prepared = prepare_campaign(config)
+        cid = prepared.config.campaign_id
+        plan = prepared.engine.first_round()
+        with self._campaign_locks(cid).step:
+            now = self._clock()
+            spec = self._checked_plan_spec(cid, plan, prepared.config, now, after_round=0)
+            self._store.create_campaign(CampaignRecord(
+                campaign_id=cid, config=prepared.config.SerializeToString(), state=COLLECTING,
+                current_round=spec.round, created_at=now, engine_state=plan.engine_state))
+            with self._lock:
+                self._configs[cid] = prepared.config
+                self._engines[cid] = prepared.engine
+            self._store.open_round(cid, spec.round, spec.pack(), now)
+        log.info("campaign created", extra={"campaign_id": cid, "kind": prepared.config.kind, "round": spec.round})
+        return self.get_campaign(cid)
+
+    def list_campaigns(self, page_size: int = 0, page_token: str = "") -> tuple[list[campaigns_pb2.Campaign], str]:
+        """One page of campaigns ordered by id.
+
+        Parameters
+        ----------
+        page_size : int
+            Campaigns per page (0: 50; at most 1000).
+        page_token : str
+            ``next_page_token`` of the previous page, empty for the first.
+
+        Returns
+        -------
+        (list of ldp.v1.Campaign, str)
+            The page and the token of the next one (empty on the last page).
+        """
+        if page_size < 0:
+            raise InvalidArgumentError(f"page_size must be >= 0, got {page_size}")
+        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        after = _decode_page_token(page_token) if page_token else ""
+        records = self._store.list_campaigns(size + 1, after)
+        campaigns = [self._campaign_message(r) for r in records[:size]]
+        next_token = _encode_page_token(records[size - 1].campaign_id) if len(records) > size else ""
+        return campaigns, next_token
+
+    def get_campaign(self, campaign_id: str) -> campaigns_pb2.Campaign:
+        """The campaign with its current round spec and the status of every round.
+
+        Raises
+        ------
+        NotFoundError
+            Unknown campaign.
+        """
+        return self._campaign_message(self._store.get_campaign(campaign_id))
+
+    def _campaign_message(self, record: CampaignRecord) -> campaigns_pb2.Campaign:
+        statuses = []
+        current: RoundSpec | None = None
+        for rr in self._store.list_rounds(record.campaign_id):
+            # Open rounds grow; a closed round's count is the store's (counted when it reports 0).
+            live = self._store.count_reports(record.campaign_id, rr.round) if rr.open or not rr.report_count else None
+            statuses.append(round_status(rr, live))
+            if rr.open and record.state == COLLECTING and rr.round == record.current_round:
+                current = self._spec(record.campaign_id, rr)
+        return campaign_to_proto(record, statuses, current)
+
+    def campaign_events(self, campaign_id: str) -> service_pb2.CampaignEvent:
+        """A progress snapshot (what ``WatchCampaign`` streams): the campaign and its current round's reports."""
+        record = self._store.get_campaign(campaign_id)
+        event = service_pb2.CampaignEvent(campaign=self._campaign_message(record))
+        if record.state == COLLECTING:
+            with contextlib.suppress(NotFoundError):
+                event.current_round_reports = self._store.count_reports(campaign_id, record.current_round)
+        return event
+
+    def close_round(self, campaign_id: str, round: int) -> campaigns_pb2.Campaign:
+        """Close the open round ``round`` now and run the server step.
+
+        Returns the campaign afterwards: in its next round, FINISHED with a result, or FAILED with
+        the engine's error (the reports are kept). If another process closed the round first,
+        this returns the state without running anything.
+
+        Raises
+        ------
+        NotFoundError
+            Unknown campaign.
+        FailedPreconditionError
+            The campaign is not collecting, ``round`` is not its open round, or the round holds
+            fewer than ``min_reports_per_round`` reports.
+        """
+        with self._campaign_locks(campaign_id).step:
+            self._close_locked(campaign_id, round)
+        return self.get_campaign(campaign_id)
+
+    def get_estimates(self, campaign_id: str, round: int = 0,
+                      confidence: float = DEFAULT_CONFIDENCE) -> campaigns_pb2.Estimates:
+        """The estimates of a closed round.
+
+        Parameters
+        ----------
+        campaign_id : str
+        round : int
+            The round; 0 for the latest closed round with estimates.
+        confidence : float
+            Level of the normal intervals ``estimate +- z std_error`` around the unbiased estimate,
+            in (0, 1) (0 means 0.95).
+
+        Raises
+        ------
+        NotFoundError
+            Unknown campaign or round.
+        FailedPreconditionError
+            The round is still open or produced no estimates (or, for ``round=0``, none has yet).
+        InvalidArgumentError
+            ``confidence`` outside (0, 1).
+        """
+        if confidence == 0:
+            confidence = DEFAULT_CONFIDENCE
+        if not (math.isfinite(confidence) and 0.0 < confidence < 1.0):
+            raise InvalidArgumentError(f"confidence must be in (0, 1), got {confidence:g}")
+        if round < 0:
+            raise InvalidArgumentError(f"round must be >= 0, got {round}")
+        self._store.get_campaign(campaign_id)
+        if round == 0:
+            with_estimates = [r for r in self._store.list_rounds(campaign_id) if r.estimates is not None]
+            if not with_estimates:
+                raise FailedPreconditionError(f"campaign {campaign_id} has no closed round with estimates yet")
+            rr = with_estimates[-1]
+        else:
+            rr = self._store.get_round(campaign_id, round)
+            if rr.open:
+                raise FailedPreconditionError(f"round {round} of campaign {campaign_id} is still open")
+            if rr.estimates is None:
+                raise FailedPreconditionError(f"round {round} of campaign {campaign_id} produced no estimates")
+        estimates = campaigns_pb2.Estimates()
+        try:
+            estimates.ParseFromString(rr.estimates or b"")
+        except DecodeError as exc:
+            raise RuntimeError(f"stored estimates of round {rr.round} of {campaign_id} are unreadable: {exc}") from exc
+        if abs(estimates.confidence - confidence) > 1e-12:
+            z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
+            estimates.confidence = confidence
+            for e in estimates.estimates:
+                # Intervals are centred on the unbiased estimate, which differs from ``count`` once
+                # consistency post-processing moved it.
+                center = (e.ci_lower + e.ci_upper) / 2.0 if e.std_error > 0 else e.count
+                e.ci_lower = center - z * e.std_error
+                e.ci_upper = center + z * e.std_error
+        return estimates
+
+    def tick(self) -> int:
+        """Close every round that is due and resume interrupted server steps.
+
+        A round is due when its ``round_duration`` has elapsed or it holds ``close_after_reports``
+        reports, and it holds at least ``min_reports_per_round``. Errors of one campaign are
+        logged and do not stop the others.
+
+        Returns
+        -------
+        int
+            Number of rounds this call closed.
+        """
+        closed = 0
+        after = ""
+        while True:
+            records = self._store.list_campaigns(_LIST_CHUNK, after)
+            for record in records:
+                if record.state != COLLECTING:
+                    continue
+                try:
+                    if self._tick_campaign(record):
+                        closed += 1
+                except Exception:  # one broken campaign must not stop the others
+                    log.exception("tick failed", extra={"campaign_id": record.campaign_id})
+            if len(records) < _LIST_CHUNK:
+                return closed
+            after = records[-1].campaign_id
+
+    # -- server steps ----------------------------------------------------------------------------
+    def _tick_campaign(self, record: CampaignRecord) -> bool:
+        now = self._clock()
+        cid = record.campaign_id
+        try:
+            rr = self._store.get_round(cid, record.current_round)
+        except NotFoundError:
+            if now - record.created_at >= RECOVERY_GRACE_SECONDS:
+                self._with_step_lock(cid, self._reopen_first_round)
+            return False
+        if not rr.open:
+            if rr.closed_at is not None and now - rr.closed_at >= RECOVERY_GRACE_SECONDS:
+                self._with_step_lock(cid, self._resume_step)
+            return False
+        config = self._config(record)
+        count = self._store.count_reports(cid, rr.round)
+        if count < config.min_reports_per_round:
+            return False
+        expired = config.HasField("round_duration") and now >= rr.opened_at + duration_seconds(config.round_duration)
+        full = 0 < config.close_after_reports <= count
+        if not (expired or full):
+            return False
+        return self._with_step_lock(cid, lambda c: self._close_locked(c, rr.round, auto=True))
+
+    def _with_step_lock(self, campaign_id: str, step: Callable[[str], bool | None]) -> bool:
+        """Run ``step`` under the campaign's step lock unless another step holds it (then skip)."""
+        lock = self._campaign_locks(campaign_id).step
+        if not lock.acquire(blocking=False):
+            return False
+        try:
+            return bool(step(campaign_id))
+        finally:
+            lock.release()
+
+    def _auto_close_if_full(self, campaign_id: str, round: int) -> None:
+        try:
+            record = self._store.get_campaign(campaign_id)
+            config = self._config(record)
+            if config.close_after_reports <= 0 or record.current_round != round or record.state != COLLECTING:
+                return
+            if self._store.count_reports(campaign_id, round) < config.close_after_reports:
+                return
+            self._with_step_lock(campaign_id, lambda c: self._close_locked(c, round, auto=True))
+        except Exception:  # the batch is committed and acknowledged; tick() retries the close
+            log.exception("automatic close failed", extra={"campaign_id": campaign_id, "round": round})
+
+    def _close_locked(self, campaign_id: str, round: int, *, auto: bool = False) -> bool:
+        """Close ``round`` and run the server step; the caller holds the step lock.
+
+        Returns whether this call closed the round. With ``auto`` a round that is no longer open
+        or below its minimum is left alone instead of raising.
+        """
+        record = self._store.get_campaign(campaign_id)
+        if record.state != COLLECTING:
+            if auto:
+                return False
+            raise FailedPreconditionError(f"campaign {campaign_id} is {record.state}; it has no open round")
+        if round != record.current_round:
+            if auto:
+                return False
+            raise FailedPreconditionError(
+                f"round {round} is not open; the open round of campaign {campaign_id} is {record.current_round}")
+        rr = self._store.get_round(campaign_id, round)
+        if not rr.open:  # closed by another process, which runs (or ran) the server step
+            return False
+        minimum = self._config(record).min_reports_per_round
+        with self._campaign_locks(campaign_id).ingest.write():
+            count = self._store.count_reports(campaign_id, round)
+            if count < minimum:
+                if auto:
+                    return False
+                raise FailedPreconditionError(
+                    f"round {round} of campaign {campaign_id} holds {count} reports; "
+                    f"min_reports_per_round is {minimum}")
+            won = self._store.close_round(campaign_id, round, self._clock())
+        if not won:
+            return False
+        log.info("round closed", extra={"campaign_id": campaign_id, "round": round, "reports": count})
+        self._advance(record, rr)
+        return True
+
+    def _resume_step(self, campaign_id: str) -> bool:
+        """Finish an interrupted server step (caller holds the step lock)."""
+        record = self._store.get_campaign(campaign_id)
+        if record.state != COLLECTING:
+            return False
+        rr = self._store.get_round(campaign_id, record.current_round)
+        if rr.open:
+            return False
+        later = [r for r in self._store.list_rounds(campaign_id) if r.round > rr.round]
+        if later:  # the next round was opened but the campaign record not updated
+            self._store.update_campaign(campaign_id, current_round=later[-1].round)
+            log.warning("resumed campaign at its next round", extra={"campaign_id": campaign_id,
+                                                                     "round": later[-1].round})
+            return False
+        log.warning("resuming interrupted server step", extra={"campaign_id": campaign_id, "round": rr.round})
+        self._advance(record, rr)
+        return False
+
+    def _reopen_first_round(self, campaign_id: str) -> bool:
+        """Open the first round of a campaign whose creation was interrupted (caller holds the step lock)."""
+        record = self._store.get_campaign(campaign_id)
+        if record.state != COLLECTING or self._store.list_rounds(campaign_id):
+            return False
+        engine = self._engine(record)
+        plan = engine.first_round()
+        now = self._clock()
+        spec = self._checked_plan_spec(campaign_id, plan, self._config(record), now, after_round=0)
+        self._store.open_round(campaign_id, spec.round, spec.pack(), now)
+        self._store.update_campaign(campaign_id, current_round=spec.round, engine_state=plan.engine_state)
+        log.warning("opened the first round of an interrupted campaign", extra={"campaign_id": campaign_id})
+        return False
+
+    def _checked_plan_spec(self, campaign_id: str, plan: RoundPlan, config: campaigns_pb2.CampaignConfig,
+                           now: float, *, after_round: int) -> RoundSpec:
+        """The plan's spec with the round deadline set; engine mistakes raise ``RuntimeError``."""
+        spec = plan.spec
+        if not isinstance(spec, RoundSpec) or spec.campaign_id != campaign_id or spec.round <= after_round:
+            raise RuntimeError(
+                f"engine planned an invalid round for campaign {campaign_id}: it must be a RoundSpec of this "
+                f"campaign with a round number above {after_round}")
+        if config.HasField("round_duration"):
+            spec = dataclasses.replace(spec, deadline=now + duration_seconds(config.round_duration))
+        return spec
+
+    def _advance(self, record: CampaignRecord, rr: RoundRecord) -> None:
+        """Run the engine on the closed round ``rr`` and store what it produced.
+
+        An engine failure marks the campaign FAILED with the error (the reports stay stored);
+        storage failures propagate, leaving a closed round that :meth:`tick` resumes.
+        """
+        cid = record.campaign_id
+        config = self._config(record)
+        try:
+            engine = self._engine(record)
+            outcome = engine.close_round(self._spec(cid, rr), _StoredRoundReports(self._store, cid, rr.round),
+                                         record.engine_state)
+            if not isinstance(outcome, RoundOutcome):
+                raise TypeError(f"close_round returned {type(outcome).__name__}, not a RoundOutcome")
+            if outcome.next_round is None and outcome.result is None:
+                raise RuntimeError("the engine produced neither a next round nor a result")
+            now = self._clock()
+            next_spec = (self._checked_plan_spec(cid, outcome.next_round, config, now, after_round=rr.round)
+                         if outcome.next_round is not None else None)
+        except Exception as exc:  # an engine bug or a degenerate round: fail the campaign, keep the reports
+            log.exception("server step failed", extra={"campaign_id": cid, "round": rr.round})
+            self._store.update_campaign(cid, state=FAILED, error=f"round {rr.round}: {type(exc).__name__}: {exc}")
+            return
+        if outcome.estimates is not None:
+            estimates = campaigns_pb2.Estimates()
+            estimates.CopyFrom(outcome.estimates)
+            estimates.campaign_id = cid
+            estimates.round = rr.round
+            self._store.set_round_estimates(cid, rr.round, estimates.SerializeToString())
+        if next_spec is not None and outcome.next_round is not None:
+            self._store.open_round(cid, next_spec.round, next_spec.pack(), now)
+            self._store.update_campaign(cid, current_round=next_spec.round,
+                                        engine_state=outcome.next_round.engine_state)
+            log.info("round opened", extra={"campaign_id": cid, "round": next_spec.round,
+                                            **{f"diag_{k}": v for k, v in outcome.diagnostics.items()}})
+            return
+        if outcome.result is not None:
+            self._store.update_campaign(cid, state=FINISHED, result=self._final_result(
+                cid, rr.round, outcome.result, outcome.diagnostics, now).SerializeToString())
+        log.info("campaign finished", extra={"campaign_id": cid, "round": rr.round})
+
+    @staticmethod
+    def _final_result(campaign_id: str, round: int, result: campaigns_pb2.Result, diagnostics: Mapping[str, float],
+                      now: float) -> campaigns_pb2.Result:
+        """The engine's result with the collector's fields set: ids, state, finish time, diagnostics."""
+        out = campaigns_pb2.Result()
+        out.CopyFrom(result)
+        out.campaign_id = campaign_id
+        out.state = campaigns_pb2.FINISHED
+        out.finished_at.CopyFrom(timestamp(now))
+        if out.HasField("estimates"):
+            out.estimates.campaign_id = campaign_id
+            out.estimates.round = round
+        for key, value in diagnostics.items():
+            out.diagnostics[key] = float(value)
+        return out

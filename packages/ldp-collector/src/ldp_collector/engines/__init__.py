@@ -1,0 +1,25 @@
+"""Campaign engines: one module per campaign kind, all behind :class:`CampaignEngine`.
+
+Importing this package registers every engine module in :data:`ENGINES` (``CampaignKind`` value
+-> engine class); a kind without an entry is not implemented yet.
+"""
+
+from __future__ import annotations
+
+from . import heavy_hitters, histogram
+from .base import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .heavy_hitters import HeavyHitterEngine
+from .histogram import HistogramEngine
+
+__all__ = [
+    "ENGINES",
+    "CampaignEngine",
+    "HeavyHitterEngine",
+    "HistogramEngine",
+    "RoundOutcome",
+    "RoundPlan",
+    "RoundReports",
+    "heavy_hitters",
+    "histogram",
+    "register_engine",
+]

@@ -1,0 +1,239 @@
+"""HEAVY_HITTERS campaigns: a prefix tree over integer values, all levels in one round.
+
+Values are integers in [0, 2^value_bits) (the campaign's categorical domain [0, N) with
+``value_bits`` >= log2 N). The prefix tree has L = ceil(value_bits / bits_per_level) levels; level
+l holds the top m_l = min(l bits_per_level, value_bits) bits of a value. The budget policy is
+PARTITION: the devices are split into L equally weighted groups, and group l - 1 reports, once and
+with the whole epsilon, the level-l prefix of its value through the variance-optimal frequency
+oracle over 2^(m_l) values (GRR on small top levels, local hashing below;
+:func:`ldp_collector.estimation.heavy_hitters.level_params`). All groups report in the same
+round, so the campaign needs one round and every device spends epsilon once.
+
+At close the server walks the tree top-down (:func:`ldp_collector.estimation.heavy_hitters.
+next_candidates`): level 1 tests every prefix, every further level tests the children of the
+previous level's survivors (candidate-restricted estimation, O(n x candidates) hashes), keeping
+those above the Bonferroni-corrected threshold tau = z sigma_0 with z = Phi^-1(1 - alpha / (2 m))
+for m candidates and family-wise false-positive rate alpha, at most ``max_candidates`` per level.
+The last level's survivors are the heavy hitters, with counts rescaled to the whole population
+and standard errors that include the group-sampling variance.
+
+Device encoding of a prefix
+    The SDK has no encoder "top m bits of an integer" yet. The level-l prefix is computed exactly
+    by the dyadic :class:`~ldp_client.encoders.grid.GridTreeEncoder` over the one-dimensional
+    domain [0, 2^value_bits] at level m_l: the normalized point is v / 2^value_bits (exact, a
+    power-of-two division) and its level-m cell is floor(v 2^(m - value_bits)) = v >> (value_bits
+    - m). The device's point is therefore the one-element sequence ``(v,)``, not ``v``. Values
+    travel as floats through that encoder, so ``value_bits`` is at most 53 (every integer below
+    2^53 is exact).
+
+SPLIT budget policy
+    Not supported: with all levels in one round there is nothing to split, and a multi-round
+    variant would need the candidate-restricted encoder above.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldp.v1 import campaigns_pb2
+from ldp_client.encoders.base import NumericDomain
+from ldp_client.encoders.grid import GridTreeEncoder
+from ldp_client.errors import InvalidParameterError
+from ldp_client.serde import encoder_to_proto, mechanism_to_proto
+from ldp_client.spec import MAX_GROUPS, Component, GroupTask, RoundSpec
+
+from ..errors import InvalidArgumentError
+from ..estimation.accumulators import component_params_from_spec, make_accumulate_fn
+from ..estimation.heavy_hitters import (
+    MAX_BITS_PER_LEVEL,
+    MAX_CANDIDATES,
+    HeavyHitterConfig,
+    LevelOutcome,
+    first_candidates,
+    level_params,
+    next_candidates,
+)
+from ..storage.base import AccumulateFn
+from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, aggregator_for, round_aggregators
+
+__all__ = [
+    "DEFAULT_FALSE_POSITIVE_RATE",
+    "DEFAULT_MAX_CANDIDATES",
+    "MAX_VALUE_BITS",
+    "HeavyHitterEngine",
+    "default_bits_per_level",
+    "prefix_domain",
+]
+
+#: Values pass through a float-valued encoder (module docstring), exact below 2^53.
+MAX_VALUE_BITS = 53
+DEFAULT_FALSE_POSITIVE_RATE = 0.05
+DEFAULT_MAX_CANDIDATES = 64
+#: Up to this many value bits the tree has a single level (the whole domain is tested at once).
+_SINGLE_LEVEL_BITS = 8
+_DEFAULT_BITS_PER_LEVEL = 4
+
+
+def default_bits_per_level(value_bits: int) -> int:
+    """``value_bits`` itself up to 8 bits (one level), else 4 bits per level.
+
+    Fewer levels mean larger groups (less noise per level); more bits per level mean more
+    candidates per level (server cost ``max_candidates * 2^bits_per_level`` hashes per report and
+    a larger Bonferroni correction). Four bits keeps the candidate set at most 1024 by default.
+    """
+    return value_bits if value_bits <= _SINGLE_LEVEL_BITS else _DEFAULT_BITS_PER_LEVEL
+
+
+def prefix_domain(value_bits: int) -> NumericDomain:
+    """The one-dimensional domain [0, 2^value_bits] whose dyadic cells are the value prefixes."""
+    return NumericDomain(lower=(0.0,), upper=(float(2**value_bits),))
+
+
+@register_engine
+class HeavyHitterEngine(CampaignEngine):
+    """Engine of ``HEAVY_HITTERS`` campaigns (module docstring).
+
+    Parameters
+    ----------
+    campaign_id : str
+    config : ldp.v1.CampaignConfig
+        Validated by :func:`ldp_collector.campaigns.prepare_campaign`. The domain must be
+        categorical; ``heavy_hitters`` parameters are optional, ``self.config`` is a copy with the
+        defaults filled in: ``value_bits`` = ceil(log2 N), ``bits_per_level`` from
+        :func:`default_bits_per_level`, ``false_positive_rate`` 0.05, ``max_candidates`` 64.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A numeric domain, the SPLIT budget policy, epsilon above 20, or parameters out of range.
+    """
+
+    KIND: ClassVar[int] = campaigns_pb2.HEAVY_HITTERS
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
+        normalized = campaigns_pb2.CampaignConfig()
+        normalized.CopyFrom(config)
+        super().__init__(campaign_id, normalized)
+        if normalized.domain.WhichOneof("domain") != "categorical_size":
+            raise InvalidArgumentError(
+                "a heavy-hitter campaign needs a categorical domain (values are integers in [0, categorical_size))")
+        if normalized.budget_policy == campaigns_pb2.SPLIT:
+            raise InvalidArgumentError(
+                "heavy-hitter campaigns support the PARTITION budget policy only (all levels report in one round)")
+        epsilon = normalized.epsilon
+        if not 0.0 < epsilon <= MAX_MECHANISM_EPSILON:
+            raise InvalidArgumentError(
+                f"a heavy-hitter device spends its whole epsilon in one report, so epsilon must be in "
+                f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+        size = normalized.domain.categorical_size
+        params = normalized.heavy_hitters
+        needed = max(1, math.ceil(math.log2(size))) if size > 1 else 1
+        while 2**needed < size:  # guard against log2 rounding for huge sizes
+            needed += 1
+        if params.value_bits == 0:
+            params.value_bits = needed
+        if not needed <= params.value_bits <= MAX_VALUE_BITS:
+            raise InvalidArgumentError(
+                f"heavy_hitters.value_bits must be in [{needed}, {MAX_VALUE_BITS}] for {size} values, "
+                f"got {params.value_bits}")
+        if params.bits_per_level == 0:
+            params.bits_per_level = default_bits_per_level(params.value_bits)
+        if not 1 <= params.bits_per_level <= min(MAX_BITS_PER_LEVEL, params.value_bits):
+            raise InvalidArgumentError(
+                f"heavy_hitters.bits_per_level must be in [1, {min(MAX_BITS_PER_LEVEL, params.value_bits)}], "
+                f"got {params.bits_per_level}")
+        if params.false_positive_rate == 0:
+            params.false_positive_rate = DEFAULT_FALSE_POSITIVE_RATE
+        if not (math.isfinite(params.false_positive_rate) and 0.0 < params.false_positive_rate < 1.0):
+            raise InvalidArgumentError(
+                f"heavy_hitters.false_positive_rate must be in (0, 1), got {params.false_positive_rate:g}")
+        if params.max_candidates == 0:
+            params.max_candidates = DEFAULT_MAX_CANDIDATES
+        if not 1 <= params.max_candidates <= MAX_CANDIDATES:
+            raise InvalidArgumentError(
+                f"heavy_hitters.max_candidates must be in [1, {MAX_CANDIDATES}], got {params.max_candidates}")
+        try:
+            self.tree = HeavyHitterConfig(
+                value_bits=params.value_bits, bits_per_level=params.bits_per_level, epsilon=epsilon,
+                false_positive_rate=params.false_positive_rate, max_candidates=params.max_candidates)
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"heavy_hitters: {exc}") from None
+        if self.tree.levels > MAX_GROUPS:
+            raise InvalidArgumentError(f"heavy_hitters: {self.tree.levels} levels exceed {MAX_GROUPS} groups")
+        domain = prefix_domain(params.value_bits)
+        try:
+            self.components = tuple(
+                Component(encoder=GridTreeEncoder(domain=domain, level=self.tree.prefix_bits(level)),
+                          mechanism=level_params(self.tree, level))
+                for level in range(1, self.tree.levels + 1))
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"heavy_hitters: {exc}") from None
+
+    def first_round(self) -> RoundPlan:
+        """Round 1: group l - 1 reports its level-l prefix, for every level l, all at once."""
+        levels = self.tree.levels
+        spec = RoundSpec(
+            campaign_id=self.campaign_id, round=1, group_weights=(1,) * levels,
+            tasks=tuple(GroupTask(groups=(level,), components=(self.components[level],)) for level in range(levels)),
+            campaign_epsilon=self.config.epsilon, max_reports_per_device=1, kind="heavy_hitters")
+        return RoundPlan(spec=spec)
+
+    def accumulate_fn(self, spec: RoundSpec) -> AccumulateFn | None:
+        """Per-level count accumulators (the top GRR/unary levels) and report counts (local hashing)."""
+        return make_accumulate_fn(component_params_from_spec(spec))
+
+    def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
+        """Walk the prefix tree top-down and finish with the heavy hitters."""
+        tree = self.tree
+        aggregators = round_aggregators(spec, reports)
+        share = 1.0 / tree.levels  # equal group weights: each level's expected share of the devices
+        warnings: list[str] = []
+        diagnostics: dict[str, float] = {
+            "reports": float(reports.count), "epsilon": float(tree.epsilon), "levels": float(tree.levels),
+            "value_bits": float(tree.value_bits), "bits_per_level": float(tree.bits_per_level),
+            "false_positive_rate": float(tree.false_positive_rate),
+        }
+        candidates = first_candidates(tree)
+        prev: NDArray[np.int64] | None = None
+        outcome: LevelOutcome | None = None
+        for level in range(1, tree.levels + 1):
+            aggregator = aggregator_for(aggregators, spec, group=level - 1)
+            estimate = aggregator.estimate(DEFAULT_CONFIDENCE, candidates=candidates)
+            warnings.extend(f"level {level}: {w}" for w in estimate.warnings)
+            outcome = next_candidates(prev, estimate, config=tree, level=level, group_share=share)
+            diagnostics[f"level_{level}_reports"] = float(estimate.n)
+            diagnostics[f"level_{level}_tested"] = float(outcome.tested)
+            diagnostics[f"level_{level}_z"] = float(outcome.z)
+            diagnostics[f"level_{level}_threshold"] = float(outcome.threshold)
+            diagnostics[f"level_{level}_survivors"] = float(outcome.survivors.size)
+            if outcome.capped:
+                warnings.append(f"level {level}: more than {tree.max_candidates} prefixes passed the threshold; "
+                                "kept the largest")
+            if not outcome.survivors.size:
+                warnings.append(f"level {level}: no prefix passed the threshold {outcome.threshold:.4g} "
+                                f"(on the group's count scale); no heavy hitter is detectable")
+                break
+            prev, candidates = outcome.survivors, outcome.next_candidates
+        final = outcome if outcome is not None and outcome.level == tree.levels else None
+        z = NormalDist().inv_cdf(0.5 + DEFAULT_CONFIDENCE / 2.0)
+        last = self.components[-1]
+        estimates = campaigns_pb2.Estimates(reports=reports.count, confidence=DEFAULT_CONFIDENCE,
+                                            warnings=list(warnings))
+        estimates.mechanism.CopyFrom(mechanism_to_proto(last.mechanism))
+        estimates.encoder.CopyFrom(encoder_to_proto(last.encoder))
+        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=list(warnings))
+        if final is not None:
+            for value, count, se in zip(final.survivors.tolist(), final.counts.tolist(), final.std_errors.tolist()):
+                estimates.estimates.add(value=value, count=count, std_error=se,
+                                        ci_lower=count - z * se, ci_upper=count + z * se)
+                result.heavy_hitters.add(value=value, count=count, std_error=se)
+        diagnostics["heavy_hitters"] = float(len(result.heavy_hitters))
+        result.estimates.CopyFrom(estimates)
+        return RoundOutcome(estimates=estimates, result=result, diagnostics=diagnostics)
+

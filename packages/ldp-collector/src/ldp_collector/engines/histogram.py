@@ -1,0 +1,327 @@
+"""HISTOGRAM campaigns: one round, one group, one frequency oracle over the whole domain.
+
+Every device reports once, with the campaign's whole epsilon (the budget policy makes no
+difference with a single round), the randomized index of its value:
+
+* a categorical domain of size D: the value itself (:class:`~ldp_client.encoders.categorical.
+  CategoricalEncoder`);
+* a numeric domain: the index of its cell in a uniform grid of ``cells_per_dimension`` cells
+  (:class:`~ldp_client.encoders.grid.UniformGridEncoder`; row-major, last dimension fastest; the
+  cell geometry is ``ldp_client.encoders.geometry``'s).
+
+The oracle is ``HistogramParameters.oracle`` or, when unspecified, the variance-optimal one that
+fits ``max_payload_bits`` (:func:`ldp_client.mechanisms.choose_frequency_oracle`). Closing the round
+yields one unbiased count per domain value with its analytic standard error and normal interval
+(:mod:`ldp_collector.estimation.frequency`), optionally made consistent (non-negative, summing to
+n: ``HistogramParameters.consistency``), and finishes the campaign.
+
+Cost: GRR and unary encoding are estimated from the per-round count accumulator maintained at
+ingestion (O(D) at close); local hashing needs the raw reports (O(n D) hashes at close).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import ClassVar
+
+from ldp.v1 import campaigns_pb2
+from ldp_client.encoders.base import Encoder, NumericDomain
+from ldp_client.encoders.categorical import CategoricalEncoder
+from ldp_client.encoders.grid import UniformGridEncoder
+from ldp_client.errors import InvalidParameterError, ProtocolError
+from ldp_client.mechanisms import (
+    GRRParams,
+    LocalHashingParams,
+    MechanismParams,
+    UnaryEncodingParams,
+    UnaryVariant,
+    choose_frequency_oracle,
+    oue,
+    sue,
+)
+from ldp_client.serde import encoder_to_proto, mechanism_to_proto
+from ldp_client.spec import Component, GroupTask, RoundSpec
+
+from ..errors import InvalidArgumentError
+from ..estimation.accumulators import (
+    CountAccumulator,
+    accumulator_key,
+    aggregate_reports,
+    component_params_from_spec,
+    make_accumulate_fn,
+)
+from ..estimation.frequency import MAX_DENSE_DOMAIN, FrequencyAggregator, FrequencyEstimate, make_aggregator
+from ..storage.base import AccumulateFn
+from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "MAX_HISTOGRAM_CELLS",
+    "MAX_MECHANISM_EPSILON",
+    "HistogramEngine",
+    "aggregator_for",
+    "default_cells_per_dimension",
+    "estimates_message",
+    "frequency_oracle",
+    "round_aggregators",
+]
+
+log = logging.getLogger(__name__)
+
+#: Level of the intervals stored with the estimates (``GetEstimates`` can recompute others).
+DEFAULT_CONFIDENCE = 0.95
+#: Largest histogram: every value gets an estimate, so the domain must be enumerable.
+MAX_HISTOGRAM_CELLS = MAX_DENSE_DOMAIN
+#: A single report spends the whole budget, and one mechanism takes at most this epsilon.
+MAX_MECHANISM_EPSILON = 20.0
+#: Default grid: about this many cells in total, at most 32 per dimension, at least 2.
+_DEFAULT_GRID_CELLS = 4096
+_MAX_DEFAULT_PER_DIMENSION = 32
+
+
+def default_cells_per_dimension(dimension: int) -> int:
+    """Cells per dimension of the default grid: the largest m <= 32 with m^d <= 4096 (at least 2)."""
+    m = _MAX_DEFAULT_PER_DIMENSION
+    while m > 2 and m**dimension > _DEFAULT_GRID_CELLS:
+        m -= 1
+    return m
+
+
+def frequency_oracle(oracle: int, domain_size: int, epsilon: float, max_payload_bits: int) -> MechanismParams:
+    """The mechanism of a ``FrequencyOracle`` choice (``FREQUENCY_ORACLE_UNSPECIFIED``: chosen by variance).
+
+    Parameters
+    ----------
+    oracle : int
+        An ``ldp.v1.FrequencyOracle`` value.
+    domain_size : int
+    epsilon : float
+    max_payload_bits : int
+        0 for no cap.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Unknown oracle, parameters out of the oracle's range, or a payload above the cap.
+    """
+    cap = max_payload_bits or None
+    try:
+        if oracle == campaigns_pb2.FREQUENCY_ORACLE_UNSPECIFIED:
+            return choose_frequency_oracle(domain_size, epsilon, cap)
+        params: MechanismParams
+        if oracle == campaigns_pb2.GRR:
+            params = GRRParams(domain_size=domain_size, epsilon=epsilon)
+        elif oracle == campaigns_pb2.SUE:
+            params = sue(domain_size, epsilon)
+        elif oracle == campaigns_pb2.OUE:
+            params = oue(domain_size, epsilon)
+        elif oracle == campaigns_pb2.OLH:
+            params = LocalHashingParams(domain_size=domain_size, epsilon=epsilon)
+        else:
+            raise InvalidArgumentError(f"histogram.oracle {oracle} is not a known frequency oracle")
+    except InvalidParameterError as exc:
+        raise InvalidArgumentError(f"histogram oracle: {exc}") from None
+    if cap is not None and params.payload_bits > cap:
+        raise InvalidArgumentError(
+            f"histogram.oracle {params.KIND} needs {params.payload_bits} bits per report over {domain_size} values, "
+            f"more than max_payload_bits {cap}")
+    return params
+
+
+def estimates_message(estimate: FrequencyEstimate, component: Component, *,
+                      values_offset: int = 0) -> campaigns_pb2.Estimates:
+    """``ldp.v1.Estimates`` of a frequency estimate (campaign id and round are set by the collector).
+
+    Parameters
+    ----------
+    estimate : FrequencyEstimate
+    component : Component
+        The component whose reports were estimated (its mechanism and encoder are recorded).
+    values_offset : int
+        Added to every value (0: the values are the encoder's indices).
+    """
+    message = campaigns_pb2.Estimates(
+        reports=estimate.n, confidence=estimate.confidence, warnings=list(estimate.warnings),
+        consistent=estimate.consistent)
+    message.mechanism.CopyFrom(mechanism_to_proto(component.mechanism))
+    message.encoder.CopyFrom(encoder_to_proto(component.encoder))
+    add = message.estimates.add
+    for value, count, se, low, high in zip(estimate.values.tolist(), estimate.counts.tolist(),
+                                           estimate.std_errors.tolist(), estimate.ci_lower.tolist(),
+                                           estimate.ci_upper.tolist()):
+        add(value=value + values_offset, count=count, std_error=se, ci_lower=low, ci_upper=high)
+    return message
+
+
+def round_aggregators(spec: RoundSpec, reports: RoundReports) -> dict[str, FrequencyAggregator]:
+    """Frequency aggregators of every component of every group of a closed round.
+
+    Keyed like the accumulators (``"<group>:<component>"``; components that are not frequency
+    oracles are left out, groups without reports are absent). When every component is GRR or unary
+    encoding and the count accumulators kept at ingestion cover every stored report, they are
+    used as they are (O(D) at close); otherwise the raw reports, which are the source of truth,
+    are read once (local hashing always needs them).
+    """
+    params_by_group = component_params_from_spec(spec)
+    counting = all(isinstance(p, (GRRParams, UnaryEncodingParams)) for ps in params_by_group.values() for p in ps)
+    if counting:
+        blobs = reports.accumulators()
+        cached: dict[str, FrequencyAggregator] = {}
+        try:
+            for group, mechanisms in params_by_group.items():
+                for index, params in enumerate(mechanisms):
+                    key = accumulator_key(group, index)
+                    if key in blobs:
+                        aggregator = CountAccumulator.from_bytes(params, blobs[key], key=key).finalize()
+                        if aggregator is not None:
+                            cached[key] = aggregator
+        except ProtocolError:
+            log.warning("unreadable accumulator; estimating from the raw reports",
+                        extra={"campaign_id": spec.campaign_id, "round": spec.round})
+        else:
+            # Every report adds exactly one payload to its group's component 0.
+            if sum(a.n for k, a in cached.items() if k.endswith(":0")) == reports.count:
+                return cached
+    return aggregate_reports(reports.batches(), params_by_group)
+
+
+def aggregator_for(aggregators: dict[str, FrequencyAggregator], spec: RoundSpec, group: int,
+                   component_index: int = 0) -> FrequencyAggregator:
+    """The aggregator of one component of one group; an empty one when the group sent no reports."""
+    key = accumulator_key(group, component_index)
+    if key in aggregators:
+        return aggregators[key]
+    task = spec.task_for(group)
+    if task is None:
+        raise ValueError(f"group {group} does not report in round {spec.round}")
+    params = task.components[component_index].mechanism
+    if not isinstance(params, (GRRParams, UnaryEncodingParams, LocalHashingParams)):
+        raise TypeError(f"{params.KIND} is not a frequency oracle")
+    return make_aggregator(params)
+
+
+@register_engine
+class HistogramEngine(CampaignEngine):
+    """Engine of ``HISTOGRAM`` campaigns (module docstring).
+
+    Parameters
+    ----------
+    campaign_id : str
+    config : ldp.v1.CampaignConfig
+        Validated by :func:`ldp_collector.campaigns.prepare_campaign`; ``histogram`` parameters
+        are optional. ``self.config`` is a copy with the defaults filled in: the chosen oracle
+        and, for numeric domains, the grid.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Epsilon above 20 (one report spends it all), a domain of more than 2^24 values or cells,
+        cells given for a categorical domain, or an oracle that does not fit the domain or the
+        payload cap.
+    """
+
+    KIND: ClassVar[int] = campaigns_pb2.HISTOGRAM
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
+        normalized = campaigns_pb2.CampaignConfig()
+        normalized.CopyFrom(config)
+        super().__init__(campaign_id, normalized)
+        params = normalized.histogram  # an unset oneof member reads as defaults; writing sets it
+        epsilon = normalized.epsilon
+        if not 0.0 < epsilon <= MAX_MECHANISM_EPSILON:
+            raise InvalidArgumentError(
+                f"a histogram campaign spends its whole epsilon in one report, so epsilon must be in "
+                f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+        encoder = self._encoder(normalized, params)
+        size = encoder.output_size
+        if size > MAX_HISTOGRAM_CELLS:
+            raise InvalidArgumentError(
+                f"a histogram estimates every value, so it needs at most {MAX_HISTOGRAM_CELLS} values or cells, "
+                f"got {size}; use a HEAVY_HITTERS campaign for larger domains")
+        if size < 2:
+            raise InvalidArgumentError("a histogram needs at least 2 values or cells")
+        mechanism = frequency_oracle(params.oracle, size, epsilon, params.max_payload_bits)
+        try:
+            self.component = Component(encoder=encoder, mechanism=mechanism)
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"histogram: {exc}") from None
+        params.oracle = _ORACLE_OF_MECHANISM[_mechanism_name(mechanism)]
+
+    @staticmethod
+    def _encoder(config: campaigns_pb2.CampaignConfig, params: campaigns_pb2.HistogramParameters) -> Encoder:
+        domain = config.domain
+        if domain.WhichOneof("domain") == "categorical_size":
+            if params.cells_per_dimension:
+                raise InvalidArgumentError("histogram.cells_per_dimension applies to numeric domains only")
+            return CategoricalEncoder(domain_size=domain.categorical_size)
+        try:
+            numeric = NumericDomain(lower=tuple(domain.numeric.lower), upper=tuple(domain.numeric.upper))
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+        d = numeric.dimension
+        cells = list(params.cells_per_dimension)
+        if not cells:
+            cells = [default_cells_per_dimension(d)] * d
+        elif len(cells) == 1 and d > 1:
+            cells = cells * d
+        if len(cells) != d:
+            raise InvalidArgumentError(
+                f"histogram.cells_per_dimension must have 1 or {d} entries (one per dimension), got {len(cells)}")
+        if any(m < 1 for m in cells) or math.prod(cells) > MAX_HISTOGRAM_CELLS:
+            raise InvalidArgumentError(
+                f"histogram.cells_per_dimension must be positive with at most {MAX_HISTOGRAM_CELLS} cells in "
+                f"total, got {cells}")
+        del params.cells_per_dimension[:]
+        params.cells_per_dimension.extend(cells)
+        try:
+            return UniformGridEncoder(domain=numeric, cells_per_dimension=tuple(cells))
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"histogram grid: {exc}") from None
+
+    def first_round(self) -> RoundPlan:
+        """Round 1: group 0 (everyone) reports its value or cell with the campaign's epsilon."""
+        spec = RoundSpec(
+            campaign_id=self.campaign_id, round=1, group_weights=(1,),
+            tasks=(GroupTask(groups=(0,), components=(self.component,)),),
+            campaign_epsilon=self.config.epsilon, max_reports_per_device=1, kind="histogram")
+        return RoundPlan(spec=spec)
+
+    def accumulate_fn(self, spec: RoundSpec) -> AccumulateFn | None:
+        """Per-value counts (GRR, unary encoding) or the report count (local hashing)."""
+        return make_accumulate_fn(component_params_from_spec(spec))
+
+    def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
+        """Estimate every value's count and finish the campaign."""
+        component = spec.tasks[0].components[0]
+        aggregator = aggregator_for(round_aggregators(spec, reports), spec, group=0)
+        estimate = aggregator.estimate(DEFAULT_CONFIDENCE)
+        if self.config.histogram.consistency:
+            estimate = estimate.with_consistency("norm_sub")
+        estimates = estimates_message(estimate, component)
+        mechanism = component.mechanism
+        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=list(estimate.warnings))
+        result.estimates.CopyFrom(estimates)
+        diagnostics = {
+            "reports": float(estimate.n),
+            "epsilon": float(mechanism.epsilon),
+            "realized_epsilon": float(mechanism.realized_epsilon),
+            "domain_size": float(mechanism.input_size),
+            "payload_bits": float(mechanism.payload_bits),
+            "zero_count_std_error": float(estimate.zero_std_error),
+        }
+        return RoundOutcome(estimates=estimates, result=result, diagnostics=diagnostics)
+
+
+def _mechanism_name(mechanism: MechanismParams) -> str:
+    if isinstance(mechanism, UnaryEncodingParams):
+        return "sue" if mechanism.variant == UnaryVariant.SYMMETRIC else "oue"
+    return mechanism.KIND
+
+
+_ORACLE_OF_MECHANISM: dict[str, campaigns_pb2.FrequencyOracle.ValueType] = {
+    "grr": campaigns_pb2.GRR,
+    "sue": campaigns_pb2.SUE,
+    "oue": campaigns_pb2.OUE,
+    "local_hashing": campaigns_pb2.OLH,
+}

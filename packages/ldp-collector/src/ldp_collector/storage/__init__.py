@@ -1,0 +1,81 @@
+"""Durable storage of campaigns, rounds and reports behind one interface, :class:`ReportStore`.
+
+:func:`open_store` picks the backend from a location: a directory path (or ``sqlite:///path``)
+opens the embedded :class:`SqliteReportStore`; ``postgresql://`` URLs are reserved for the
+PostgreSQL backend. This package never imports ``grpc``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import InvalidArgumentError
+from .base import (
+    AccumulateFn,
+    CampaignRecord,
+    Outcome,
+    ReportStore,
+    RoundRecord,
+    StoreClosedError,
+    StoredReport,
+)
+from .migrations import SchemaVersionError
+from .sqlite import SqliteReportStore
+
+__all__ = [
+    "AccumulateFn",
+    "CampaignRecord",
+    "Outcome",
+    "ReportStore",
+    "RoundRecord",
+    "SchemaVersionError",
+    "SqliteReportStore",
+    "StoreClosedError",
+    "StoredReport",
+    "open_store",
+]
+
+_SQLITE_PREFIX = "sqlite:///"
+
+
+def open_store(location: str | os.PathLike[str]) -> ReportStore:
+    """Open the report store at ``location``.
+
+    Parameters
+    ----------
+    location : str or os.PathLike
+        A data directory path, or ``sqlite:///<path>`` with the data directory after the third
+        slash (``sqlite:///ldp-data`` is relative, ``sqlite:////var/lib/ldp`` absolute, as in
+        SQLAlchemy URLs). The directory is created if missing and holds ``collector.sqlite3``.
+
+    Returns
+    -------
+    ReportStore
+        An open store; the caller closes it.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A ``postgresql://`` URL (that backend is not available yet), another URL scheme, or a path
+        that exists and is not a directory.
+    SchemaVersionError
+        The database was written by a newer ldp-collector.
+    """
+    if not isinstance(location, str):
+        return SqliteReportStore(os.fspath(location))
+    if location.startswith(_SQLITE_PREFIX):
+        path = location[len(_SQLITE_PREFIX):]
+        if not path:
+            raise InvalidArgumentError(f"store URL {location!r} names no directory; use sqlite:///<data-dir>")
+        return SqliteReportStore(path)
+    scheme = location.split("://", 1)[0].lower() if "://" in location else ""
+    if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
+        raise InvalidArgumentError(
+            "the PostgreSQL backend is not available yet; use a data directory path or sqlite:///<data-dir> "
+            f"(got a {scheme}:// URL)")
+    if scheme:
+        raise InvalidArgumentError(
+            f"unsupported store URL scheme {scheme!r}; use a data directory path or sqlite:///<data-dir>")
+    if not location:
+        raise InvalidArgumentError("the store location is empty; use a data directory path or sqlite:///<data-dir>")
+    return SqliteReportStore(location)

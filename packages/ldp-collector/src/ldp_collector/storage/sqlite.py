@@ -1,0 +1,729 @@
+"""The embedded SQLite report store: zero configuration, durable, group-committed ingestion.
+
+Layout and durability
+---------------------
+One database file, ``collector.sqlite3``, in the data directory (created if missing), in WAL mode
+with ``synchronous=FULL`` (a commit is on disk when it returns) and foreign keys enforced. The
+schema is versioned (:mod:`ldp_collector.storage.migrations`).
+
+Writes: one writer thread, group commit
+---------------------------------------
+Every write goes through one writer thread that owns the only writing connection. Callers enqueue
+a request and wait on a :class:`concurrent.futures.Future`. While the writer commits one group
+(the ``fsync`` of ``synchronous=FULL``), new requests queue up; it then takes all of them (up to
+:data:`MAX_GROUP_REPORTS` reports) into ONE ``BEGIN IMMEDIATE ... COMMIT`` transaction and wakes
+each caller with its outcomes only after that commit. So the cost of a durable commit is shared by
+every concurrent caller, and an acknowledged report is always on disk.
+
+To keep the writer's share of the work small, a caller encodes its own batch before enqueueing it
+(in its own thread, in parallel with the writer's SQLite work, which runs without the GIL): the
+16-byte report ids concatenated into one blob, the payloads into another, and the per-report
+payload offsets, lengths and groups, so the writer inserts a whole batch with one ``INSERT ...
+SELECT`` over ``json_each`` instead of one bound statement per report (``executemany`` spends
+more time binding parameters in Python than SQLite spends inserting).
+
+Duplicates are found by the database, not by a pre-``SELECT``: the batch's ids go into the
+``report_ids`` primary key in one statement; if that statement fails on a constraint (some id is
+already stored, possibly by an earlier request of the same group), SQLite undoes just that
+statement, the writer asks which ids exist, and inserts the rest. Batches without duplicates, the
+common case, pay for nothing extra.
+
+If anything fails inside a group transaction (an ``accumulate`` callback raising, a full disk),
+the group is rolled back and its requests are retried one transaction each, so one bad request
+fails alone. Campaign and round updates also run on the writer thread, one transaction each, in
+queue order.
+
+Reads
+-----
+Reads use a small pool of read-only connections; WAL lets them run concurrently with the writer
+and they always see the last commit.
+
+Several processes may open the same data directory: ``BEGIN IMMEDIATE`` serializes their
+writers, and everything a transaction decides (is the round open, which ids exist, the next
+``seq``) is read inside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import queue
+import sqlite3
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import msgpack
+
+from ..errors import AlreadyExistsError, CollectorError, InvalidArgumentError, NotFoundError, OverloadedError
+from .base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoreClosedError, StoredReport
+from .migrations import apply_migrations
+
+__all__ = ["DATABASE_FILE", "MAX_GROUP_REPORTS", "SqliteReportStore"]
+
+#: Name of the database file inside the data directory.
+DATABASE_FILE = "collector.sqlite3"
+#: Most reports the writer puts into one group-commit transaction (bounds latency and memory).
+MAX_GROUP_REPORTS = 200_000
+#: Most requests in one group-commit transaction.
+MAX_GROUP_REQUESTS = 256
+
+_REPORT_ID_BYTES = 16  # ldp_client.report.REPORT_ID_BYTES; the SQL below slices ids at this width
+_START_DIGITS, _LENGTH_DIGITS = 12, 10  # payload starts and lengths travel as fixed-width decimal ASCII
+_LAYOUT_WIDTH = _START_DIGITS + _LENGTH_DIGITS
+_LAYOUT_FORMAT = f"%0{_START_DIGITS}d%0{_LENGTH_DIGITS}d"
+_MAX_BATCH_PAYLOAD_BYTES = 10**_LENGTH_DIGITS  # so every start and length fits its digits
+_MAX_U32 = 2**32 - 1
+_MAX_S63 = 2**63 - 1
+_BUSY_TIMEOUT_S = 10.0
+_WRITER_CACHE_KIB = 131072  # 128 MiB page cache: the random-key report_ids B-tree stays in memory
+_MAX_IDLE_READERS = 8
+_WAL_AUTOCHECKPOINT_PAGES = 8192  # 32 MiB of WAL between checkpoints (default 1000 = every commit here)
+
+# One statement per batch: the row source is the JSON array of groups, whose keys 0..n-1 index the
+# fixed-width id and layout blobs (SQLite slices them with substr() and CASTs the digits back).
+_ROW_SOURCE = "json_each(?2) AS j"
+_ID = f"substr(?1, j.key * {_REPORT_ID_BYTES} + 1, {_REPORT_ID_BYTES})"
+_INSERT_IDS = f"INSERT INTO report_ids (report_id) SELECT {_ID} FROM {_ROW_SOURCE}"
+_INSERT_REPORTS = (
+    f"INSERT INTO reports (campaign_id, round, seq, report_id, group_index, payloads) SELECT ?3, ?4, ?5 + j.key, "
+    f"{_ID}, j.value, substr(?6, CAST(substr(?7, j.key * {_LAYOUT_WIDTH} + 1, {_START_DIGITS}) AS INTEGER), "
+    f"CAST(substr(?7, j.key * {_LAYOUT_WIDTH} + {_START_DIGITS + 1}, {_LENGTH_DIGITS}) AS INTEGER)) "
+    f"FROM {_ROW_SOURCE}")
+_EXISTING_POSITIONS = (f"SELECT j.key FROM {_ROW_SOURCE} "
+                       f"WHERE EXISTS (SELECT 1 FROM report_ids AS r WHERE r.report_id = {_ID})")
+
+_CAMPAIGN_COLUMNS = "campaign_id, config, state, current_round, created_at, engine_state, result, error"
+_ROUND_COLUMNS = "campaign_id, round, spec, is_open, opened_at, closed_at, report_count, estimates"
+
+T = TypeVar("T")
+
+
+# -- requests to the writer thread ------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Chunk:
+    """The reports of one request that target one round, encoded for the bulk INSERT."""
+
+    campaign_id: str
+    round: int
+    positions: list[int]  # index of each report in the request
+    reports: list[StoredReport]
+    ids: bytes  # the 16-byte report ids, concatenated
+    payloads: bytes  # the payloads, concatenated
+    layout: bytes  # per report: its payload's 1-based start (12 digits) and length (10 digits), ASCII
+    groups: str  # JSON array of the groups: the row source of the bulk INSERT
+
+    @classmethod
+    def encode(cls, campaign_id: str, round: int, positions: list[int], reports: list[StoredReport]) -> _Chunk:
+        payloads = [r.payloads for r in reports]
+        try:
+            joined = b"".join(payloads)
+        except TypeError as exc:
+            raise InvalidArgumentError(f"payloads must be bytes: {exc}") from exc
+        if len(joined) >= _MAX_BATCH_PAYLOAD_BYTES:
+            raise InvalidArgumentError(f"a batch carries {len(joined)} payload bytes, more than the "
+                                       f"{_MAX_BATCH_PAYLOAD_BYTES} one add_reports call may store")
+        lengths = [len(p) for p in payloads]
+        starts = itertools.accumulate(lengths, initial=1)  # 1-based, as substr() counts
+        # One C-level format call for the whole layout (a per-report f-string costs more than the insert).
+        layout = ((_LAYOUT_FORMAT * len(lengths)) % tuple(itertools.chain.from_iterable(zip(starts, lengths))))
+        return cls(campaign_id=campaign_id, round=round, positions=positions, reports=reports,
+                   ids=b"".join([r.report_id for r in reports]), payloads=joined, layout=layout.encode("ascii"),
+                   groups=json.dumps([r.group for r in reports], separators=(",", ":")))
+
+    def subset(self, keep: Sequence[int]) -> _Chunk:
+        """The chunk restricted to the reports at ``keep`` (indexes into this chunk)."""
+        return _Chunk.encode(self.campaign_id, self.round, [self.positions[k] for k in keep],
+                             [self.reports[k] for k in keep])
+
+
+@dataclass(slots=True)
+class _AddRequest:
+    request_id: str
+    size: int
+    #: Pre-filled outcomes: DUPLICATE for ids repeated within the request, None for the rest.
+    outcomes: list[Outcome | None]
+    chunks: list[_Chunk]
+    accumulate: AccumulateFn | None
+    future: Future[list[Outcome]] = field(default_factory=Future)
+
+
+@dataclass(slots=True)
+class _Operation(Generic[T]):
+    """A write other than ``add_reports``, run by the writer in a transaction of its own."""
+
+    run: Callable[[sqlite3.Connection], T]
+    future: Future[T] = field(default_factory=Future)
+
+
+_STOP = object()
+
+
+@dataclass(slots=True)
+class _RoundState:
+    is_open: bool
+    next_seq: int
+    added: int = 0
+
+
+def _validate_round_key(campaign_id: object, round: object) -> None:
+    if not isinstance(campaign_id, str) or not campaign_id:
+        raise InvalidArgumentError(f"campaign_id must be a non-empty str, got {campaign_id!r:.60}")
+    if not isinstance(round, int) or isinstance(round, bool) or not 0 <= round <= _MAX_S63:
+        raise InvalidArgumentError(f"round must be an int in [0, 2**63 - 1], got {round!r:.40}")
+
+
+def _prepare(request_id: str, reports: Sequence[StoredReport], accumulate: AccumulateFn | None) -> _AddRequest:
+    """Validate and encode a batch in the caller's thread."""
+    n = len(reports)
+    if not all(isinstance(r, StoredReport) for r in reports):
+        bad = next(r for r in reports if not isinstance(r, StoredReport))
+        raise TypeError(f"reports must be StoredReport objects, got {type(bad).__name__}")
+    ids = [r.report_id for r in reports]
+    if not all(type(rid) is bytes and len(rid) == _REPORT_ID_BYTES for rid in ids):
+        bad_id = next(rid for rid in ids if type(rid) is not bytes or len(rid) != _REPORT_ID_BYTES)
+        raise InvalidArgumentError(f"report_id must be {_REPORT_ID_BYTES} bytes, got {bad_id!r:.60}")
+    groups = [r.group for r in reports]
+    if not all(type(g) is int for g in groups) or (groups and not 0 <= min(groups) <= max(groups) <= _MAX_U32):
+        bad_group = next(g for g in groups if type(g) is not int or not 0 <= g <= _MAX_U32)
+        raise InvalidArgumentError(f"group must be an int in [0, {_MAX_U32}], got {bad_group!r:.40}")
+    outcomes: list[Outcome | None] = [None] * n
+    if len(set(ids)) == n:
+        kept: Sequence[int] = range(n)
+    else:  # the first occurrence of an id counts; later ones are duplicates
+        seen: set[bytes] = set()
+        kept = []
+        for i, rid in enumerate(ids):
+            if rid in seen:
+                outcomes[i] = Outcome.DUPLICATE
+            else:
+                seen.add(rid)
+                kept.append(i)
+    by_round: dict[tuple[str, int], list[int]] = {}
+    keys = {(r.campaign_id, r.round) for r in reports}
+    for key in keys:
+        _validate_round_key(*key)
+    if len(keys) == 1:
+        by_round[next(iter(keys))] = list(kept)
+    else:
+        for i in kept:
+            r = reports[i]
+            by_round.setdefault((r.campaign_id, r.round), []).append(i)
+    chunks = [_Chunk.encode(cid, rnd, positions, [reports[i] for i in positions])
+              for (cid, rnd), positions in by_round.items() if positions]
+    return _AddRequest(request_id=request_id, size=n, outcomes=outcomes, chunks=chunks, accumulate=accumulate)
+
+
+def _storage_error(exc: BaseException) -> BaseException:
+    """Map SQLite errors to the collector's domain errors (others pass through unchanged)."""
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+        return OverloadedError(f"the report store is busy (another process holds the write lock): {exc}")
+    if isinstance(exc, sqlite3.Error):
+        return CollectorError(f"report store failure: {type(exc).__name__}: {exc}")
+    return exc
+
+
+def _one(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+    """The first row of a query (or None), without leaving the statement (and its snapshot) open."""
+    cursor = conn.execute(sql, params)
+    try:
+        return cursor.fetchone()
+    finally:
+        cursor.close()
+
+
+def _campaign(row: Sequence[Any]) -> CampaignRecord:
+    return CampaignRecord(campaign_id=row[0], config=row[1], state=row[2], current_round=row[3],
+                          created_at=row[4], engine_state=row[5], result=row[6], error=row[7])
+
+
+def _round(row: Sequence[Any]) -> RoundRecord:
+    return RoundRecord(campaign_id=row[0], round=row[1], spec=row[2], open=bool(row[3]), opened_at=row[4],
+                       closed_at=row[5], report_count=row[6], estimates=row[7])
+
+
+def _require_round(conn: sqlite3.Connection, campaign_id: str, round: int) -> None:
+    if _one(conn, "SELECT 1 FROM rounds WHERE campaign_id = ? AND round = ?", (campaign_id, round)) is None:
+        raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+
+
+def _check_blobs(blobs: Mapping[str, bytes], what: str) -> list[tuple[str, bytes]]:
+    items = list(blobs.items())
+    for name, data in items:
+        if not isinstance(name, str) or not isinstance(data, bytes):
+            raise TypeError(f"{what} must map str to bytes, got {type(name).__name__} -> {type(data).__name__}")
+    return items
+
+
+class SqliteReportStore(ReportStore):
+    """The :class:`ReportStore` in one SQLite file; thread-safe, durable, group-committed.
+
+    Parameters
+    ----------
+    data_dir : str or os.PathLike
+        Directory holding ``collector.sqlite3`` (created, with its parents, if missing).
+    max_pending_reports : int
+        Reports that may wait for the writer at once; beyond that ``add_reports`` raises
+        :class:`~ldp_collector.errors.OverloadedError` (the service answers UNAVAILABLE with a
+        retry delay) instead of queueing without bound.
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``data_dir`` exists and is not a directory.
+    SchemaVersionError
+        The database was written by a newer ldp-collector.
+
+    Notes
+    -----
+    Throughput (``benchmarks/store_throughput.py``): group commit makes concurrent ``add_reports``
+    calls share one durable commit. Report ids are random, so each new id touches an arbitrary page
+    of the ``report_ids`` B-tree and a commit writes every page it touched to the WAL; ingestion
+    therefore slows down as that index outgrows the number of reports per commit (more concurrent
+    callers, hence larger groups, help).
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str], *, max_pending_reports: int = 1_000_000) -> None:
+        path = Path(data_dir)
+        if path.exists() and not path.is_dir():
+            raise InvalidArgumentError(f"data directory {str(path)!r} exists and is not a directory")
+        path.mkdir(parents=True, exist_ok=True)
+        self._path = path / DATABASE_FILE
+        self._max_pending = max_pending_reports
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pending = 0
+        self._idle_readers: list[sqlite3.Connection] = []
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._writer = self._connect()
+        try:
+            mode = self._writer.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise CollectorError(f"{self._path} cannot use WAL mode (journal_mode is {mode}); "
+                                     "put the data directory on a local file system")
+            self._writer.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
+            self._writer.execute(f"PRAGMA wal_autocheckpoint = {_WAL_AUTOCHECKPOINT_PAGES}")
+            apply_migrations(self._writer, where=str(self._path))
+        except BaseException:
+            self._writer.close()
+            raise
+        self._thread = threading.Thread(target=self._writer_main, name="ldp-store-writer", daemon=True)
+        self._thread.start()
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
+    def __enter__(self) -> SqliteReportStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SqliteReportStore({str(self._path.parent)!r}{', closed' if self._closed else ''})"
+
+    # -- connections ---------------------------------------------------------------------------------
+    def _connect(self, *, read_only: bool = False) -> sqlite3.Connection:
+        # Autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT).
+        conn = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if read_only:
+            conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"the report store {str(self._path)!r} is closed")
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._check_open()
+            conn = self._idle_readers.pop() if self._idle_readers else None
+        if conn is None:
+            conn = self._connect(read_only=True)
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            raise _storage_error(exc) from exc
+        finally:
+            with self._lock:
+                if not self._closed and len(self._idle_readers) < _MAX_IDLE_READERS:
+                    self._idle_readers.append(conn)
+                    conn = None
+            if conn is not None:
+                conn.close()
+
+    # -- the writer thread ---------------------------------------------------------------------------
+    def _enqueue(self, item: _AddRequest | _Operation[Any], size: int = 0) -> None:
+        with self._lock:
+            self._check_open()
+            if size and self._pending and self._pending + size > self._max_pending:
+                raise OverloadedError(f"the report store has {self._pending} reports waiting to be written; "
+                                      "retry later", retry_after=1.0)
+            self._pending += size
+            self._queue.put(item)
+
+    def _write(self, run: Callable[[sqlite3.Connection], T]) -> T:
+        op: _Operation[T] = _Operation(run)
+        self._enqueue(op)
+        return op.future.result()
+
+    def _writer_main(self) -> None:
+        stopping = False
+        while not stopping:
+            items = [self._queue.get()]
+            size = getattr(items[0], "size", 0)
+            while size < MAX_GROUP_REPORTS and len(items) < MAX_GROUP_REQUESTS:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                items.append(item)
+                size += getattr(item, "size", 0)
+            try:
+                stopping = self._process(items)
+            except BaseException as exc:  # never leave a caller waiting forever
+                for item in items:
+                    if isinstance(item, (_AddRequest, _Operation)) and not item.future.done():
+                        item.future.set_exception(_storage_error(exc))
+        with contextlib.suppress(sqlite3.Error):
+            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._writer.close()
+
+    def _process(self, items: list[object]) -> bool:
+        """Run queued items in order, grouping consecutive ``add_reports``; True once told to stop."""
+        stopping = False
+        group: list[_AddRequest] = []
+        request_ids: set[str] = set()
+        for item in items:
+            if isinstance(item, _AddRequest):
+                if item.request_id in request_ids:  # a repeat must see the first one committed
+                    self._commit_group(group)
+                    group, request_ids = [], set()
+                group.append(item)
+                request_ids.add(item.request_id)
+                continue
+            self._commit_group(group)
+            group, request_ids = [], set()
+            if isinstance(item, _Operation):
+                self._run_operation(item)
+            else:
+                stopping = True
+        self._commit_group(group)
+        return stopping
+
+    def _rollback(self) -> None:
+        if self._writer.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # a failed COMMIT may have rolled back already
+                self._writer.execute("ROLLBACK")
+
+    def _run_operation(self, op: _Operation[Any]) -> None:
+        conn = self._writer
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            result = op.run(conn)
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            self._rollback()
+            op.future.set_exception(_storage_error(exc))
+        else:
+            op.future.set_result(result)
+
+    def _commit_group(self, group: list[_AddRequest]) -> None:
+        if not group:
+            return
+        conn = self._writer
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            answers = self._apply_group(conn, group)
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            self._rollback()
+            if len(group) == 1:
+                group[0].future.set_exception(_storage_error(exc))
+            else:  # find the culprit: each request alone
+                for request in group:
+                    self._commit_group([request])
+            return
+        for request, outcomes in zip(group, answers):
+            request.future.set_result(outcomes)
+
+    def _apply_group(self, conn: sqlite3.Connection, group: list[_AddRequest]) -> list[list[Outcome]]:
+        """Insert a group's reports in the open transaction; return each request's outcomes."""
+        marks = ",".join("?" * len(group))
+        replayed: dict[str, bytes] = dict(conn.execute(
+            f"SELECT request_id, response FROM request_ids WHERE request_id IN ({marks})",
+            [r.request_id for r in group]).fetchall())
+        rounds: dict[tuple[str, int], _RoundState | None] = {}
+        pending: dict[tuple[str, int, int], tuple[AccumulateFn, list[StoredReport]]] = {}
+        answers: list[list[Outcome]] = []
+        responses: list[tuple[str, bytes, float]] = []
+        for request in group:
+            if request.request_id in replayed:
+                answers.append([Outcome(v) for v in msgpack.unpackb(replayed[request.request_id])])
+                continue
+            outcomes = list(request.outcomes)
+            for chunk in request.chunks:
+                key = (chunk.campaign_id, chunk.round)
+                if key not in rounds:
+                    row = _one(conn, "SELECT is_open, report_count FROM rounds WHERE campaign_id = ? AND round = ?",
+                               key)
+                    rounds[key] = _RoundState(is_open=bool(row[0]), next_seq=row[1]) if row is not None else None
+                state = rounds[key]
+                new = self._insert_chunk(conn, chunk, state, outcomes)
+                if new is not None and request.accumulate is not None and state is not None:
+                    fn = request.accumulate
+                    pending.setdefault((*key, id(fn)), (fn, []))[1].extend(new.reports)
+            final = [Outcome.REJECTED if o is None else o for o in outcomes]
+            answers.append(final)
+            responses.append((request.request_id, msgpack.packb([int(o) for o in final]), time.time()))
+        self._accumulate(conn, pending)
+        for (campaign_id, round), state in rounds.items():
+            if state is not None and state.added:
+                conn.execute("UPDATE rounds SET report_count = ? WHERE campaign_id = ? AND round = ?",
+                             (state.next_seq, campaign_id, round))
+        conn.executemany("INSERT INTO request_ids (request_id, response, created_at) VALUES (?, ?, ?)", responses)
+        return answers
+
+    @staticmethod
+    def _insert_chunk(conn: sqlite3.Connection, chunk: _Chunk, state: _RoundState | None,
+                      outcomes: list[Outcome | None]) -> _Chunk | None:
+        """Insert the chunk's new reports; fill ``outcomes``; return the inserted part (None if nothing)."""
+        if state is None or not state.is_open:  # refused, unless already stored
+            existing = SqliteReportStore._existing(conn, chunk)
+            for k, position in enumerate(chunk.positions):
+                outcomes[position] = Outcome.DUPLICATE if k in existing else Outcome.REJECTED
+            return None
+        try:
+            conn.execute(_INSERT_IDS, (chunk.ids, chunk.groups))
+            new = chunk
+        except sqlite3.IntegrityError:  # some ids are stored already; SQLite undid this statement only
+            existing = SqliteReportStore._existing(conn, chunk)
+            for k in existing:
+                outcomes[chunk.positions[k]] = Outcome.DUPLICATE
+            if len(existing) == len(chunk.positions):
+                return None
+            new = chunk.subset([k for k in range(len(chunk.positions)) if k not in existing])
+            conn.execute(_INSERT_IDS, (new.ids, new.groups))
+        conn.execute(_INSERT_REPORTS, (new.ids, new.groups, new.campaign_id, new.round, state.next_seq, new.payloads,
+                                       new.layout))
+        state.next_seq += len(new.positions)
+        state.added += len(new.positions)
+        for position in new.positions:
+            outcomes[position] = Outcome.ACCEPTED
+        return new
+
+    @staticmethod
+    def _existing(conn: sqlite3.Connection, chunk: _Chunk) -> set[int]:
+        """Positions (in the chunk) of the ids already in ``report_ids``."""
+        return {k for (k,) in conn.execute(_EXISTING_POSITIONS, (chunk.ids, chunk.groups)).fetchall()}
+
+    @staticmethod
+    def _accumulate(conn: sqlite3.Connection,
+                    pending: Mapping[tuple[str, int, int], tuple[AccumulateFn, list[StoredReport]]]) -> None:
+        cache: dict[tuple[str, int], dict[str, bytes]] = {}
+        for (campaign_id, round, _), (fn, reports) in pending.items():
+            key = (campaign_id, round)
+            if key not in cache:
+                cache[key] = dict(conn.execute("SELECT name, data FROM accumulators WHERE campaign_id = ? AND round = ?",
+                                               key).fetchall())
+            blobs = cache[key]
+            updated = _check_blobs(fn(reports, types.MappingProxyType(blobs)), "accumulate's result")
+            blobs.update(updated)
+            conn.executemany(
+                "INSERT INTO accumulators (campaign_id, round, name, data) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (campaign_id, round, name) DO UPDATE SET data = excluded.data",
+                [(campaign_id, round, name, data) for name, data in updated])
+
+    # -- campaigns -----------------------------------------------------------------------------------
+    def create_campaign(self, record: CampaignRecord) -> None:
+        _validate_round_key(record.campaign_id, 0)
+
+        def run(conn: sqlite3.Connection) -> None:
+            if _one(conn, "SELECT 1 FROM campaigns WHERE campaign_id = ?", (record.campaign_id,)) is not None:
+                raise AlreadyExistsError(f"campaign {record.campaign_id!r} already exists")
+            conn.execute(f"INSERT INTO campaigns ({_CAMPAIGN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         (record.campaign_id, record.config, record.state, record.current_round, record.created_at,
+                          record.engine_state, record.result, record.error))
+
+        self._write(run)
+
+    def get_campaign(self, campaign_id: str) -> CampaignRecord:
+        with self._reader() as conn:
+            row = _one(conn, f"SELECT {_CAMPAIGN_COLUMNS} FROM campaigns WHERE campaign_id = ?", (campaign_id,))
+        if row is None:
+            raise NotFoundError(f"campaign {campaign_id!r} does not exist")
+        return _campaign(row)
+
+    def list_campaigns(self, limit: int, after: str = "") -> list[CampaignRecord]:
+        if not isinstance(limit, int) or limit < 0:
+            raise InvalidArgumentError(f"limit must be a non-negative int, got {limit!r}")
+        with self._reader() as conn:
+            # Ids compare as UTF-8 bytes (BINARY collation), the same order as Python str comparison.
+            rows = conn.execute(f"SELECT {_CAMPAIGN_COLUMNS} FROM campaigns WHERE campaign_id > ? "
+                                "ORDER BY campaign_id LIMIT ?", (after, limit)).fetchall()
+        return [_campaign(row) for row in rows]
+
+    def update_campaign(self, campaign_id: str, *, state: str | None = None, current_round: int | None = None,
+                        engine_state: bytes | None = None, result: bytes | None = None,
+                        error: str | None = None) -> None:
+        changes = {name: value for name, value in (("state", state), ("current_round", current_round),
+                                                   ("engine_state", engine_state), ("result", result),
+                                                   ("error", error)) if value is not None}
+
+        def run(conn: sqlite3.Connection) -> None:
+            if changes:
+                assignments = ", ".join(f"{name} = ?" for name in changes)
+                cursor = conn.execute(f"UPDATE campaigns SET {assignments} WHERE campaign_id = ?",
+                                      (*changes.values(), campaign_id))
+                found = cursor.rowcount > 0
+            else:
+                found = _one(conn, "SELECT 1 FROM campaigns WHERE campaign_id = ?", (campaign_id,)) is not None
+            if not found:
+                raise NotFoundError(f"campaign {campaign_id!r} does not exist")
+
+        self._write(run)
+
+    # -- rounds --------------------------------------------------------------------------------------
+    def open_round(self, campaign_id: str, round: int, spec: bytes, opened_at: float) -> None:
+        _validate_round_key(campaign_id, round)
+
+        def run(conn: sqlite3.Connection) -> None:
+            if _one(conn, "SELECT 1 FROM campaigns WHERE campaign_id = ?", (campaign_id,)) is None:
+                raise NotFoundError(f"campaign {campaign_id!r} does not exist")
+            if _one(conn, "SELECT 1 FROM rounds WHERE campaign_id = ? AND round = ?", (campaign_id, round)):
+                raise AlreadyExistsError(f"round {round} of campaign {campaign_id!r} already exists")
+            conn.execute(f"INSERT INTO rounds ({_ROUND_COLUMNS}) VALUES (?, ?, ?, 1, ?, NULL, 0, NULL)",
+                         (campaign_id, round, spec, opened_at))
+
+        self._write(run)
+
+    def get_round(self, campaign_id: str, round: int) -> RoundRecord:
+        with self._reader() as conn:
+            row = _one(conn, f"SELECT {_ROUND_COLUMNS} FROM rounds WHERE campaign_id = ? AND round = ?",
+                       (campaign_id, round))
+        if row is None:
+            raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+        return _round(row)
+
+    def list_rounds(self, campaign_id: str) -> list[RoundRecord]:
+        with self._reader() as conn:
+            rows = conn.execute(f"SELECT {_ROUND_COLUMNS} FROM rounds WHERE campaign_id = ? ORDER BY round",
+                                (campaign_id,)).fetchall()
+        return [_round(row) for row in rows]
+
+    def close_round(self, campaign_id: str, round: int, closed_at: float) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute("UPDATE rounds SET is_open = 0, closed_at = ? "
+                                  "WHERE campaign_id = ? AND round = ? AND is_open = 1",
+                                  (closed_at, campaign_id, round))
+            if cursor.rowcount == 1:
+                return True
+            _require_round(conn, campaign_id, round)
+            return False
+
+        return self._write(run)
+
+    def set_round_estimates(self, campaign_id: str, round: int, estimates: bytes) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            cursor = conn.execute("UPDATE rounds SET estimates = ? WHERE campaign_id = ? AND round = ?",
+                                  (estimates, campaign_id, round))
+            if cursor.rowcount == 0:
+                raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+
+        self._write(run)
+
+    # -- reports -------------------------------------------------------------------------------------
+    def add_reports(self, request_id: str, reports: Sequence[StoredReport],
+                    accumulate: AccumulateFn | None = None) -> list[Outcome]:
+        if not isinstance(request_id, str) or not request_id:
+            raise InvalidArgumentError(f"request_id must be a non-empty str, got {request_id!r:.60}")
+        with self._reader() as conn:  # a replay needs no encoding and no writer
+            row = _one(conn, "SELECT response FROM request_ids WHERE request_id = ?", (request_id,))
+        if row is not None:
+            return [Outcome(v) for v in msgpack.unpackb(row[0])]
+        request = _prepare(request_id, reports, accumulate)
+        self._enqueue(request, max(request.size, 1))
+        try:
+            return request.future.result()
+        finally:
+            with self._lock:
+                self._pending -= max(request.size, 1)
+
+    def iter_reports(self, campaign_id: str, round: int, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidArgumentError(f"batch_size must be a positive int, got {batch_size!r}")
+        return self._iter_reports(campaign_id, round, batch_size)
+
+    def _iter_reports(self, campaign_id: str, round: int, batch_size: int) -> Iterator[list[StoredReport]]:
+        with self._reader() as conn:
+            _require_round(conn, campaign_id, round)
+        start = 0
+        while True:
+            # Keyset pagination: each batch is its own short read, so an abandoned iterator holds
+            # no connection and no WAL snapshot.
+            with self._reader() as conn:
+                rows = conn.execute("SELECT seq, report_id, group_index, payloads FROM reports "
+                                    "WHERE campaign_id = ? AND round = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                                    (campaign_id, round, start, batch_size)).fetchall()
+            if not rows:
+                return
+            yield [StoredReport(report_id=rid, campaign_id=campaign_id, round=round, group=group, payloads=payloads)
+                   for _, rid, group, payloads in rows]
+            if len(rows) < batch_size:
+                return
+            start = rows[-1][0] + 1
+
+    def count_reports(self, campaign_id: str, round: int) -> int:
+        with self._reader() as conn:
+            row = _one(conn, "SELECT report_count FROM rounds WHERE campaign_id = ? AND round = ?",
+                       (campaign_id, round))
+        if row is None:
+            raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+        return int(row[0])
+
+    def load_accumulators(self, campaign_id: str, round: int) -> dict[str, bytes]:
+        with self._reader() as conn:
+            _require_round(conn, campaign_id, round)
+            rows = conn.execute("SELECT name, data FROM accumulators WHERE campaign_id = ? AND round = ?",
+                                (campaign_id, round)).fetchall()
+        return dict(rows)
+
+    def replace_accumulators(self, campaign_id: str, round: int, blobs: Mapping[str, bytes]) -> None:
+        items = _check_blobs(blobs, "blobs")
+
+        def run(conn: sqlite3.Connection) -> None:
+            _require_round(conn, campaign_id, round)
+            conn.execute("DELETE FROM accumulators WHERE campaign_id = ? AND round = ?", (campaign_id, round))
+            conn.executemany("INSERT INTO accumulators (campaign_id, round, name, data) VALUES (?, ?, ?, ?)",
+                             [(campaign_id, round, name, data) for name, data in items])
+
+        self._write(run)
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Write everything already queued, stop the writer and close all connections.
+
+        Idempotent; every other method raises :class:`StoreClosedError` afterwards.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(_STOP)  # after every request enqueued before the flag was set
+            idle, self._idle_readers = self._idle_readers, []
+        self._thread.join()
+        for conn in idle:
+            conn.close()
