@@ -20,16 +20,12 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser under its PyPI name
-    import tomli as tomllib
+import tomllib  # the collector requires Python 3.11+
 
 __all__ = ["DEFAULT_CONFIG_FILE", "CollectorConfig", "ConfigError", "is_loopback", "load_config", "split_listen"]
 
