@@ -7,6 +7,7 @@ import math
 from typing import Any, ClassVar
 
 from .._spec import Spec, SpecRegistry
+from ..errors import InvalidParameterError
 from ..payload import Payload
 from ..rng import Rng
 
@@ -65,3 +66,22 @@ class MechanismParams(Spec, abc.ABC):
 def bits_for(n: int) -> int:
     """Bits needed to write an index in ``[0, n)``."""
     return max(1, math.ceil(math.log2(n))) if n > 1 else 1
+
+
+def count_estimate_variance(p: float, q: float, n: float, count: float) -> float:
+    """Variance of the unbiased count estimate ``(C - n q) / (p - q)``.
+
+    ``C`` counts the reports that support a value; a holder supports it with probability ``p``, a
+    non-holder with ``q``. Shared by GRR, unary encoding and (for an ideal hash family) local hashing:
+    ``n q (1 - q) / (p - q)^2 + count (1 - p - q) / (p - q)``.
+    """
+    return n * q * (1 - q) / (p - q) ** 2 + count * (1 - p - q) / (p - q)
+
+
+def check_index_value(kind: str, value: Any, size: int) -> int:
+    """Validate an encoded index in ``[0, size)`` handed to an index mechanism's ``randomize``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{kind} value must be an int, got {type(value).__name__}")
+    if not 0 <= value < size:
+        raise InvalidParameterError(f"{kind} value must be in [0, {size}), got {value}")
+    return value

@@ -54,7 +54,7 @@ from .._validation import check_epsilon, check_int
 from ..errors import InvalidParameterError, ProtocolError
 from ..payload import HashedValue
 from ..rng import Rng, resolve_rng
-from .base import MECHANISMS, MechanismParams, bits_for
+from .base import MECHANISMS, MechanismParams, bits_for, check_index_value, count_estimate_variance
 
 __all__ = [
     "HASH_OFFSET",
@@ -211,8 +211,7 @@ class LocalHashingParams(MechanismParams):
 
         Exact for an ideal hash family (collision probability 1/g over the seed).
         """
-        p, q = self.p, self.q
-        return n * q * (1 - q) / (p - q) ** 2 + count * (1 - p - q) / (p - q)
+        return count_estimate_variance(self.p, self.q, n, count)
 
     def supports(self, payload: HashedValue, value: int) -> bool:
         """Whether a report supports ``value`` (H(seed, value) equals the reported bucket)."""
@@ -243,10 +242,7 @@ def randomize(value: Any, params: LocalHashingParams, *, rng: Rng | None = None)
     rng : Rng, optional
         Defaults to the OS CSPRNG.
     """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"local_hashing value must be an int, got {type(value).__name__}")
-    if not 0 <= value < params.domain_size:
-        raise InvalidParameterError(f"local_hashing value must be in [0, {params.domain_size}), got {value}")
+    value = check_index_value("local_hashing", value, params.domain_size)
     rng = resolve_rng(rng)
     g = params.g
     seed = rng.randbits(SEED_BITS)

@@ -28,10 +28,10 @@ from typing import Any, ClassVar
 
 from .._exact import exp_below, log_fraction
 from .._validation import check_epsilon, check_int
-from ..errors import InvalidParameterError, ProtocolError
+from ..errors import ProtocolError
 from ..payload import Payload
 from ..rng import Rng, resolve_rng
-from .base import MECHANISMS, MechanismParams, bits_for
+from .base import MECHANISMS, MechanismParams, bits_for, check_index_value, count_estimate_variance
 
 __all__ = ["GRRParams", "randomize"]
 
@@ -91,8 +91,7 @@ class GRRParams(MechanismParams):
 
     def count_variance(self, n: float, count: float = 0.0) -> float:
         """Variance of the unbiased estimate of a count ``count`` among ``n`` reports."""
-        p, q = self.p, self.q
-        return n * q * (1 - q) / (p - q) ** 2 + count * (1 - p - q) / (p - q)
+        return count_estimate_variance(self.p, self.q, n, count)
 
     def randomize(self, value: Any, *, rng: Rng | None = None) -> Payload:
         return randomize(value, self, rng=rng)
@@ -114,13 +113,10 @@ def randomize(value: Any, params: GRRParams, *, rng: Rng | None = None) -> int:
     rng : Rng, optional
         Defaults to the OS CSPRNG.
     """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"grr value must be an int, got {type(value).__name__}")
-    if not 0 <= value < params.domain_size:
-        raise InvalidParameterError(f"grr value must be in [0, {params.domain_size}), got {value}")
+    index = check_index_value("grr", value, params.domain_size)
     rng = resolve_rng(rng)
     p = params.p_exact
     if rng.bernoulli(p.numerator, p.denominator):
-        return value
+        return index
     other = rng.randbelow(params.domain_size - 1)
-    return other if other < value else other + 1
+    return other if other < index else other + 1

@@ -40,7 +40,7 @@ from .._exact import exp_below, log_fraction
 from .._validation import check_epsilon, check_int
 from ..errors import InvalidParameterError, ProtocolError
 from ..rng import Rng, resolve_rng
-from .base import MECHANISMS, MechanismParams
+from .base import MECHANISMS, MechanismParams, check_index_value, count_estimate_variance
 
 __all__ = ["UnaryEncodingParams", "UnaryVariant", "bernoulli_mask", "oue", "randomize", "sue"]
 
@@ -183,8 +183,7 @@ class UnaryEncodingParams(MechanismParams):
 
     def count_variance(self, n: float, count: float = 0.0) -> float:
         """Exact variance of the unbiased estimate (C - n q) / (p - q) of a count ``count`` among ``n``."""
-        p, q = self.p, self.q
-        return n * q * (1 - q) / (p - q) ** 2 + count * (1 - p - q) / (p - q)
+        return count_estimate_variance(self.p, self.q, n, count)
 
     def randomize(self, value: Any, *, rng: Rng | None = None) -> bytes:
         return randomize(value, self, rng=rng)
@@ -224,14 +223,11 @@ def randomize(value: Any, params: UnaryEncodingParams, *, rng: Rng | None = None
     bytes
         ``params.domain_size`` bits packed little-endian (:func:`ldp_client.payload.pack_bits`).
     """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"unary_encoding value must be an int, got {type(value).__name__}")
-    if not 0 <= value < params.domain_size:
-        raise InvalidParameterError(f"unary_encoding value must be in [0, {params.domain_size}), got {value}")
+    index = check_index_value("unary_encoding", value, params.domain_size)
     rng = resolve_rng(rng)
     q, p = params.q_exact, params.p_exact
     others = bernoulli_mask(params.domain_size - 1, q.numerator, q.denominator, rng)
     true_bit = 1 if rng.bernoulli(p.numerator, p.denominator) else 0
-    # Insert the true bit at position `value`; bit i of an int is bit i of its little-endian bytes.
-    bits = (others & ((1 << value) - 1)) | (true_bit << value) | ((others >> value) << (value + 1))
+    # Insert the true bit at position `index`; bit i of an int is bit i of its little-endian bytes.
+    bits = (others & ((1 << index) - 1)) | (true_bit << index) | ((others >> index) << (index + 1))
     return bits.to_bytes(params.payload_bytes, "little")
