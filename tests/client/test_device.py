@@ -260,10 +260,10 @@ def test_crash_after_outbox_write_is_recovered_with_the_same_report(tmp_path: Pa
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     device = Device(_state(tmp_path), rng=SeededRng(1))
 
-    def crash(self: Ledger, **kwargs: Any) -> None:
+    def crash(self: Ledger, *args: Any) -> None:
         raise OSError("simulated crash before the charge")
 
-    monkeypatch.setattr(Ledger, "charge", crash)
+    monkeypatch.setattr(Ledger, "_charge_locked", crash)
     with pytest.raises(OSError, match="simulated"):
         device.participate(make_spec(), 3)
     monkeypatch.undo()
@@ -278,11 +278,11 @@ def test_crash_after_outbox_write_is_recovered_with_the_same_report(tmp_path: Pa
 
 def test_same_device_recovers_after_a_failed_charge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     device = Device(_state(tmp_path), rng=SeededRng(1))
-    real_charge = Ledger.charge
-    monkeypatch.setattr(Ledger, "charge", lambda self, **kw: (_ for _ in ()).throw(OSError("disk full")))
+    real_charge = Ledger._charge_locked
+    monkeypatch.setattr(Ledger, "_charge_locked", lambda self, *args: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
         device.participate(make_spec(), 3)
-    monkeypatch.setattr(Ledger, "charge", real_charge)
+    monkeypatch.setattr(Ledger, "_charge_locked", real_charge)
     assert device.pending_reports() != []  # recovered (charged) on the next locked operation
     first = device.pending_reports()[0]
     assert device.participate(make_spec(), 3) == first and device.spent("camp") == 1.0

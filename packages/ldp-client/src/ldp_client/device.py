@@ -271,13 +271,13 @@ class Device:
         campaign = spec.campaign_id
         with ledger.locked():
             self._recover_locked(rescan=False)
-            charged = ledger.charge_for(campaign, spec.round)
+            charged = ledger._charge_for_locked(campaign, spec.round)
             if charged is not None:
                 stored = outbox.get(charged.report_id)
                 if stored is None:
                     raise AlreadyReportedError(campaign, spec.round, charged.report_id)
                 return stored.report
-            group = ledger.group_of(campaign)
+            group = ledger._group_of_locked(campaign)
             is_new_group = group is None
             if group is None:
                 group = self._pick_group(spec)
@@ -293,16 +293,15 @@ class Device:
             epsilon = task.epsilon
             campaign_cap = min(spec.campaign_epsilon, policy.max_epsilon_per_campaign)
             max_reports = min(spec.max_reports_per_device, policy.max_reports_per_campaign)
-            ledger.check_budget(campaign, epsilon, campaign_cap=campaign_cap, total_cap=policy.max_epsilon_total,
-                                max_reports=max_reports)
+            ledger._check_budget(campaign, epsilon, campaign_cap, policy.max_epsilon_total, max_reports)
             payloads = tuple(c.mechanism.check_payload(c.run(point, rng=rng)) for c in task.components)
             report = Report(report_id=rng.token_bytes(REPORT_ID_BYTES), campaign_id=campaign, round=spec.round,
                             group=group, payloads=payloads)
             outbox.put(report, epsilon)  # first the outbox, then the charge: see "Crash safety"
             try:
-                ledger.charge(campaign_id=campaign, round=spec.round, group=group, epsilon=epsilon,
-                              report_id=report.report_id, campaign_cap=campaign_cap,
-                              total_cap=policy.max_epsilon_total, max_reports=max_reports)
+                # The values come from a validated spec and report, and the lock is held.
+                ledger._charge_locked(campaign, spec.round, group, epsilon, report.report_id, campaign_cap,
+                                      policy.max_epsilon_total, max_reports)
             except BaseException:
                 self._may_hold_orphans = True  # recovered (charged, never re-sampled) on the next call
                 raise

@@ -473,7 +473,15 @@ class Ledger:
     def charge_for(self, campaign_id: str, round: int) -> LedgerEntry | None:
         """The charge of ``campaign_id`` round ``round``, if any."""
         with self.locked():
-            return self._by_round.get((campaign_id, round))
+            return self._charge_for_locked(campaign_id, round)
+
+    def _charge_for_locked(self, campaign_id: str, round: int) -> LedgerEntry | None:
+        """:meth:`charge_for` for a caller that holds the lock (the device's hot path)."""
+        return self._by_round.get((campaign_id, round))
+
+    def _group_of_locked(self, campaign_id: str) -> int | None:
+        """:meth:`group_of` for a caller that holds the lock."""
+        return self._groups.get(campaign_id)
 
     def is_charged(self, report_id: bytes) -> bool:
         """Whether the report ``report_id`` was charged."""
@@ -543,25 +551,31 @@ class Ledger:
         if not isinstance(report_id, bytes) or len(report_id) != REPORT_ID_BYTES:
             raise InvalidParameterError(f"report_id must be {REPORT_ID_BYTES} bytes, got {report_id!r:.40}")
         with self.locked():
-            previous = self._by_round.get((campaign_id, round))
-            if previous is not None:
-                raise InvalidParameterError(
-                    f"campaign {campaign_id!r} round {round} is already charged (report {previous.report_id.hex()})")
-            if report_id in self._by_id:
-                raise InvalidParameterError(f"report {report_id.hex()} is already charged")
-            known = self._groups.get(campaign_id)
-            if known is not None and known != group:
-                raise InvalidParameterError(
-                    f"report group {group} differs from the device's group {known} in campaign {campaign_id!r}")
-            self._check_budget(campaign_id, epsilon, campaign_cap, total_cap, max_reports)
-            entry = LedgerEntry(campaign_id=campaign_id, round=round, group=group, epsilon=epsilon,
-                                report_id=report_id, time=time.time())
-            # Write first: if the write fails, memory still matches the file.
-            if self._dir is not None:
-                self._save([*self._entries, entry], {**self._groups, campaign_id: group})
-            self._add(entry)
-            self._groups[campaign_id] = group
-            return entry
+            return self._charge_locked(campaign_id, round, group, epsilon, report_id, campaign_cap, total_cap,
+                                       max_reports)
+
+    def _charge_locked(self, campaign_id: str, round: int, group: int, epsilon: float, report_id: bytes,
+                       campaign_cap: float, total_cap: float, max_reports: int) -> LedgerEntry:
+        """:meth:`charge` for a caller that holds the lock and passes values it already validated."""
+        previous = self._by_round.get((campaign_id, round))
+        if previous is not None:
+            raise InvalidParameterError(
+                f"campaign {campaign_id!r} round {round} is already charged (report {previous.report_id.hex()})")
+        if report_id in self._by_id:
+            raise InvalidParameterError(f"report {report_id.hex()} is already charged")
+        known = self._groups.get(campaign_id)
+        if known is not None and known != group:
+            raise InvalidParameterError(
+                f"report group {group} differs from the device's group {known} in campaign {campaign_id!r}")
+        self._check_budget(campaign_id, epsilon, campaign_cap, total_cap, max_reports)
+        entry = LedgerEntry(campaign_id=campaign_id, round=round, group=group, epsilon=epsilon,
+                            report_id=report_id, time=time.time())
+        # Write first: if the write fails, memory still matches the file.
+        if self._dir is not None:
+            self._save([*self._entries, entry], {**self._groups, campaign_id: group})
+        self._add(entry)
+        self._groups[campaign_id] = group
+        return entry
 
     def set_group(self, campaign_id: str, group: int) -> int:
         """Durably record the device's group in ``campaign_id``; an already recorded group wins.
