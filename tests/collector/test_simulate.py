@@ -63,7 +63,7 @@ def spec_with_groups(campaign_epsilon: float = 2.0, round: int = 1, epsilon: flo
 @pytest.mark.parametrize("name", sorted(DATASETS))
 def test_every_dataset_has_the_documented_shape(name: str) -> None:
     x, labels = make_dataset(name, 1001, seed=3)
-    assert x.dtype == np.float64 and x.shape == (1001, 2)
+    assert x.dtype == np.float64 and x.shape == (1001, DATASETS[name].default_d)
     assert labels is not None and labels.dtype == np.int64 and labels.shape == (1001,)
     assert np.isfinite(x).all()
     k = DATASETS[name].default_k

@@ -1,24 +1,47 @@
-"""Datasets for simulations, demos and benchmarks: generated in code or loaded from a local file.
+"""Datasets for simulations, demos and benchmarks: generated in code, bundled with scikit-learn, or
+read from a local file. Nothing is downloaded at run time.
 
-Every generator returns ``(X, labels)``: ``X`` a float64 array of shape ``(n, d)``, ``labels`` an
-int64 array of shape ``(n,)`` with the generating cluster of each point (``None`` for unlabelled
-data). The 2-D shapes follow scikit-learn's generators and its clustering comparison gallery
-(``make_moons``, ``make_circles``, ``make_blobs``, and the anisotropic and varied-variance blobs),
-reimplemented in numpy so the collector needs no scikit-learn:
+Every dataset comes back as a :class:`DatasetArrays`: the pair ``(X, labels)``, ``X`` a float64
+array of shape ``(n, d)`` and ``labels`` an int64 array of shape ``(n,)`` with each point's
+generating cluster or true class (``None`` for an unlabelled file), so ``x, labels =
+make_dataset(...)`` unpacks it; its ``meta`` mapping says what the data are (name, n, d, k, seed,
+the parameters used and, for the real data sets, whether they were sub- or upsampled).
 
-==========  ===========================================================  ==========
-name        what                                                         d, k
-==========  ===========================================================  ==========
-blobs       isotropic Gaussian blobs, centers uniform in [-10, 10]^d    any, any
-moons       two interleaving half circles, noise 0.05                    2, 2
-circles     a small circle inside a large one (factor 0.5), noise 0.05  2, 2
-aniso       three blobs sheared by [[0.6, -0.6], [-0.4, 0.8]]            2, 3
-varied      three blobs with standard deviations 1.0, 2.5 and 0.5       2, 3
-mixture     Gaussian mixture with unequal weights and spreads           any, any
-==========  ===========================================================  ==========
+=============  ==============================================================  ===========  =========
+name           what                                                            d, k         options
+=============  ==============================================================  ===========  =========
+blobs          isotropic Gaussian blobs, centers uniform in [-10, 10]^d        any, any
+moons          two interleaving half circles, noise 0.05                       2, 2
+circles        a small circle inside a large one (factor 0.5), noise 0.05     2, 2
+aniso          three blobs sheared by [[0.6, -0.6], [-0.4, 0.8]]               2, 3
+varied         three blobs with standard deviations 1.0, 2.5 and 0.5          2, 3
+mixture        Gaussian mixture with unequal weights and spreads              any, any     separation,
+                                                                                                imbalance
+google         Google's central DP clustering demo: clusters in the unit ball  any, any     ratio
+iris           scikit-learn's bundled iris (150 points)                        4, 3         jitter
+wine           scikit-learn's bundled wine (178 points)                        13, 3        jitter
+digits         scikit-learn's bundled 8x8 digits (1797 points)                 64, 10       jitter
+breast_cancer  scikit-learn's bundled Wisconsin breast cancer (569 points)    30, 2        jitter
+=============  ==============================================================  ===========  =========
 
-Randomness comes from ``numpy.random.default_rng(seed)``: the data are reproducible and say
-nothing about privacy (the devices' randomization is the SDK's business).
+The 2-D shapes and ``blobs`` follow scikit-learn's generators and its clustering comparison
+gallery (``make_moons``, ``make_circles``, ``make_blobs``, anisotropic and varied blobs),
+reimplemented in numpy. The real data sets need the optional extra ``datasets``
+(``pip install "ldp-collector[datasets]"``, which installs scikit-learn); asking for more points
+than the data set holds upsamples it with Gaussian jitter, and says so in ``meta``.
+
+Large n
+    :func:`iter_chunks` yields the same points as :func:`make_dataset`, in chunks. For the
+    streaming datasets (``Dataset.streaming``: ``mixture``, ``google`` and the real data sets)
+    memory stays bounded by the chunk, whatever n; the others (exact cluster sizes, then one
+    shuffle of the whole set, as scikit-learn's generators) are generated whole and then cut.
+
+Randomness
+    Everything comes from ``numpy.random`` seeded with ``seed``: the data are reproducible and say
+    nothing about privacy (the devices' randomization is the SDK's business). A streaming dataset
+    draws its parameters (centers, weights, spreads) from ``default_rng(seed)``; point ``i`` lies
+    in block ``i // BLOCK`` and block ``b`` draws from its own stream
+    ``SeedSequence(seed, spawn_key=(b,))``, so any chunking reproduces the same points.
 
 :func:`load_file` reads a CSV or ``.npy`` file, optionally splitting off a label column.
 """
@@ -26,71 +49,251 @@ nothing about privacy (the devices' randomization is the SDK's business).
 from __future__ import annotations
 
 import csv
+import importlib
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ldp_client.errors import InvalidParameterError
+from ldp_client.errors import InvalidParameterError, LdpError
 
 __all__ = [
+    "BLOCK",
     "DATASETS",
+    "DEFAULT_CHUNK",
     "MAX_POINTS",
     "Dataset",
     "DatasetArrays",
+    "DatasetsExtraMissingError",
+    "iter_chunks",
     "load_file",
     "make_dataset",
 ]
 
-#: Largest number of points a generator makes (about 800 MB of float64 at d = 100).
+#: Largest number of points a dataset makes (8 GB of float64 at d = 100 in memory: use
+#: :func:`iter_chunks` for large n and d).
 MAX_POINTS = 10_000_000
 #: Largest dimension of the generators that take ``d``.
 MAX_DIMENSION = 1024
 #: Largest number of clusters of the generators that take ``k``.
 MAX_CLUSTERS = 4096
+#: Points per random block of the streaming datasets (the unit of their seeding).
+BLOCK = 65_536
+#: Points per chunk of :func:`iter_chunks` unless told.
+DEFAULT_CHUNK = 1_000_000
 
-DatasetArrays = tuple[NDArray[np.float64], "NDArray[np.int64] | None"]
-Generator = Callable[[int, int, int, np.random.Generator], tuple[NDArray[np.float64], NDArray[np.int64]]]
+_INSTALL_HINT = 'pip install "ldp-collector[datasets]"'
 
+_Arrays = tuple[NDArray[np.float64], NDArray[np.int64]]
+_FileArrays = tuple[NDArray[np.float64], NDArray[np.int64] | None]
+#: ``generate(n, d, k, rng) -> (X, labels)``: an in-memory generator.
+Generator = Callable[[int, int, int, np.random.Generator], _Arrays]
+#: ``draw(rng, size) -> (X, labels)``: ``size`` points of one block of a streaming dataset.
+BlockDraw = Callable[[np.random.Generator, int], _Arrays]
+
+
+class DatasetsExtraMissingError(LdpError, ImportError):
+    """A real data set needs scikit-learn, which is not installed; the message has the install hint."""
+
+
+class DatasetArrays(tuple[NDArray[np.float64], NDArray[np.int64] | None]):
+    """``(X, labels)`` with a read-only ``meta`` mapping describing the data.
+
+    A tuple, so that ``x, labels = make_dataset(...)`` keeps working, with the description
+    riding along instead of a third element every caller would have to unpack.
+
+    Attributes
+    ----------
+    x : numpy.ndarray of float64, shape (n, d)
+    labels : numpy.ndarray of int64, shape (n,), or None
+    meta : Mapping[str, Any]
+        ``name``, ``n``, ``d``, ``k``, ``seed`` and the options used; ``upsampled_from`` (the real
+        data set's size) and ``jitter`` when the points were upsampled, ``subsampled_from`` when
+        a subset; ``offset`` (index of the first point) for a chunk of :func:`iter_chunks`;
+        ``source`` for a file. Values are plain numbers and strings (JSON-ready).
+    """
+
+    meta: Mapping[str, Any]
+
+    def __new__(cls, x: NDArray[np.float64], labels: NDArray[np.int64] | None,
+                meta: Mapping[str, Any] | None = None) -> DatasetArrays:
+        self = super().__new__(cls, (x, labels))
+        self.meta = MappingProxyType(dict(meta or {}))
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The mapping proxy does not pickle; rebuild from plain parts (the runner uses processes).
+        return (DatasetArrays, (self[0], self[1], dict(self.meta)))
+
+    @property
+    def x(self) -> NDArray[np.float64]:
+        return self[0]
+
+    @property
+    def labels(self) -> NDArray[np.int64] | None:
+        return self[1]
+
+
+# -- options ------------------------------------------------------------------------------------------
+
+#: Option name -> (low, high, low included): every option is a real number in its range.
+_OPTION_RANGES: dict[str, tuple[float, float, bool]] = {
+    "separation": (0.0, 1000.0, False),
+    "imbalance": (1.0, 1e6, True),
+    "ratio": (1.0, 1e6, False),
+    "jitter": (0.0, 10.0, True),
+}
+
+
+def _collect_options(separation: float | None, imbalance: float | None, ratio: float | None,
+                     jitter: float | None) -> dict[str, float]:
+    given = {"separation": separation, "imbalance": imbalance, "ratio": ratio, "jitter": jitter}
+    out: dict[str, float] = {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        low, high, closed = _OPTION_RANGES[name]
+        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
+            and math.isfinite(value) and (low <= value if closed else low < value) and value <= high
+        if not ok:
+            bracket = "[" if closed else "("
+            raise InvalidParameterError(f"{name} must be a number in {bracket}{low:g}, {high:g}], got {value!r}")
+        out[name] = float(value)
+    return out
+
+
+# -- plans: how the points of one request are made ----------------------------------------------------
+
+class _Plan:
+    """The points of one request, ``points(start, stop)`` in order, and their description."""
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        self.meta = meta
+
+    def points(self, start: int, stop: int) -> _Arrays:
+        raise NotImplementedError
+
+
+class _ArrayPlan(_Plan):
+    """Points generated whole, cut on request."""
+
+    def __init__(self, x: NDArray[np.float64], labels: NDArray[np.int64], meta: dict[str, Any]) -> None:
+        super().__init__(meta)
+        self.x = np.ascontiguousarray(x, dtype=np.float64)
+        self.labels = labels.astype(np.int64, copy=False)
+
+    def points(self, start: int, stop: int) -> _Arrays:
+        return self.x[start:stop], self.labels[start:stop]
+
+
+class _BlockPlan(_Plan):
+    """Points drawn block by block, block ``b`` from ``SeedSequence(seed, spawn_key=(b,))``."""
+
+    def __init__(self, n: int, d: int, seed: int, draw: BlockDraw, meta: dict[str, Any]) -> None:
+        super().__init__(meta)
+        self.n, self.d, self.seed, self.draw = n, d, seed, draw
+        self._last: tuple[int, NDArray[np.float64], NDArray[np.int64]] | None = None
+
+    def _block(self, b: int) -> _Arrays:
+        # Keep the last block: a chunk boundary inside a block would otherwise draw it twice.
+        if self._last is None or self._last[0] != b:
+            size = min(BLOCK, self.n - b * BLOCK)
+            rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(b,)))
+            x, labels = self.draw(rng, size)
+            self._last = (b, x, labels)
+        return self._last[1], self._last[2]
+
+    def points(self, start: int, stop: int) -> _Arrays:
+        x = np.empty((stop - start, self.d))
+        labels = np.empty(stop - start, dtype=np.int64)
+        for b in range(start // BLOCK, (stop - 1) // BLOCK + 1):
+            bx, bl = self._block(b)
+            lo, hi = max(start, b * BLOCK), min(stop, (b + 1) * BLOCK)
+            x[lo - start:hi - start] = bx[lo - b * BLOCK:hi - b * BLOCK]
+            labels[lo - start:hi - start] = bl[lo - b * BLOCK:hi - b * BLOCK]
+        return x, labels
+
+
+#: ``sampler(n, d, k, seed, options) -> plan``.
+Sampler = Callable[[int, int, int, int, Mapping[str, float]], _Plan]
+
+
+def _in_memory(generate: Generator) -> Sampler:
+    """A sampler for a whole-set generator seeded with ``default_rng(seed)``."""
+
+    def sampler(n: int, d: int, k: int, seed: int, options: Mapping[str, float]) -> _Plan:
+        x, labels = generate(n, d, k, np.random.default_rng(seed))
+        return _ArrayPlan(x, labels, {})
+
+    return sampler
+
+
+# -- the registry ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
 class Dataset:
-    """One registered generator.
+    """One registered dataset.
 
     Attributes
     ----------
     name : str
     description : str
         One line, for ``--help`` and listings.
-    generate : callable
-        ``generate(n, d, k, rng) -> (X, labels)``.
+    sampler : callable
+        ``sampler(n, d, k, seed, options) -> plan`` (internal protocol: a plan makes the points
+        ``start:stop`` on request and holds the description).
     default_d, default_k : int
         Dimension and number of clusters used when the caller gives none.
     fixed_d, fixed_k : bool
         Whether the shape only exists with its defaults (moons is 2-D with 2 clusters).
+    options : tuple of str
+        The keyword options it takes (``separation``, ``imbalance``, ``ratio``, ``jitter``).
+    streaming : bool
+        Whether :func:`iter_chunks` runs in memory bounded by the chunk.
+    extra : str or None
+        The optional dependency extra it needs (``"datasets"``), if any.
     """
 
     name: str
     description: str
-    generate: Generator
+    sampler: Sampler
     default_d: int = 2
     default_k: int = 3
     fixed_d: bool = False
     fixed_k: bool = False
+    options: tuple[str, ...] = ()
+    streaming: bool = False
+    extra: str | None = None
 
-    def __call__(self, n: int, *, d: int | None = None, k: int | None = None, seed: int = 0) -> DatasetArrays:
+    def __call__(self, n: int, *, d: int | None = None, k: int | None = None, seed: int = 0,
+                 separation: float | None = None, imbalance: float | None = None, ratio: float | None = None,
+                 jitter: float | None = None) -> DatasetArrays:
         """Generate ``n`` points; see :func:`make_dataset`."""
+        plan = self._plan(n, d=d, k=k, seed=seed, options=_collect_options(separation, imbalance, ratio, jitter))
+        x, labels = plan.points(0, n)
+        return DatasetArrays(x, labels, plan.meta)
+
+    def _plan(self, n: int, *, d: int | None, k: int | None, seed: int, options: Mapping[str, float]) -> _Plan:
+        """Validate a request and prepare its points (nothing big is drawn yet for streaming data)."""
         n = _check_count("n", n, 1, MAX_POINTS)
         d = self._resolve("d", d, self.default_d, self.fixed_d, MAX_DIMENSION)
         k = self._resolve("k", k, self.default_k, self.fixed_k, MAX_CLUSTERS)
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise InvalidParameterError(f"seed must be a non-negative integer, got {seed!r}")
-        x, labels = self.generate(n, d, k, np.random.default_rng(int(seed)))
-        return np.ascontiguousarray(x, dtype=np.float64), labels.astype(np.int64, copy=False)
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            takes = f"it takes {', '.join(self.options)}" if self.options else "it takes none"
+            raise InvalidParameterError(f"dataset {self.name!r} has no option {unknown[0]!r}; {takes}")
+        plan = self.sampler(n, d, k, int(seed), options)
+        plan.meta = {"name": self.name, "n": n, "d": d, "k": k, "seed": int(seed), **options, **plan.meta}
+        return plan
 
     def _resolve(self, name: str, value: int | None, default: int, fixed: bool, high: int) -> int:
         if value is None:
@@ -108,25 +311,15 @@ def _check_count(name: str, value: object, low: int, high: int) -> int:
     return int(value)
 
 
-def _shuffle(x: NDArray[np.float64], labels: NDArray[np.int64],
-             rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+# -- the 2-D shapes and blobs (whole-set generators, as scikit-learn's) ---------------------------------
+
+def _shuffle(x: NDArray[np.float64], labels: NDArray[np.int64], rng: np.random.Generator) -> _Arrays:
     order = rng.permutation(len(labels))
     return x[order], labels[order]
 
 
-def _split_sizes(n: int, weights: NDArray[np.float64]) -> NDArray[np.int64]:
-    """``n`` split in proportion to ``weights``, every share rounded down and the rest handed out
-    to the largest remainders (sizes sum to ``n`` exactly)."""
-    exact = n * weights / weights.sum()
-    sizes: NDArray[np.int64] = np.floor(exact).astype(np.int64)
-    rest = n - int(sizes.sum())
-    if rest:
-        sizes[np.argsort(-(exact - sizes), kind="stable")[:rest]] += 1
-    return sizes
-
-
 def _gaussian_blobs(sizes: NDArray[np.int64], centers: NDArray[np.float64], stds: NDArray[np.float64],
-                    rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+                    rng: np.random.Generator) -> _Arrays:
     """``sizes[j]`` points from N(centers[j], stds[j]^2 I), labelled j (unshuffled)."""
     d = centers.shape[1]
     labels = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
@@ -134,7 +327,7 @@ def _gaussian_blobs(sizes: NDArray[np.int64], centers: NDArray[np.float64], stds
     return x, labels
 
 
-def blobs(n: int, d: int, k: int, rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+def blobs(n: int, d: int, k: int, rng: np.random.Generator) -> _Arrays:
     """Like ``sklearn.datasets.make_blobs(n, n_features=d, centers=k, cluster_std=1.0)``.
 
     Centers uniform in ``[-10, 10]^d``; the first ``n % k`` blobs get one point more.
@@ -146,7 +339,7 @@ def blobs(n: int, d: int, k: int, rng: np.random.Generator) -> tuple[NDArray[np.
     return _shuffle(x, labels, rng)
 
 
-def moons(n: int, d: int, k: int, rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+def moons(n: int, d: int, k: int, rng: np.random.Generator) -> _Arrays:
     """Like ``sklearn.datasets.make_moons(n, noise=0.05)``: two interleaving half circles."""
     n_out = n // 2
     n_in = n - n_out
@@ -161,7 +354,7 @@ def moons(n: int, d: int, k: int, rng: np.random.Generator) -> tuple[NDArray[np.
     return x + rng.normal(scale=0.05, size=x.shape), labels
 
 
-def circles(n: int, d: int, k: int, rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+def circles(n: int, d: int, k: int, rng: np.random.Generator) -> _Arrays:
     """Like ``sklearn.datasets.make_circles(n, noise=0.05, factor=0.5)``: label 0 outside, 1 inside."""
     n_out = n // 2
     n_in = n - n_out
@@ -176,13 +369,13 @@ def circles(n: int, d: int, k: int, rng: np.random.Generator) -> tuple[NDArray[n
     return x + rng.normal(scale=0.05, size=x.shape), labels
 
 
-def aniso(n: int, d: int, k: int, rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+def aniso(n: int, d: int, k: int, rng: np.random.Generator) -> _Arrays:
     """Three blobs sheared by ``[[0.6, -0.6], [-0.4, 0.8]]`` (scikit-learn's clustering gallery)."""
     x, labels = blobs(n, 2, 3, rng)
     return x @ np.array([[0.6, -0.6], [-0.4, 0.8]]), labels
 
 
-def varied(n: int, d: int, k: int, rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+def varied(n: int, d: int, k: int, rng: np.random.Generator) -> _Arrays:
     """Three blobs with standard deviations 1.0, 2.5 and 0.5 (scikit-learn's clustering gallery)."""
     centers = rng.uniform(-10.0, 10.0, size=(3, 2))
     sizes = np.full(3, n // 3, dtype=np.int64)
@@ -191,37 +384,192 @@ def varied(n: int, d: int, k: int, rng: np.random.Generator) -> tuple[NDArray[np
     return _shuffle(x, labels, rng)
 
 
-def mixture(n: int, d: int, k: int, rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
-    """A Gaussian mixture: centers uniform in ``[-10, 10]^d``, weights from a Dirichlet(4) draw
-    (unequal but none negligible), standard deviations uniform in ``[0.5, 1.5]``."""
+# -- Gaussian mixtures (streaming) ----------------------------------------------------------------------
+
+def _separate(centers: NDArray[np.float64], stds: NDArray[np.float64], separation: float) -> NDArray[np.float64]:
+    """Centers scaled about the origin so that ``min |c_a - c_b| / (s_a + s_b)`` over pairs equals
+    ``separation``."""
+    if len(centers) < 2:
+        return centers
+    gaps = np.sqrt(((centers[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2))
+    ratios = gaps / (stds[:, None] + stds[None, :])
+    smallest = float(ratios[np.triu_indices(len(centers), 1)].min())
+    if smallest <= 0:  # two coinciding centers (probability 0): no scale can separate them
+        raise InvalidParameterError("two mixture centers coincide; use another seed")
+    out: NDArray[np.float64] = centers * (separation / smallest)
+    return out
+
+
+def mixture(n: int, d: int, k: int, seed: int, options: Mapping[str, float]) -> _Plan:
+    """A Gaussian mixture, drawn point by point (streaming).
+
+    Centers uniform in ``[-10, 10]^d``; standard deviations uniform in ``[0.5, 1.5]``; weights
+    from a Dirichlet(4) draw (unequal but none negligible); each point's component drawn from
+    the weights, so cluster sizes are multinomial.
+
+    Options
+    -------
+    separation : float in (0, 1000]
+        Scale the centers so that the closest pair sits ``separation * (s_a + s_b)`` apart
+        (``s`` their standard deviations): about 1 overlaps visibly, 3 and more separates well.
+    imbalance : float in [1, 1e6]
+        Weights ``imbalance^(-j / (k - 1))`` for cluster ``j`` (normalized) instead of the
+        Dirichlet draw: cluster 0 is ``imbalance`` times as likely as cluster ``k - 1``
+        (1 = equal sizes).
+    """
+    rng = np.random.default_rng(seed)
     centers = rng.uniform(-10.0, 10.0, size=(k, d))
     weights = rng.dirichlet(np.full(k, 4.0))
     stds = rng.uniform(0.5, 1.5, size=k)
-    x, labels = _gaussian_blobs(_split_sizes(n, weights), centers, stds, rng)
-    return _shuffle(x, labels, rng)
+    if "imbalance" in options:
+        weights = options["imbalance"] ** (-np.arange(k) / max(k - 1, 1))
+        weights /= weights.sum()
+    if "separation" in options:
+        centers = _separate(centers, stds, options["separation"])
+
+    def draw(block: np.random.Generator, size: int) -> _Arrays:
+        labels = block.choice(k, size=size, p=weights).astype(np.int64)
+        x = centers[labels] + block.normal(size=(size, d)) * stds[labels, None]
+        return x, labels
+
+    return _BlockPlan(n, d, seed, draw, {})
 
 
-#: The generators by name.
+def _uniform_ball(rng: np.random.Generator, count: int, d: int, radius: float) -> NDArray[np.float64]:
+    """``count`` points uniform in the d-ball of ``radius`` (normal direction, radius ``u^(1/d)``)."""
+    directions = rng.normal(size=(count, d))
+    radii = radius * rng.uniform(0.0, 1.0, size=count) ** (1.0 / d)
+    norms = np.linalg.norm(directions, axis=1)
+    out: NDArray[np.float64] = directions * (radii / np.where(norms > 0, norms, 1.0))[:, None]
+    return out
+
+
+def google(n: int, d: int, k: int, seed: int, options: Mapping[str, float]) -> _Plan:
+    """The generator of Google's central DP clustering demo (``learning/clustering/demo``).
+
+    Centers uniform in the ball of radius ``1 - 1/ratio``; each point one center plus
+    N(0, sigma^2 I) with ``sigma = 1 / (ratio * sqrt(d))``; points outside the unit ball scaled
+    back onto it. ``ratio`` (default 10) is the ratio of inter- to intra-cluster distance.
+    Unlike the demo, which makes equal clusters (the remainder in the last) in cluster order,
+    each point's cluster is drawn uniformly, so the data come shuffled and can be streamed.
+    """
+    ratio = options.get("ratio", 10.0)
+    rng = np.random.default_rng(seed)
+    centers = _uniform_ball(rng, k, d, 1.0 - 1.0 / ratio)
+    sigma = 1.0 / (ratio * math.sqrt(d))
+
+    def draw(block: np.random.Generator, size: int) -> _Arrays:
+        labels = block.integers(0, k, size=size, dtype=np.int64)
+        x = centers[labels] + sigma * block.normal(size=(size, d))
+        norms = np.linalg.norm(x, axis=1)
+        outside = norms > 1.0
+        x[outside] /= norms[outside, None]
+        return x, labels
+
+    return _BlockPlan(n, d, seed, draw, {"ratio": ratio, "sigma": sigma})
+
+
+# -- real data sets bundled with scikit-learn -----------------------------------------------------------
+
+#: name -> (scikit-learn loader, points, d, classes).
+_REAL_DATA: dict[str, tuple[str, int, int, int]] = {
+    "iris": ("load_iris", 150, 4, 3),
+    "wine": ("load_wine", 178, 13, 3),
+    "digits": ("load_digits", 1797, 64, 10),
+    "breast_cancer": ("load_breast_cancer", 569, 30, 2),
+}
+#: Default jitter of upsampled real data, in units of each feature's standard deviation.
+_DEFAULT_JITTER = 0.1
+
+
+@cache
+def _real_data(name: str) -> _Arrays:
+    """The real data set (read-only arrays, loaded once per process)."""
+    loader, size, d, k = _REAL_DATA[name]
+    try:
+        module = importlib.import_module("sklearn.datasets")
+    except ImportError as exc:
+        raise DatasetsExtraMissingError(
+            f"dataset {name!r} is read from scikit-learn's bundled data, and scikit-learn is not installed "
+            f"({exc}); install it with: {_INSTALL_HINT}") from None
+    x_raw, y_raw = getattr(module, loader)(return_X_y=True)
+    x = np.ascontiguousarray(x_raw, dtype=np.float64)
+    labels = _factorize(np.asarray(y_raw))
+    if x.shape != (size, d) or len(np.unique(labels)) != k:
+        raise InvalidParameterError(
+            f"scikit-learn's {loader} returned {x.shape[0]} points of dimension {x.shape[1]} with "
+            f"{len(np.unique(labels))} classes; expected {size} x {d} with {k}")
+    x.setflags(write=False)
+    labels.setflags(write=False)
+    return x, labels
+
+
+def _real(name: str) -> Sampler:
+    """Sampler of a real data set: a random subset when ``n`` is at most its size, else ``n``
+    points drawn with replacement plus Gaussian jitter (a smoothed bootstrap, streamed)."""
+
+    def sampler(n: int, d: int, k: int, seed: int, options: Mapping[str, float]) -> _Plan:
+        real_x, real_labels = _real_data(name)
+        size = len(real_x)
+        source = f"sklearn.datasets.{_REAL_DATA[name][0]}"
+        if n <= size:
+            index = np.random.default_rng(seed).permutation(size)[:n]
+            meta: dict[str, Any] = {"source": source, "real_size": size}
+            if n < size:
+                meta["subsampled_from"] = size
+            return _ArrayPlan(real_x[index], real_labels[index], meta)
+        jitter = options.get("jitter", _DEFAULT_JITTER)
+        scale = jitter * real_x.std(axis=0)
+
+        def draw(block: np.random.Generator, count: int) -> _Arrays:
+            index = block.integers(0, size, size=count)
+            return real_x[index] + block.normal(size=(count, d)) * scale, real_labels[index]
+
+        return _BlockPlan(n, d, seed, draw, {"source": source, "real_size": size, "upsampled_from": size,
+                                              "jitter": jitter})
+
+    return sampler
+
+
+#: The datasets by name.
 DATASETS: dict[str, Dataset] = {
     ds.name: ds
     for ds in (
-        Dataset(name="blobs", description="isotropic Gaussian blobs (d, k)", generate=blobs),
-        Dataset(name="moons", description="two interleaving half circles (2-D, 2 clusters)", generate=moons,
-                default_k=2, fixed_d=True, fixed_k=True),
-        Dataset(name="circles", description="a circle inside a circle (2-D, 2 clusters)", generate=circles,
-                default_k=2, fixed_d=True, fixed_k=True),
-        Dataset(name="aniso", description="three sheared blobs (2-D, 3 clusters)", generate=aniso,
+        Dataset(name="blobs", description="isotropic Gaussian blobs (d, k)", sampler=_in_memory(blobs)),
+        Dataset(name="moons", description="two interleaving half circles (2-D, 2 clusters)",
+                sampler=_in_memory(moons), default_k=2, fixed_d=True, fixed_k=True),
+        Dataset(name="circles", description="a circle inside a circle (2-D, 2 clusters)",
+                sampler=_in_memory(circles), default_k=2, fixed_d=True, fixed_k=True),
+        Dataset(name="aniso", description="three sheared blobs (2-D, 3 clusters)", sampler=_in_memory(aniso),
                 fixed_d=True, fixed_k=True),
-        Dataset(name="varied", description="three blobs of different spreads (2-D, 3 clusters)", generate=varied,
-                fixed_d=True, fixed_k=True),
+        Dataset(name="varied", description="three blobs of different spreads (2-D, 3 clusters)",
+                sampler=_in_memory(varied), fixed_d=True, fixed_k=True),
         Dataset(name="mixture", description="Gaussian mixture with unequal weights and spreads (d, k)",
-                generate=mixture, default_k=4),
+                sampler=mixture, default_k=4, options=("separation", "imbalance"), streaming=True),
+        Dataset(name="google", description="Google's DP clustering demo data in the unit ball (d, k)",
+                sampler=google, options=("ratio",), streaming=True),
+        *(
+            Dataset(name=name, description=f"scikit-learn's {name.replace('_', ' ')} data ({d}-D, {k} classes)",
+                    sampler=_real(name), default_d=d, default_k=k, fixed_d=True, fixed_k=True,
+                    options=("jitter",), streaming=True, extra="datasets")
+            for name, (_, _, d, k) in _REAL_DATA.items()
+        ),
     )
 }
 
 
-def make_dataset(name: str, n: int, *, d: int | None = None, k: int | None = None, seed: int = 0) -> DatasetArrays:
-    """Generate ``n`` points of the registered dataset ``name``.
+def _dataset(name: str) -> Dataset:
+    try:
+        return DATASETS[name]
+    except (KeyError, TypeError):
+        raise InvalidParameterError(
+            f"unknown dataset {name!r}; known datasets: {', '.join(sorted(DATASETS))}") from None
+
+
+def make_dataset(name: str, n: int, *, d: int | None = None, k: int | None = None, seed: int = 0,
+                 separation: float | None = None, imbalance: float | None = None, ratio: float | None = None,
+                 jitter: float | None = None) -> DatasetArrays:
+    """Make ``n`` points of the registered dataset ``name``, in memory.
 
     Parameters
     ----------
@@ -230,28 +578,68 @@ def make_dataset(name: str, n: int, *, d: int | None = None, k: int | None = Non
     n : int
         Number of points, in ``[1, MAX_POINTS]``.
     d, k : int, optional
-        Dimension and number of clusters; only ``blobs`` and ``mixture`` accept values other than
-        their defaults.
+        Dimension and number of clusters; only ``blobs``, ``mixture`` and ``google`` accept values
+        other than their defaults.
     seed : int
-        Seed of ``numpy.random.default_rng``.
+        Seed of all the randomness (non-negative).
+    separation, imbalance : float, optional
+        ``mixture`` only: see :func:`mixture`.
+    ratio : float, optional
+        ``google`` only: inter- to intra-cluster distance, in ``(1, 1e6]`` (default 10).
+    jitter : float, optional
+        Real data sets only: the standard deviation of the jitter added when upsampling, in units
+        of each feature's standard deviation, in ``[0, 10]`` (default 0.1).
 
     Returns
     -------
-    (numpy.ndarray, numpy.ndarray)
-        Points ``(n, d)`` float64 and their cluster labels ``(n,)`` int64.
+    DatasetArrays
+        ``(X, labels)``: points ``(n, d)`` float64 and labels ``(n,)`` int64; ``.meta`` describes
+        them (``meta["upsampled_from"]`` = the real size when a real data set was upsampled).
 
     Raises
     ------
     InvalidParameterError
-        Unknown name (the message lists the known ones) or a parameter out of range.
+        Unknown name (the message lists the known ones), an option the dataset does not take, or
+        a parameter out of range.
+    DatasetsExtraMissingError
+        A real data set without scikit-learn installed.
     """
-    try:
-        dataset = DATASETS[name]
-    except (KeyError, TypeError):
-        raise InvalidParameterError(
-            f"unknown dataset {name!r}; known datasets: {', '.join(sorted(DATASETS))}") from None
-    return dataset(n, d=d, k=k, seed=seed)
+    return _dataset(name)(n, d=d, k=k, seed=seed, separation=separation, imbalance=imbalance, ratio=ratio,
+                          jitter=jitter)
 
+
+def iter_chunks(name: str, n: int, chunk: int = DEFAULT_CHUNK, *, d: int | None = None, k: int | None = None,
+                seed: int = 0, separation: float | None = None, imbalance: float | None = None,
+                ratio: float | None = None, jitter: float | None = None) -> Iterator[DatasetArrays]:
+    """The points of :func:`make_dataset` with the same arguments, ``chunk`` at a time.
+
+    Concatenated, the chunks equal ``make_dataset(name, n, ...)`` exactly. For streaming datasets
+    (``DATASETS[name].streaming``) the memory is bounded by the chunk (plus one block of
+    :data:`BLOCK` points); the others are generated whole first. Arguments are checked at once,
+    not at the first chunk.
+
+    Parameters
+    ----------
+    chunk : int
+        Points per chunk (the last may be shorter), in ``[1, MAX_POINTS]``.
+    name, n, d, k, seed, separation, imbalance, ratio, jitter
+        As in :func:`make_dataset`.
+
+    Yields
+    ------
+    DatasetArrays
+        One chunk; ``meta`` is the dataset's plus ``offset``, the index of its first point.
+    """
+    chunk = _check_count("chunk", chunk, 1, MAX_POINTS)
+    plan = _dataset(name)._plan(n, d=d, k=k, seed=seed, options=_collect_options(separation, imbalance, ratio, jitter))
+    total = int(plan.meta["n"])
+
+    def chunks() -> Iterator[DatasetArrays]:
+        for start in range(0, total, chunk):
+            x, labels = plan.points(start, min(total, start + chunk))
+            yield DatasetArrays(x, labels, {**plan.meta, "offset": start})
+
+    return chunks()
 
 # -- files ------------------------------------------------------------------------------------------
 
@@ -303,7 +691,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _load_csv(path: Path, label_column: int | str | None) -> DatasetArrays:
+def _load_csv(path: Path, label_column: int | str | None) -> _FileArrays:
     rows = _read_csv(path)
     columns = len(rows[0])
     label_at = _label_index(label_column, columns, path)
@@ -332,7 +720,7 @@ def _numeric_labels(raw: list[str]) -> NDArray[np.float64]:
     return np.array([float(v) for v in raw], dtype=np.float64)
 
 
-def _load_npy(path: Path, label_column: int | str | None) -> DatasetArrays:
+def _load_npy(path: Path, label_column: int | str | None) -> _FileArrays:
     try:
         data = np.load(path, allow_pickle=False)
     except ValueError as exc:  # object arrays, or not an .npy file at all
@@ -399,4 +787,7 @@ def load_file(path: str | os.PathLike[str], label_column: int | str | None = Non
         row, col = (int(v) for v in np.argwhere(bad)[0])
         raise InvalidParameterError(f"{p}: feature value at row {row + 1}, column {col + 1} is {float(x[row, col])}; "
                                     "NaN and infinite values are not allowed")
-    return np.ascontiguousarray(x), labels
+    meta: dict[str, Any] = {"name": "file", "source": str(p), "n": int(x.shape[0]), "d": int(x.shape[1])}
+    if labels is not None:
+        meta["k"] = int(labels.max()) + 1
+    return DatasetArrays(np.ascontiguousarray(x), labels, meta)

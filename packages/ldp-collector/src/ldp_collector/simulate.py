@@ -64,6 +64,16 @@ from ldp_client.spec import MAX_EPSILON_PER_CAMPAIGN, RoundSpec
 
 from .campaigns import kind_name
 from .core import Collector
+from .evaluation import (
+    adjusted_rand_index,
+    assign,
+    kmeans_cost,
+    normalized_mutual_info,
+    reference_kmeans,
+    reference_kmeans_cost,
+)
+from .evaluation import evaluate_clustering as evaluate_labels
+from .evaluation import hungarian_accuracy as clustering_accuracy
 from .storage.base import Outcome
 
 if TYPE_CHECKING:
@@ -890,163 +900,13 @@ def evaluate_histogram(estimates: campaigns_pb2.Estimates, truth: ArrayLike) -> 
 
 # -- evaluation: clusterings -----------------------------------------------------------------------
 
-def _contingency(labels_true: ArrayLike, labels_pred: ArrayLike) -> NDArray[np.int64]:
-    a = np.asarray(labels_true).reshape(-1)
-    b = np.asarray(labels_pred).reshape(-1)
-    if a.shape != b.shape or a.size == 0:
-        raise InvalidParameterError(f"label arrays must be non-empty and of equal length, got {a.size} and {b.size}")
-    _, ai = np.unique(a, return_inverse=True)
-    _, bi = np.unique(b, return_inverse=True)
-    table = np.zeros((int(ai.max()) + 1, int(bi.max()) + 1), dtype=np.int64)
-    np.add.at(table, (ai.reshape(-1), bi.reshape(-1)), 1)
-    return table
-
-
-def _pairs(x: NDArray[np.int64] | NDArray[np.float64]) -> float:
-    return float(np.sum(x * (x - 1)) / 2.0)
-
-
-def adjusted_rand_index(labels_true: ArrayLike, labels_pred: ArrayLike) -> float:
-    """Hubert and Arabie's adjusted Rand index (1 = identical partitions, about 0 = chance)."""
-    table = _contingency(labels_true, labels_pred)
-    n = int(table.sum())
-    index = _pairs(table)
-    rows = _pairs(table.sum(axis=1))
-    cols = _pairs(table.sum(axis=0))
-    total = n * (n - 1) / 2.0
-    expected = rows * cols / total if total else 0.0
-    maximum = (rows + cols) / 2.0
-    if maximum == expected:  # both partitions trivial (one cluster, or all singletons)
-        return 1.0
-    return float((index - expected) / (maximum - expected))
-
-
-def normalized_mutual_info(labels_true: ArrayLike, labels_pred: ArrayLike) -> float:
-    """Mutual information normalized by the arithmetic mean of the entropies (scikit-learn's default)."""
-    table = _contingency(labels_true, labels_pred).astype(np.float64)
-    n = table.sum()
-    p = table / n
-    pa = p.sum(axis=1)
-    pb = p.sum(axis=0)
-    nz = p > 0
-    mi = float(np.sum(p[nz] * np.log(p[nz] / np.outer(pa, pb)[nz])))
-    ha = -float(np.sum(pa[pa > 0] * np.log(pa[pa > 0])))
-    hb = -float(np.sum(pb[pb > 0] * np.log(pb[pb > 0])))
-    if ha == 0.0 and hb == 0.0:
-        return 1.0
-    return max(0.0, mi / ((ha + hb) / 2.0))
-
-
-def _max_weight_matching(weights: NDArray[np.float64]) -> float:
-    """Largest total weight of a one-to-one row/column assignment (Hungarian algorithm, O(m^3))."""
-    rows, cols = weights.shape
-    size = max(rows, cols)
-    cost = np.zeros((size, size))
-    cost[:rows, :cols] = weights.max() - weights if weights.size else 0.0
-    cost[:rows, cols:] = weights.max() if weights.size else 0.0
-    # Shortest augmenting paths with potentials (Jonker-Volgenant style), 1-based as in the classic form.
-    u = np.zeros(size + 1)
-    v = np.zeros(size + 1)
-    match = np.zeros(size + 1, dtype=np.int64)  # match[j] = row assigned to column j
-    way = np.zeros(size + 1, dtype=np.int64)
-    for i in range(1, size + 1):
-        match[0] = i
-        j0 = 0
-        minv = np.full(size + 1, np.inf)
-        used = np.zeros(size + 1, dtype=bool)
-        while True:
-            used[j0] = True
-            i0 = match[j0]
-            free = ~used[1:]
-            reduced = cost[i0 - 1] - u[i0] - v[1:]
-            better = free & (reduced < minv[1:])
-            minv[1:][better] = reduced[better]
-            way[1:][better] = j0
-            candidates = np.where(free, minv[1:], np.inf)
-            j1 = int(np.argmin(candidates)) + 1
-            delta = candidates[j1 - 1]
-            used_idx = np.nonzero(used)[0]
-            u[match[used_idx]] += delta
-            v[used_idx] -= delta
-            minv[1:][free] -= delta
-            j0 = j1
-            if match[j0] == 0:
-                break
-        while j0:
-            j1 = int(way[j0])
-            match[j0] = match[j1]
-            j0 = j1
-    total = 0.0
-    for j in range(1, size + 1):
-        i = int(match[j])
-        if i and i <= rows and j <= cols:
-            total += float(weights[i - 1, j - 1])
-    return total
-
-
-def clustering_accuracy(labels_true: ArrayLike, labels_pred: ArrayLike) -> float:
-    """Share of points whose predicted cluster maps to their true one under the best one-to-one
-    mapping of clusters (Hungarian accuracy)."""
-    table = _contingency(labels_true, labels_pred).astype(np.float64)
-    return _max_weight_matching(table) / float(table.sum())
-
-
-def kmeans_cost(points: ArrayLike, centers: ArrayLike, chunk: int = 65536) -> float:
-    """Sum over points of the squared distance to the nearest center."""
-    x = np.asarray(points, dtype=np.float64)
-    c = np.asarray(centers, dtype=np.float64)
-    total = 0.0
-    for start in range(0, len(x), chunk):
-        block = x[start:start + chunk]
-        d2 = (block**2).sum(1)[:, None] - 2.0 * block @ c.T + (c**2).sum(1)[None, :]
-        total += float(np.maximum(d2.min(axis=1), 0.0).sum())
-    return total
-
-
-def _nearest(points: NDArray[np.float64], centers: NDArray[np.float64], chunk: int = 65536) -> NDArray[np.int64]:
-    out = np.empty(len(points), dtype=np.int64)
-    for start in range(0, len(points), chunk):
-        block = points[start:start + chunk]
-        d2 = -2.0 * block @ centers.T + (centers**2).sum(1)[None, :]
-        out[start:start + chunk] = d2.argmin(axis=1)
-    return out
-
-
 def kmeans(points: ArrayLike, k: int, *, seed: int = 0, restarts: int = 3, iterations: int = 100,
            sample: int = 100_000) -> NDArray[np.float64]:
-    """Non-private k-means (k-means++ seeding, Lloyd iterations, best of ``restarts``): the
-    trusted-curator reference of the cost ratio. Fits on at most ``sample`` points."""
+    """Centers of the non-private reference k-means (:func:`ldp_collector.evaluation.reference_kmeans`,
+    ``k`` capped at the number of points)."""
     x = np.asarray(points, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    if len(x) > sample:
-        x = x[rng.choice(len(x), size=sample, replace=False)]
-    k = max(1, min(int(k), len(x)))
-    best: NDArray[np.float64] | None = None
-    best_cost = math.inf
-    for _ in range(restarts):
-        centers = np.empty((k, x.shape[1]))
-        centers[0] = x[rng.integers(len(x))]
-        d2 = ((x - centers[0]) ** 2).sum(1)
-        for j in range(1, k):
-            total = d2.sum()
-            idx = rng.choice(len(x), p=d2 / total) if total > 0 else rng.integers(len(x))
-            centers[j] = x[idx]
-            d2 = np.minimum(d2, ((x - centers[j]) ** 2).sum(1))
-        for _ in range(iterations):
-            labels = _nearest(x, centers)
-            sums = np.zeros_like(centers)
-            np.add.at(sums, labels, x)
-            sizes = np.bincount(labels, minlength=k)
-            moved = np.where(sizes[:, None] > 0, sums / np.maximum(sizes, 1)[:, None], centers)
-            if np.allclose(moved, centers):
-                centers = moved
-                break
-            centers = moved
-        cost = kmeans_cost(x, centers)
-        if cost < best_cost:
-            best, best_cost = centers, cost
-    assert best is not None
-    return best
+    return reference_kmeans(x, max(1, min(int(k), len(x))), seed, restarts, max_iter=iterations,
+                            sample=sample).centers
 
 
 def _cell_labels(cell_map: campaigns_pb2.CellClusterMap, points: NDArray[np.float64]) -> NDArray[np.int64]:
@@ -1062,31 +922,27 @@ def evaluate_clustering(result: campaigns_pb2.Result, points: ArrayLike, labels_
     """Scores of a clustering result on the true points.
 
     Each point gets the label of its nearest published center (or of its cell in a grid
-    clustering's cell map, ``-1`` = noise). With true labels: ``ari``, ``nmi``, ``accuracy``
-    (Hungarian). With centers: ``cost_ratio``, the k-means cost of the published centers over the
-    cost of non-private k-means with the same k (1 = as good as a trusted curator).
+    clustering's cell map, ``-1`` = noise), scored by :func:`ldp_collector.evaluation.evaluate_clustering`:
+    with true labels ``ari``, ``nmi``, ``fmi``, ``accuracy`` (Hungarian), ``purity``, ``f_measure``;
+    always ``nicv`` and ``noise_share``; with centers ``cost``, ``cost_per_point``, ``center_error`` and
+    ``cost_ratio``, the cost of the published centers over the cost of non-private k-means with the
+    same k (:func:`ldp_collector.evaluation.reference_kmeans_cost`; 1 = as good as a trusted
+    curator). ``clusters`` counts the published clusters.
     """
     x = np.asarray(points, dtype=np.float64)
     clustering = result.clustering
-    out: dict[str, float] = {}
     centers = np.asarray(clustering.centers, dtype=np.float64)
     if centers.size:
         dim = int(clustering.dimension) or x.shape[1]
         centers = centers.reshape(-1, dim)
-        predicted = _nearest(x, centers)
-        reference = kmeans(x, k or len(centers), seed=seed)
-        base = kmeans_cost(x, reference)
-        out["cost_ratio"] = kmeans_cost(x, centers) / base if base > 0 else math.nan
+        predicted = assign(x, centers)[0]
+        reference = reference_kmeans_cost(x, max(1, min(k or len(centers), len(x))), seed)
+        out = evaluate_labels(x, labels_true, predicted, centers=centers, reference_cost=reference)
         out["clusters"] = float(len(centers))
-    elif clustering.HasField("cell_map") and clustering.cell_map.cells:
-        predicted = _cell_labels(clustering.cell_map, x)
+        return out
+    if clustering.HasField("cell_map") and clustering.cell_map.cells:
+        out = evaluate_labels(x, labels_true, _cell_labels(clustering.cell_map, x))
         out["clusters"] = float(len(set(clustering.cell_map.labels) - {-1}))
-        out["noise_share"] = float(np.mean(predicted < 0))
-    else:
-        raise InvalidParameterError("the result holds no clustering (neither centers nor a cell map)")
-    if labels_true is not None:
-        out["ari"] = adjusted_rand_index(labels_true, predicted)
-        out["nmi"] = normalized_mutual_info(labels_true, predicted)
-        out["accuracy"] = clustering_accuracy(labels_true, predicted)
-    return out
+        return out
+    raise InvalidParameterError("the result holds no clustering (neither centers nor a cell map)")
 

@@ -1,0 +1,144 @@
+"""The server-side weighted k-means of ``ldp_collector.evaluation.kmeans``.
+
+It must reach scikit-learn's k-means cost (within 1 % on blobs), treat integer weights exactly as
+repeated points, be deterministic under a seed, and stay sane with the negative weights an LDP
+coreset can carry (seeding on the positive part, signed means, empty clusters re-seeded).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
+
+from ldp_client.errors import InvalidParameterError
+from ldp_collector.evaluation import (
+    KMeansResult,
+    assign,
+    kmeans_cost,
+    kmeans_plus_plus,
+    lloyd,
+    reference_kmeans,
+    reference_kmeans_cost,
+    weighted_kmeans,
+)
+
+
+@pytest.mark.parametrize(("n", "d", "k", "std"), [(5000, 2, 3, 1.0), (20_000, 5, 8, 2.0), (10_000, 20, 16, 1.5),
+                                                   (8000, 2, 10, 3.0)])
+def test_cost_matches_sklearn_kmeans_on_blobs(n: int, d: int, k: int, std: float) -> None:
+    x, _ = make_blobs(n, n_features=d, centers=k, cluster_std=std, random_state=n + k)
+    ours = weighted_kmeans(x, k, np.random.default_rng(0), n_init=5)
+    theirs = KMeans(k, n_init=5, random_state=0).fit(x)
+    assert ours.cost <= theirs.inertia_ * 1.01
+    assert ours.cost == pytest.approx(kmeans_cost(x, ours.centers), rel=1e-9)
+    labels, sq = assign(x, ours.centers)
+    assert np.array_equal(labels, ours.labels) and sq.sum() == pytest.approx(ours.cost, rel=1e-9)
+    assert 1 <= ours.iterations <= 100
+
+
+def test_assign_is_the_nearest_center() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(50_000, 3)) * 5
+    centers = rng.normal(size=(7, 3)) * 5
+    d2 = ((x[:, None, :] - centers[None]) ** 2).sum(axis=2)
+    labels, sq = assign(x, centers)
+    assert np.array_equal(labels, d2.argmin(axis=1))
+    assert np.allclose(sq, d2.min(axis=1), rtol=1e-9, atol=1e-9)
+
+
+def test_integer_weights_equal_repeated_points() -> None:
+    rng = np.random.default_rng(2)
+    unique = rng.normal(size=(300, 2)) * 4
+    counts = rng.integers(1, 6, size=300)
+    repeated = np.repeat(unique, counts, axis=0)
+    start = unique[rng.choice(300, size=5, replace=False)]
+    weighted = lloyd(unique, start, counts.astype(float), tol=0.0)
+    plain = lloyd(repeated, start, tol=0.0)
+    assert np.allclose(weighted.centers, plain.centers, rtol=1e-12, atol=1e-12)
+    assert weighted.cost == pytest.approx(plain.cost, rel=1e-12)
+    assert weighted.iterations == plain.iterations
+    assert np.array_equal(np.repeat(weighted.labels, counts), plain.labels)
+    # Through the seeding too: the best of several restarts lands on the same optimum's cost.
+    assert weighted_kmeans(unique, 5, 3, counts, n_init=10).cost == pytest.approx(
+        weighted_kmeans(repeated, 5, 3, n_init=10).cost, rel=1e-3)
+
+
+def test_seeded_runs_are_deterministic() -> None:
+    x, _ = make_blobs(3000, n_features=3, centers=5, random_state=4)
+    a = weighted_kmeans(x, 5, np.random.default_rng(9))
+    b = weighted_kmeans(x, 5, 9)
+    assert np.array_equal(a.centers, b.centers) and a.cost == b.cost and np.array_equal(a.labels, b.labels)
+    assert np.array_equal(kmeans_plus_plus(x, 5, 1), kmeans_plus_plus(x, 5, 1))
+    assert reference_kmeans_cost(x, 5, seed=3) == reference_kmeans_cost(x, 5, seed=3)
+    assert isinstance(weighted_kmeans(x, 5, None), KMeansResult)  # OS entropy: just runs
+
+
+def test_kmeans_plus_plus_draws_only_positive_weight_points() -> None:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(400, 2))
+    weights = np.where(np.arange(400) % 4 == 0, 1.0, rng.choice([0.0, -2.0], size=400))
+    allowed = {tuple(p) for p in x[weights > 0]}
+    for seed in range(20):
+        centers = kmeans_plus_plus(x, 6, seed, weights)
+        assert all(tuple(c) in allowed for c in centers)
+    # Fewer distinct positive points than k: repeats, and Lloyd still returns k clusters' worth.
+    few = np.array([[0.0, 0.0], [1.0, 0.0], [5.0, 5.0], [9.0, 9.0]])
+    centers = kmeans_plus_plus(few, 4, 0, [1.0, 1.0, 0.0, 0.0])
+    assert {tuple(c) for c in centers} <= {(0.0, 0.0), (1.0, 0.0)}
+
+
+def test_negative_weights_keep_centers_inside_the_data() -> None:
+    # An LDP coreset: true cells with positive weights, empty cells with noise around zero.
+    rng = np.random.default_rng(6)
+    cells = rng.uniform(0, 10, size=(200, 2))
+    weights = rng.normal(0.0, 3.0, size=200)
+    weights[:20] = 50.0 + rng.normal(size=20)
+    fit = weighted_kmeans(cells, 5, 0, weights)
+    positive = cells[weights > 0]
+    assert np.isfinite(fit.centers).all()
+    assert (fit.centers >= positive.min(axis=0) - 1e-12).all() and (fit.centers <= positive.max(axis=0) + 1e-12).all()
+    assert fit.cost == pytest.approx(float(np.dot(weights, assign(cells, fit.centers)[1])), rel=1e-9)
+    # A cluster whose weights sum to (almost) nothing is re-seeded, not divided by ~0.
+    x = np.array([[0.0, 0.0], [0.1, 0.0], [10.0, 10.0], [10.2, 10.0], [5.0, 5.0]])
+    w = np.array([1.0, 1.0, 1.0, -1.0, 1.0])
+    fit = lloyd(x, np.array([[0.0, 0.0], [10.1, 10.0]]), w, max_iter=1)
+    assert np.isfinite(fit.centers).all()
+    assert tuple(fit.centers[1]) in {tuple(p) for p in x[w > 0]}
+    with pytest.raises(InvalidParameterError, match="at least one positive weight"):
+        kmeans_plus_plus(x, 2, 0, -np.ones(5))
+
+
+def test_empty_clusters_are_reseeded_from_the_farthest_points() -> None:
+    x = np.vstack([np.zeros((50, 2)), np.full((50, 2), 10.0), np.array([[100.0, 100.0]])])
+    start = np.array([[0.0, 0.0], [1000.0, 1000.0], [2000.0, 2000.0]])  # two centers far away
+    fit = lloyd(x, start)
+    assert sorted(map(tuple, fit.centers)) == [(0.0, 0.0), (10.0, 10.0), (100.0, 100.0)]
+    assert fit.cost == 0.0
+
+
+def test_reference_kmeans_fits_on_a_sample_and_scores_on_all() -> None:
+    x, _ = make_blobs(30_000, n_features=2, centers=4, random_state=7)
+    full = reference_kmeans(x, 4, seed=1, n_init=3, sample=None)
+    sampled = reference_kmeans(x, 4, seed=1, n_init=3, sample=2000)
+    assert sampled.labels.shape == (30_000,)
+    assert sampled.cost == pytest.approx(kmeans_cost(x, sampled.centers), rel=1e-9)
+    assert sampled.cost <= full.cost * 1.01
+    assert reference_kmeans_cost(x, 4, 1, 3) == pytest.approx(full.cost, rel=0.01)
+
+
+def test_errors_are_clear() -> None:
+    x = np.zeros((10, 2))
+    with pytest.raises(InvalidParameterError, match=r"k must be an integer in \[1, 10\]"):
+        weighted_kmeans(x, 11, 0)
+    with pytest.raises(InvalidParameterError, match=r"n_init must be an integer in \[1, 1000\]"):
+        weighted_kmeans(x, 2, 0, n_init=0)
+    with pytest.raises(InvalidParameterError, match="tol must be a finite number"):
+        lloyd(x, x[:2], tol=-1.0)
+    with pytest.raises(InvalidParameterError, match="max_iter"):
+        lloyd(x, x[:2], max_iter=0)
+    with pytest.raises(InvalidParameterError, match="rng must be a numpy.random.Generator"):
+        kmeans_plus_plus(x, 2, -3)
+    with pytest.raises(InvalidParameterError, match="weights must hold one value per point"):
+        lloyd(x, x[:2], np.ones(3))
