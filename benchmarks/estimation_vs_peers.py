@@ -1,11 +1,18 @@
-"""Server-side estimation: our numpy estimators vs the peers pure-ldp and multi-freq-ldpy.
+"""Frequency oracles side by side: our SDK + numpy estimators vs the peers pure-ldp and multi-freq-ldpy.
 
-For GRR, OUE and OLH at one domain size and epsilon (default D = 1024, n = 1e5, epsilon = 2), the
-same true population is randomized once and every implementation's *server* is timed on the same
-reports (aggregation of all reports + estimation of all D counts), then its accuracy is compared
-with the exact analytic variance of the unbiased estimator (``params.count_variance`` from the SDK):
-``MSE / Var = mean_v (c_hat_v - c_v)^2 / mean_v Var_v``. With one run over D values that ratio has a
-sampling standard deviation of about sqrt(2 / D) (0.044 at D = 1024).
+For GRR, OUE and OLH at each domain size and epsilon (default the matrix D in {64, 1024}, epsilon in
+{0.5, 1, 2, 4}, n = 1e5), the same true population is randomized once and every implementation's
+*server* is timed on the same reports (aggregation of all reports + estimation of all D counts),
+then its accuracy is compared with the exact analytic variance of the unbiased estimator
+(``params.count_variance`` from the SDK): ``MSE / Var = mean_v (c_hat_v - c_v)^2 / mean_v Var_v``.
+With one run over D values that ratio has a sampling standard deviation of about sqrt(2 / D)
+(0.044 at D = 1024, 0.18 at D = 64).
+
+Client throughput
+    Every implementation's *device* randomizer is timed on the first ``--client-reports`` values
+    (one call per report, as a device makes it): ours is the SDK's ``params.randomize`` with its
+    default OS CSPRNG and exact rational coins (the production path); the peers draw from numpy's
+    global generator (faster, not cryptographically secure, float coins).
 
 Identical reports
     GRR indices and OUE bit vectors are the same arrays for all three libraries (simulated once with
@@ -29,8 +36,10 @@ Install the peers (skipped with a message when missing)::
 Usage::
 
     PYTHONPATH=packages/ldp-client/src:packages/ldp-proto/src:packages/ldp-collector/src \\
-        python benchmarks/estimation_vs_peers.py [--domain 1024] [--reports 100000] [--epsilon 2]
-        [--peer-olh-reports N]   # run the peers' O(n D) Python OLH servers on the first N reports only
+        python benchmarks/estimation_vs_peers.py [--domain 64 1024] [--epsilon 0.5 1 2 4] [--reports 100000]
+        [--client-reports 20000] [--peer-olh-reports N] [--summary FILE.md]
+    # --peer-olh-reports N: run the peers' O(n D) Python OLH servers on the first N reports only
+    # --summary: also write the one-table summary (the README's side-by-side table) to FILE.md
 """
 
 from __future__ import annotations
@@ -318,6 +327,99 @@ def _peer_support(xxhash: Any, reported: NDArray[np.int64], seeds: NDArray[np.in
     return support
 
 
+# -- clients ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class ClientRow:
+    mechanism: str
+    implementation: str
+    reports: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.reports / self.seconds if self.seconds > 0 else math.inf
+
+
+def bench_clients(domain: int, epsilon: float, values: NDArray[np.int64]) -> list[ClientRow]:
+    """Per-report device randomizers, one call per value (module docstring)."""
+    items = [int(v) for v in values]
+    m = len(items)
+    rows: list[ClientRow] = []
+    ours = {"GRR": GRRParams(domain_size=domain, epsilon=epsilon), "OUE": oue(domain, epsilon),
+            "OLH": LocalHashingParams(domain_size=domain, epsilon=epsilon)}
+    for name, params in ours.items():
+        randomize = params.randomize
+        _, sec = timed(lambda: [randomize(v) for v in items])  # noqa: B023 - called right here
+        rows.append(ClientRow(name, "ours (SDK, OS CSPRNG)", m, sec))
+    pure_de = try_import("pure_ldp.frequency_oracles.direct_encoding")
+    pure_ue = try_import("pure_ldp.frequency_oracles.unary_encoding")
+    pure_lh = try_import("pure_ldp.frequency_oracles.local_hashing")
+    if pure_de is not None and pure_ue is not None and pure_lh is not None:
+        clients = {"GRR": pure_de.DEClient(epsilon=epsilon, d=domain, index_mapper=lambda x: x),
+                   "OUE": pure_ue.UEClient(epsilon=epsilon, d=domain, use_oue=True, index_mapper=lambda x: x),
+                   "OLH": pure_lh.LHClient(epsilon=epsilon, d=domain, use_olh=True, index_mapper=lambda x: x)}
+        for name, client in clients.items():
+            privatise = client.privatise
+            _, sec = timed(lambda: [privatise(v) for v in items])  # noqa: B023 - called right here
+            rows.append(ClientRow(name, "pure-ldp", m, sec))
+    mfl_grr = try_import("multi_freq_ldpy.pure_frequency_oracles.GRR")
+    mfl_ue = try_import("multi_freq_ldpy.pure_frequency_oracles.UE")
+    mfl_lh = try_import("multi_freq_ldpy.pure_frequency_oracles.LH")
+    if mfl_grr is not None and mfl_ue is not None and mfl_lh is not None:
+        fns: dict[str, Callable[[int], Any]] = {
+            "GRR": lambda v: mfl_grr.GRR_Client(v, domain, epsilon),
+            "OUE": lambda v: mfl_ue.UE_Client(v, domain, epsilon, optimal=True),
+            "OLH": lambda v: mfl_lh.LH_Client(v, domain, epsilon, optimal=True)}
+        for name, fn in fns.items():
+            _, sec = timed(lambda: [fn(v) for v in items])  # noqa: B023 - called right here
+            rows.append(ClientRow(name, "multi-freq-ldpy", m, sec))
+    return rows
+
+
+def _family(implementation: str) -> str:
+    for family in ("pure-ldp", "multi-freq-ldpy"):
+        if implementation.startswith(family):
+            return family
+    return "ours"
+
+
+def summary_table(results: list[tuple[int, float, list[Row], list[ClientRow]]]) -> str:
+    """One row per (D, epsilon, oracle): accuracy, server and client throughput of each implementation.
+
+    Server rate of ours is the array path the collector uses at close; multi-freq-ldpy's accuracy is
+    given for its unbiased (unclipped) counts, with its clipped+renormalized output in brackets.
+    """
+    lines = ["| D | ε | oracle | MSE/Var ours | MSE/Var pure-ldp | MSE/Var mfl unclipped [clipped] | "
+             "server rep/s ours | server rep/s pure-ldp | server rep/s mfl | client rep/s ours | "
+             "client rep/s pure-ldp | client rep/s mfl |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for domain, epsilon, rows, clients in results:
+        for mech in ("GRR", "OUE", "OLH"):
+            mine = [r for r in rows if r.mechanism == mech]
+            if not mine:
+                continue
+            ours = next(r for r in mine if r.implementation.startswith(("ours (int", "ours (packed", "ours (arrays,")))
+            pure = next((r for r in mine if r.implementation.startswith("pure-ldp")), None)
+            mfl = next((r for r in mine if r.implementation.startswith("multi-freq-ldpy") and "unclipped" not in
+                        r.implementation), None)
+            mfl_u = next((r for r in mine if r.implementation == "multi-freq-ldpy (unclipped)"), None)
+            crates = {_family(c.implementation): c.rate for c in clients if c.mechanism == mech}
+
+            def num(r: Row | None, attr: str) -> str:
+                if r is None:
+                    return "-"
+                return f"{r.mse_ratio:.3f}" if attr == "mse" else f"{r.rate:,.0f}"
+
+            mfl_acc = "-" if mfl is None else f"{num(mfl_u, 'mse')} [{num(mfl, 'mse')}]"
+            lines.append(f"| {domain} | {epsilon:g} | {mech} | {num(ours, 'mse')} | {num(pure, 'mse')} | {mfl_acc} | "
+                         f"{num(ours, 'rate')} | {num(pure, 'rate')} | {num(mfl, 'rate')} | "
+                         + " | ".join(f"{crates[f]:,.0f}" if f in crates else "-"
+                                      for f in ("ours", "pure-ldp", "multi-freq-ldpy")) + " |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[Row]) -> str:
     ours = {r.mechanism: r.rate for r in rows if r.implementation.startswith("ours (arr")
             or r.implementation.startswith("ours (int") or r.implementation.startswith("ours (packed")}
@@ -333,32 +435,50 @@ def markdown(rows: list[Row]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--domain", type=int, default=1024)
+    parser.add_argument("--domain", type=int, nargs="+", default=[64, 1024])
     parser.add_argument("--reports", type=int, default=100_000)
-    parser.add_argument("--epsilon", type=float, default=2.0)
+    parser.add_argument("--epsilon", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0])
     parser.add_argument("--seed", type=int, default=20240611)
+    parser.add_argument("--client-reports", type=int, default=20_000,
+                        help="reports per client throughput measurement (0: skip the clients)")
     parser.add_argument("--peer-olh-reports", type=int, default=None,
                         help="run the peers' OLH servers on the first N reports only (default: all)")
     parser.add_argument("--only", choices=("grr", "oue", "olh"), action="append")
+    parser.add_argument("--summary", default=None, help="also write the summary table to this Markdown file")
     args = parser.parse_args()
-    rng = np.random.default_rng(args.seed)
-    values = population(args.domain, args.reports, rng)
-    print(f"# Estimation vs peers: D = {args.domain}, n = {args.reports:,}, epsilon = {args.epsilon}")
     print(f"python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}; pure-ldp {version('pure-ldp')}, "
           f"multi-freq-ldpy {version('multi-freq-ldpy')}, xxhash {version('xxhash')}\n")
     chosen = args.only or ["grr", "oue", "olh"]
-    rows: list[Row] = []
-    if "grr" in chosen:
-        rows += bench_grr(args.domain, args.epsilon, values, rng)
-    if "oue" in chosen:
-        rows += bench_oue(args.domain, args.epsilon, values, rng)
-    if "olh" in chosen:
-        rows += bench_olh(args.domain, args.epsilon, values, rng, args.peer_olh_reports or args.reports)
-    print(markdown(rows))
-    print(f"\nServer time = aggregate every report + estimate all {args.domain} counts. MSE / Var over "
-          f"the {args.domain} values of one run (sampling SD ~ {math.sqrt(2 / args.domain):.3f}); "
-          "the analytic variance is the SDK's count_variance at the true counts.")
+    results: list[tuple[int, float, list[Row], list[ClientRow]]] = []
+    started = time.perf_counter()
+    for domain in args.domain:
+        for epsilon in args.epsilon:
+            rng = np.random.default_rng(args.seed)
+            values = population(domain, args.reports, rng)
+            print(f"# Estimation vs peers: D = {domain}, n = {args.reports:,}, epsilon = {epsilon}", flush=True)
+            rows: list[Row] = []
+            if "grr" in chosen:
+                rows += bench_grr(domain, epsilon, values, rng)
+            if "oue" in chosen:
+                rows += bench_oue(domain, epsilon, values, rng)
+            if "olh" in chosen:
+                rows += bench_olh(domain, epsilon, values, rng, args.peer_olh_reports or args.reports)
+            clients = bench_clients(domain, epsilon, values[:args.client_reports]) if args.client_reports else []
+            print(markdown(rows))
+            if clients:
+                print("\n| oracle | client | reports | seconds | reports/s |\n|---|---|---:|---:|---:|")
+                for c in clients:
+                    print(f"| {c.mechanism} | {c.implementation} | {c.reports:,} | {c.seconds:.3f} | {c.rate:,.0f} |")
+            print(f"\nServer time = aggregate every report + estimate all {domain} counts. MSE / Var over "
+                  f"the {domain} values of one run (sampling SD ~ {math.sqrt(2 / domain):.3f}); "
+                  "the analytic variance is the SDK's count_variance at the true counts.\n", flush=True)
+            results.append((domain, epsilon, rows, clients))
+    table = summary_table(results)
+    print(f"# Summary ({time.perf_counter() - started:.0f} s)\n\n{table}")
+    if args.summary:
+        with open(args.summary, "w", encoding="utf-8") as f:
+            f.write(table + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,575 @@
+"""Run a suite: the matrix in parallel processes, then results JSON, tables, plots and the checks.
+
+Every run (protocol, dataset, n, epsilon, seed) generates its data set from the seed
+(:func:`ldp_collector.datasets.make_dataset`), calls the protocol's adapter
+(:mod:`harness.adapters`), labels every point by its nearest published center (or takes the
+adapter's labels) and scores the clustering with the one shared metric implementation
+(:func:`ldp_collector.evaluation.metrics.evaluate_clustering`). The cost ratio's denominator is
+the non-private reference k-means of the same data (best of 10 k-means++ runs,
+:func:`ldp_collector.evaluation.kmeans.reference_kmeans_cost`), computed once per data set.
+
+Seeds: the data set of seed ``s`` is ``make_dataset(..., seed=s)``; the protocol's randomness
+(devices' coins, noise, k-means seeding) uses ``s + METHOD_SEED_OFFSET``. Runs are deterministic,
+so the recorded regressions can have tight tolerances.
+
+Checks (any failure makes :func:`main` exit non-zero with a message saying what broke):
+* every run completed (an exception in a run is a failure, reported with its traceback);
+* the suite's bounds (e.g. the LDP floors reproduce k-means within 2% cost at epsilon = inf).
+  That bound's ``cost_ratio_matched`` divides the cost by that of non-private k-means (Lloyd on the
+  true points) started from the protocol's own centers: 1 exactly when the centers are a k-means
+  solution of the true data. It measures what the floor's pipeline loses, not which local optimum
+  a k-means++ restart happened to find (on the imbalanced mixture a single restart finds the best
+  one about 15% of the time, so two best-of-10 runs on nearly identical data can differ by 4%);
+  the plain ``cost_ratio`` against the best-of-10 reference is in the tables as always;
+* the suite's required paper claims;
+* no recorded cell of ``regressions.json`` got worse than its tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import functools
+import json
+import math
+import multiprocessing
+import os
+import platform
+import sys
+import time
+import traceback
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
+
+from . import adapters
+from .suites import Bound, Claim, DatasetCase, Suite, epsilon_label, get_suite
+
+__all__ = [
+    "METHOD_SEED_OFFSET",
+    "Cell",
+    "CheckResult",
+    "RunRecord",
+    "Task",
+    "aggregate",
+    "build_tasks",
+    "check_bounds",
+    "check_claims",
+    "check_regressions",
+    "main",
+    "record_regressions",
+    "run_suite",
+    "run_task",
+]
+
+#: Offset between the data seed and the protocol's seed.
+METHOD_SEED_OFFSET = 100_000
+#: Default location of the recorded tolerances.
+REGRESSIONS_PATH = Path(__file__).with_name("regressions.json")
+#: Tolerance floors when recording: absolute for scores in [0, 1], relative for costs and ratios.
+_ABSOLUTE_TOLERANCE = 0.02
+_RELATIVE_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    """One run of the matrix."""
+
+    protocol: str
+    dataset: DatasetCase
+    n: int
+    epsilon: float | None
+    seed: int
+    via_grpc: bool = False
+    #: Return the labels too (for the cluster drawings).
+    keep_labels: bool = False
+    #: Also score against non-private k-means (Lloyd on the true points) started from the protocol's own
+    #: centers (``cost_ratio_matched``).
+    matched_reference: bool = False
+
+    @property
+    def key(self) -> tuple[str, str, int, str, int]:
+        return self.protocol, self.dataset.label, self.n, epsilon_label(self.epsilon), self.seed
+
+
+@dataclass(kw_only=True)
+class RunRecord:
+    """The outcome of one task (JSON-ready apart from ``labels``)."""
+
+    protocol: str
+    dataset: str
+    n: int
+    d: int
+    k: int
+    epsilon: str
+    seed: int
+    via_grpc: bool
+    seconds: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    diagnostics: dict[str, float] = field(default_factory=dict)
+    centers: list[list[float]] | None = None
+    error: str | None = None
+    labels: NDArray[np.int64] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("labels")
+        out["metrics"] = {key: _finite(v) for key, v in self.metrics.items()}
+        out["diagnostics"] = {key: _finite(v) for key, v in self.diagnostics.items()}
+        return out
+
+
+def _finite(value: float) -> float | str | None:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+# -- data and references (cached per process) ----------------------------------------------------------
+
+@functools.lru_cache(maxsize=6)
+def dataset(case: DatasetCase, n: int, seed: int) -> tuple[NDArray[np.float64], NDArray[np.int64] | None, int]:
+    """``(X, labels, k)`` of a data set instance; ``k`` from the case, else the number of classes."""
+    from ldp_collector.datasets import make_dataset
+
+    x, labels = make_dataset(case.name, n, d=case.d, k=case.k, seed=seed, **dict(case.options))
+    if case.normalize:
+        low, high = x.min(axis=0), x.max(axis=0)
+        x = (x - low) / np.where(high > low, high - low, 1.0)
+    if case.k is not None:
+        k = case.k
+    elif labels is not None:
+        k = len(np.unique(labels))
+    else:
+        raise ValueError(f"dataset {case.label} has no labels: give its k")
+    return x, labels, k
+
+
+def reference_cost(case: DatasetCase, n: int, seed: int) -> float:
+    """Non-private reference k-means cost (best of 10) of a data set instance."""
+    from ldp_collector.evaluation.kmeans import reference_kmeans_cost
+
+    x, _, k = dataset(case, n, seed)
+    return float(reference_kmeans_cost(x, k, seed, n_init=10))
+
+
+def dimension_of(case: DatasetCase) -> int:
+    """The dimension of ``case`` (from a tiny sample)."""
+    return int(dataset(case, 64, 0)[0].shape[1])
+
+
+# -- one run -------------------------------------------------------------------------------------------
+
+def run_task(task: Task, reference: float | None) -> RunRecord:
+    """Run one task and score it; exceptions become ``error`` (with the traceback)."""
+    from ldp_collector.evaluation.kmeans import assign, lloyd
+    from ldp_collector.evaluation.metrics import evaluate_clustering
+
+    started = time.perf_counter()
+    x, labels_true, k = dataset(task.dataset, task.n, task.seed)
+    record = RunRecord(protocol=task.protocol, dataset=task.dataset.label, n=task.n, d=int(x.shape[1]), k=k,
+                       epsilon=epsilon_label(task.epsilon), seed=task.seed, via_grpc=task.via_grpc, seconds=0.0)
+    try:
+        adapter = adapters.get_adapter(task.protocol)
+        started = time.perf_counter()
+        out = adapter.run(x, k, task.epsilon, task.seed + METHOD_SEED_OFFSET, task.via_grpc)
+        record.seconds = time.perf_counter() - started
+        if out.labels is not None:
+            predicted = np.asarray(out.labels, dtype=np.int64)
+        else:
+            assert out.centers is not None
+            predicted = assign(x, out.centers)[0]
+        record.metrics = evaluate_clustering(x, labels_true, predicted, centers=out.centers,
+                                             reference_cost=reference if out.centers is not None else None)
+        record.diagnostics = {key: float(v) for key, v in out.diagnostics.items()}
+        if out.centers is not None and out.centers.size <= 2048:
+            record.centers = np.asarray(out.centers, dtype=np.float64).round(6).tolist()
+        if task.matched_reference and out.centers is not None:
+            matched = lloyd(x, out.centers).cost
+            record.metrics["cost_ratio_matched"] = record.metrics["cost"] / matched if matched > 0 else math.nan
+        if task.keep_labels:
+            record.labels = predicted
+    except Exception:
+        record.seconds = time.perf_counter() - started
+        record.error = traceback.format_exc()
+    return record
+
+
+def _init_worker(address: str | None, token: str | None) -> None:
+    adapters.configure_remote(address, token)
+
+
+# -- the matrix ----------------------------------------------------------------------------------------
+
+def build_tasks(suite: Suite, *, via_grpc: bool = False, protocols: Sequence[str] | None = None) -> list[Task]:
+    """Every run of ``suite`` (deduplicated; methods without a budget run once per data set)."""
+    chosen = set(protocols) if protocols else None
+    matched = {(p, epsilon_label(b.epsilon), dataset_label) for b in suite.bounds if b.metric == "cost_ratio_matched"
+               for p in b.protocols for dataset_label in b.datasets}
+    tasks: dict[tuple[str, str, int, str, int], Task] = {}
+    for block in suite.blocks:
+        for case in block.datasets:
+            d = dimension_of(case)
+            for name in block.protocols:
+                if chosen is not None and name not in chosen:
+                    continue
+                cls = adapters.ADAPTERS.get(name)
+                if cls is None:
+                    raise ValueError(f"suite {suite.name} names unknown protocol {name!r}; "
+                                     f"registered: {', '.join(sorted(adapters.ADAPTERS))}")
+                if not cls.supports_dimension(d):
+                    continue
+                epsilons: Iterable[float | None] = block.epsilons if cls.uses_epsilon else (None,)
+                for n in block.ns:
+                    for epsilon in epsilons:
+                        for seed in block.seeds:
+                            draw = (d == 2 and seed == block.seeds[0] and n == min(block.ns)
+                                    and epsilon in (None, _drawn_epsilon(block.epsilons, suite.plot_epsilon)))
+                            task = Task(protocol=name, dataset=case, n=n, epsilon=epsilon, seed=seed,
+                                        via_grpc=via_grpc and cls.uses_collector, keep_labels=draw,
+                                        matched_reference=(name, epsilon_label(epsilon), case.label) in matched)
+                            previous = tasks.get(task.key)
+                            if previous is None or (draw and not previous.keep_labels):
+                                tasks[task.key] = task
+    return list(tasks.values())
+
+
+def _drawn_epsilon(epsilons: Sequence[float], preferred: float) -> float:
+    """The epsilon of a block's cluster drawings: the one closest to ``preferred`` (on a log scale)."""
+    finite = [e for e in epsilons if math.isfinite(e)] or list(epsilons)
+    return min(finite, key=lambda e: abs(math.log(e / preferred)) if math.isfinite(e) else math.inf)
+
+
+def _executor(jobs: int, address: str | None, token: str | None) -> concurrent.futures.Executor:
+    # spawn: the parent may run a gRPC server thread, and forking a process with gRPC threads is unsafe.
+    return concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=_init_worker, initargs=(address, token))
+
+
+def _references(tasks: Sequence[Task], pool: concurrent.futures.Executor | None,
+                quiet: bool) -> dict[tuple[str, int, int], float]:
+    instances = {(t.dataset.label, t.n, t.seed): t for t in tasks}
+    out: dict[tuple[str, int, int], float] = {}
+    bar = tqdm(total=len(instances), desc="reference k-means", unit="set", disable=quiet, leave=False)
+    if pool is None:
+        for key, t in instances.items():
+            out[key] = reference_cost(t.dataset, t.n, t.seed)
+            bar.update()
+    else:
+        futures = {pool.submit(reference_cost, t.dataset, t.n, t.seed): key for key, t in instances.items()}
+        for future in concurrent.futures.as_completed(futures):
+            out[futures[future]] = future.result()
+            bar.update()
+    bar.close()
+    return out
+
+
+def run_suite(suite: Suite, *, jobs: int = 1, via_grpc: bool = False, protocols: Sequence[str] | None = None,
+              quiet: bool = False) -> tuple[list[RunRecord], float]:
+    """Run every task of ``suite``; returns the records (in task order) and the wall time."""
+    tasks = build_tasks(suite, via_grpc=via_grpc, protocols=protocols)
+    # Big data sets first, so the long runs do not trail at the end.
+    tasks.sort(key=lambda t: (-t.n, t.dataset.label, t.protocol, epsilon_label(t.epsilon), t.seed))
+    started = time.perf_counter()
+    collector: contextlib.AbstractContextManager[tuple[str | None, str | None]] = (
+        adapters.start_collector() if via_grpc else contextlib.nullcontext((None, None)))
+    with collector as (address, token):
+        adapters.configure_remote(address, token)
+        pool = _executor(jobs, address, token) if jobs > 1 else None
+        try:
+            refs = _references(tasks, pool, quiet)
+            bar = tqdm(total=len(tasks), desc=f"suite {suite.name}", unit="run", disable=quiet)
+            records: list[RunRecord] = []
+            if pool is None:
+                for t in tasks:
+                    records.append(run_task(t, refs[(t.dataset.label, t.n, t.seed)]))
+                    bar.update()
+            else:
+                futures = [pool.submit(run_task, t, refs[(t.dataset.label, t.n, t.seed)]) for t in tasks]
+                for future in concurrent.futures.as_completed(futures):
+                    records.append(future.result())
+                    bar.update()
+            bar.close()
+        finally:
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
+    return records, time.perf_counter() - started
+
+
+# -- aggregation and checks ----------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """Every seed of one (protocol, dataset, n, epsilon): per metric the median and quartiles."""
+
+    protocol: str
+    dataset: str
+    n: int
+    epsilon: str
+    seeds: int
+    median: dict[str, float]
+    q1: dict[str, float]
+    q3: dict[str, float]
+    values: dict[str, list[float]]
+    seconds: float
+
+    @property
+    def key(self) -> tuple[str, str, int, str]:
+        return self.protocol, self.dataset, self.n, self.epsilon
+
+
+def aggregate(records: Sequence[RunRecord]) -> dict[tuple[str, str, int, str], Cell]:
+    """Cells of the successful records, keyed by (protocol, dataset, n, epsilon label)."""
+    groups: dict[tuple[str, str, int, str], list[RunRecord]] = defaultdict(list)
+    for r in records:
+        if r.error is None:
+            groups[(r.protocol, r.dataset, r.n, r.epsilon)].append(r)
+    cells = {}
+    for key, rs in groups.items():
+        rs.sort(key=lambda r: r.seed)
+        names = sorted({m for r in rs for m in r.metrics})
+        values = {m: [r.metrics[m] for r in rs if m in r.metrics and not math.isnan(r.metrics[m])] for m in names}
+        values = {m: v for m, v in values.items() if v}
+        cells[key] = Cell(protocol=key[0], dataset=key[1], n=key[2], epsilon=key[3], seeds=len(rs),
+                          median={m: float(np.median(v)) for m, v in values.items()},
+                          q1={m: float(np.quantile(v, 0.25)) for m, v in values.items()},
+                          q3={m: float(np.quantile(v, 0.75)) for m, v in values.items()},
+                          values=values, seconds=float(np.median([r.seconds for r in rs])))
+    return cells
+
+
+@dataclass(kw_only=True)
+class CheckResult:
+    """One verified statement: a claim's cell, a bound, a regression entry or a failed run."""
+
+    kind: str
+    id: str
+    statement: str
+    passed: bool
+    detail: str
+    required: bool = True
+
+
+def check_claims(claims: Sequence[Claim], cells: dict[tuple[str, str, int, str], Cell]) -> list[CheckResult]:
+    """Every cell of every claim (missing cells are skipped: a protocol filter may have removed them)."""
+    out = []
+    for claim in claims:
+        for dataset_label in claim.datasets:
+            for n in claim.ns:
+                for eps_better, eps_worse in claim.epsilon_pairs:
+                    better = cells.get((claim.better, dataset_label, n, epsilon_label(eps_better)))
+                    worse = cells.get((claim.worse, dataset_label, n, epsilon_label(eps_worse)))
+                    if better is None or worse is None or claim.metric not in better.median \
+                            or claim.metric not in worse.median:
+                        continue
+                    b, w = better.median[claim.metric], worse.median[claim.metric]
+                    passed = b <= w + claim.margin if claim.lower_is_better else b >= w - claim.margin
+                    relation = "<=" if claim.lower_is_better else ">="
+                    margin = f" {'+' if claim.lower_is_better else '-'} {claim.margin:g}" if claim.margin else ""
+                    detail = (f"{dataset_label}, n={n}: {claim.better}(eps={epsilon_label(eps_better)}) "
+                              f"{claim.metric} {b:.4g} {relation} {claim.worse}(eps={epsilon_label(eps_worse)}) "
+                              f"{w:.4g}{margin}")
+                    out.append(CheckResult(kind="claim", id=claim.id, statement=claim.statement, passed=passed,
+                                           detail=detail, required=claim.required))
+    return out
+
+
+def check_bounds(bounds: Sequence[Bound], records: Sequence[RunRecord]) -> list[CheckResult]:
+    """Every bound against every matching successful run."""
+    out = []
+    for bound in bounds:
+        matching = [r for r in records if r.error is None and r.protocol in bound.protocols
+                    and r.dataset in bound.datasets and r.epsilon == epsilon_label(bound.epsilon)]
+        for protocol in bound.protocols:
+            for dataset_label in bound.datasets:
+                values = [r.metrics.get(bound.metric, math.nan) for r in matching
+                          if r.protocol == protocol and r.dataset == dataset_label]
+                if not values:
+                    continue
+                worst_high, worst_low = max(values), min(values)
+                passed = not any(math.isnan(v) for v in values)
+                if bound.maximum is not None:
+                    passed = passed and worst_high <= bound.maximum
+                if bound.minimum is not None:
+                    passed = passed and worst_low >= bound.minimum
+                limits = " and ".join(s for s in (
+                    f"<= {bound.maximum:g}" if bound.maximum is not None else "",
+                    f">= {bound.minimum:g}" if bound.minimum is not None else "") if s)
+                detail = (f"{protocol} on {dataset_label} (eps={epsilon_label(bound.epsilon)}): {bound.metric} in "
+                          f"[{worst_low:.4f}, {worst_high:.4f}] over {len(values)} runs, required {limits}")
+                out.append(CheckResult(kind="bound", id=bound.id, statement=bound.statement, passed=passed,
+                                       detail=detail))
+    return out
+
+
+def _load_regressions(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    entries = data.get("entries", [])
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: 'entries' must be a list")
+    return entries
+
+
+def check_regressions(suite: Suite, cells: dict[tuple[str, str, int, str], Cell], path: Path = REGRESSIONS_PATH,
+                      *, complete: bool = True) -> list[CheckResult]:
+    """Compare the suite's cells with ``path``; a recorded cell the run did not produce fails when ``complete``."""
+    out = []
+    for entry in _load_regressions(path):
+        if entry.get("suite") != suite.name:
+            continue
+        key = (entry["protocol"], entry["dataset"], int(entry["n"]), str(entry["epsilon"]))
+        metric = entry["metric"]
+        name = f"{key[0]} / {key[1]} / n={key[2]} / eps={key[3]} / {metric}"
+        cell = cells.get(key)
+        if cell is None or metric not in cell.median:
+            if complete:
+                out.append(CheckResult(kind="regression", id="regressions.json", statement="recorded cell ran",
+                                       passed=False, detail=f"{name}: recorded but not produced by this run"))
+            continue
+        now = cell.median[metric]
+        recorded = float(entry["median"])
+        tolerance = float(entry["tolerance"])
+        worse_by = now - recorded if entry["lower_is_better"] else recorded - now
+        passed = worse_by <= tolerance
+        out.append(CheckResult(kind="regression", id="regressions.json", statement="no regression beyond tolerance",
+                               passed=passed, detail=f"{name}: median {now:.4g}, recorded {recorded:.4g} "
+                                                     f"+- {tolerance:.3g} ({'worse' if worse_by > 0 else 'better'} "
+                                                     f"by {abs(worse_by):.3g})"))
+    return out
+
+
+def record_regressions(suite: Suite, cells: dict[tuple[str, str, int, str], Cell],
+                       path: Path = REGRESSIONS_PATH) -> int:
+    """Replace ``suite``'s entries of the protocols in ``cells`` with the current medians and tolerances.
+
+    Tolerance = max(absolute floor 0.02 for scores in [0, 1] or 5% of the median for costs and
+    ratios, the interquartile range over seeds). Entries of other suites, and of protocols this
+    run left out (``--protocols``), are kept. Returns the number of entries written.
+    """
+    protocols = {c.protocol for c in cells.values()}
+    kept = [e for e in _load_regressions(path) if e.get("suite") != suite.name or e.get("protocol") not in protocols]
+    fresh = []
+    for cell in sorted(cells.values(), key=lambda c: c.key):
+        for metric in suite.regression_metrics:
+            if metric not in cell.median:
+                continue
+            median = cell.median[metric]
+            lower = metric in _LOWER_IS_BETTER
+            floor = _RELATIVE_TOLERANCE * abs(median) if lower else _ABSOLUTE_TOLERANCE
+            tolerance = max(floor, _ABSOLUTE_TOLERANCE / 2, cell.q3[metric] - cell.q1[metric])
+            fresh.append({"suite": suite.name, "protocol": cell.protocol, "dataset": cell.dataset, "n": cell.n,
+                          "epsilon": cell.epsilon, "metric": metric, "median": round(median, 6),
+                          "tolerance": round(tolerance, 6), "lower_is_better": lower})
+    data = {
+        "description": ("Recorded medians over seeds and their tolerances; `python benchmarks/run.py --suite NAME "
+                        "--record-regressions` rewrites NAME's entries. A cell whose median gets worse than the "
+                        "recorded one by more than the tolerance fails the suite."),
+        "entries": kept + fresh,
+    }
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return len(fresh)
+
+
+#: Metrics where lower is better (everything else: higher is better).
+_LOWER_IS_BETTER = frozenset({"cost_ratio", "cost", "cost_per_point", "nicv", "center_error", "noise_share"})
+
+
+# -- entry point ---------------------------------------------------------------------------------------
+
+def _environment() -> dict[str, Any]:
+    import importlib.metadata as md
+
+    def version(dist: str) -> str:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return "missing"
+
+    return {"python": platform.python_version(), "numpy": np.__version__, "scikit-learn": version("scikit-learn"),
+            "cpus": os.cpu_count(), "platform": platform.platform(),
+            "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    from .suites import SUITES
+
+    parser = argparse.ArgumentParser(prog="benchmarks/run.py",
+                                     description="Run a clustering benchmark suite (see benchmarks/README.md).")
+    parser.add_argument("--suite", required=True, choices=tuple(SUITES), help="which matrix to run")
+    parser.add_argument("--via-grpc", action="store_true",
+                        help="drive the collector-backed protocols through a real gRPC collector on 127.0.0.1")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory (default benchmarks/results/<suite>)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="parallel worker processes (default min(2, CPUs); 1 runs in this process)")
+    parser.add_argument("--protocols", nargs="+", default=None, help="run only these protocols")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--record-regressions", action="store_true",
+                        help="write this run's medians as the suite's entries of harness/regressions.json")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the suite, write everything, print the checks; 0 when every check passed, 1 otherwise."""
+    from . import plots, tables
+
+    args = parse_args(argv)
+    suite = get_suite(args.suite)
+    out_dir: Path = args.out or Path(__file__).resolve().parent.parent / "results" / suite.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records, wall = run_suite(suite, jobs=args.jobs, via_grpc=args.via_grpc, protocols=args.protocols,
+                              quiet=args.quiet)
+    cells = aggregate(records)
+    checks = [CheckResult(kind="run", id="run", statement="every run completes", passed=False,
+                          detail=f"{r.protocol} / {r.dataset} / n={r.n} / eps={r.epsilon} / seed={r.seed}:\n{r.error}")
+              for r in records if r.error is not None]
+    checks += check_bounds(suite.bounds, records)
+    checks += check_claims(suite.claims, cells)
+    if args.record_regressions:
+        if any(not c.passed and c.required for c in checks):
+            print("not recording regressions: the run has failures", file=sys.stderr)
+        else:
+            written = record_regressions(suite, cells, REGRESSIONS_PATH)
+            print(f"recorded {written} regression entries for suite {suite.name} in {REGRESSIONS_PATH}")
+    checks += check_regressions(suite, cells, REGRESSIONS_PATH, complete=not args.protocols)
+    summary = {
+        "suite": suite.name, "description": suite.description, "via_grpc": args.via_grpc, "jobs": args.jobs,
+        "wall_seconds": round(wall, 2), "runs": len(records), "environment": _environment(),
+        "checks": [asdict(c) for c in checks],
+        "records": [r.to_json() for r in sorted(records, key=lambda r: (r.protocol, r.dataset, r.n, r.epsilon,
+                                                                         r.seed))],
+    }
+    (out_dir / "results.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    table = tables.suite_report(suite, cells, checks, wall=wall, runs=len(records), jobs=args.jobs,
+                                via_grpc=args.via_grpc)
+    (out_dir / "table.md").write_text(table, encoding="utf-8")
+    (out_dir / "summary.md").write_text(tables.summary_report(suite, cells, checks, wall=wall, runs=len(records),
+                                                              jobs=args.jobs), encoding="utf-8")
+    if not args.no_plots:
+        written_plots = plots.suite_plots(suite, cells, records, out_dir)
+        print(f"wrote {len(written_plots)} plots under {out_dir}")
+    print(table)
+    failed = [c for c in checks if not c.passed and c.required]
+    print(f"suite {suite.name}: {len(records)} runs in {wall:.1f} s with {args.jobs} job(s); results in {out_dir}")
+    if failed:
+        lines = [f"SUITE {suite.name.upper()} FAILED: {len(failed)} check(s) did not pass"]
+        lines += [f"  [{c.kind} {c.id}] {c.detail}" for c in failed]
+        print("\n".join(lines), file=sys.stderr)
+        return 1
+    print(f"suite {suite.name}: all {len(checks)} checks passed")
+    return 0

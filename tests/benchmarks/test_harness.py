@@ -1,0 +1,271 @@
+"""The harness: adapter registry, the matrix, one run, the checks, regressions and the entry point."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from harness import adapters, runner
+from harness.adapters import ADAPTERS, ProtocolAdapter, get_adapter, register_adapter
+from harness.baselines import Clustering
+from harness.runner import Cell, RunRecord, Task, aggregate, build_tasks, check_bounds, check_claims
+from harness.suites import SUITES, Block, Bound, Claim, DatasetCase, Suite, epsilon_label
+
+TINY = DatasetCase(name="blobs", d=2, k=3)
+TINY_3D = DatasetCase(name="blobs", d=3, k=3)
+
+
+@pytest.fixture
+def in_process() -> Iterator[None]:
+    adapters.configure_remote(None, None)
+    yield
+    adapters.configure_remote(None, None)
+
+
+class _Broken(ProtocolAdapter):
+    name = "test-broken"
+    description = "raises"
+    privacy = "ldp"
+    data_kinds = frozenset({"nd"})
+
+    def run(self, x: np.ndarray, k: int, epsilon: float | None, seed: int, via_grpc: bool = False) -> Clustering:
+        raise RuntimeError("deliberately broken")
+
+
+@pytest.fixture
+def broken() -> Iterator[str]:
+    register_adapter(_Broken)
+    yield _Broken.name
+    ADAPTERS.pop(_Broken.name)
+
+
+def _suite(blocks: tuple[Block, ...], **kwargs: object) -> Suite:
+    return Suite(name="tiny", description="test suite", blocks=blocks, **kwargs)  # type: ignore[arg-type]
+
+
+# -- adapters -----------------------------------------------------------------------------------------
+
+def test_every_baseline_is_registered_once_with_valid_metadata() -> None:
+    expected = {"kmeans++", "kmeans-random", "dbscan", "density-am-kmeans", "dplloyd", "dpqt-kmeans",
+                "improved-dp-kmeans", "ldp-laplace-points", "ldp-oue-grid"}
+    assert expected <= set(ADAPTERS)
+    for name, cls in ADAPTERS.items():
+        assert cls.name == name
+        assert cls.privacy in ("non-private", "central-dp", "ldp")
+        assert cls.description
+    assert ADAPTERS["ldp-oue-grid"].uses_collector
+    assert not ADAPTERS["dbscan"].has_centers
+
+
+def test_registering_a_second_adapter_under_a_taken_name_fails() -> None:
+    class Clash(_Broken):
+        name = "dplloyd"
+
+    with pytest.raises(ValueError, match="two adapters named 'dplloyd'"):
+        register_adapter(Clash)
+
+    class NoKinds(_Broken):
+        name = "test-no-kinds"
+        data_kinds = frozenset({"3d"})
+
+    with pytest.raises(ValueError, match="data_kinds"):
+        register_adapter(NoKinds)
+
+
+def test_data_kinds_keep_the_quadtree_to_2d() -> None:
+    quadtree = get_adapter("dpqt-kmeans")
+    assert quadtree.supports(np.zeros((5, 2)))
+    assert not quadtree.supports(np.zeros((5, 3)))
+    assert get_adapter("dplloyd").supports(np.zeros((5, 7)))
+    grid = get_adapter("ldp-oue-grid")
+    assert grid.supports(np.zeros((5, 14))) and not grid.supports(np.zeros((5, 15)))  # 2^d cells at least
+    with pytest.raises(ValueError, match="unknown protocol"):
+        get_adapter("nope")
+
+
+def test_private_adapters_refuse_a_missing_epsilon() -> None:
+    x = np.random.default_rng(0).normal(size=(50, 2))
+    with pytest.raises(ValueError, match="epsilon must be a number"):
+        get_adapter("dplloyd").run(x, 2, None, 0)
+
+
+# -- the matrix ---------------------------------------------------------------------------------------
+
+def test_build_tasks_deduplicates_and_skips_unsupported_data() -> None:
+    suite = _suite((
+        Block(protocols=("kmeans++", "dplloyd", "dpqt-kmeans"), datasets=(TINY, TINY_3D), epsilons=(0.5, math.inf),
+              ns=(300,), seeds=(0, 1)),
+        Block(protocols=("dplloyd",), datasets=(TINY,), epsilons=(0.5,), ns=(300,), seeds=(0,)),  # duplicates
+    ))
+    tasks = build_tasks(suite)
+    keys = [t.key for t in tasks]
+    assert len(keys) == len(set(keys))
+    # kmeans++: one task per data set and seed (no epsilon); dplloyd: 2 eps; dpqt: 2-D only.
+    assert sum(t.protocol == "kmeans++" for t in tasks) == 4
+    assert all(t.epsilon is None for t in tasks if t.protocol == "kmeans++")
+    assert sum(t.protocol == "dplloyd" for t in tasks) == 8
+    assert sum(t.protocol == "dpqt-kmeans" for t in tasks) == 4
+    assert all(t.dataset == TINY for t in tasks if t.protocol == "dpqt-kmeans")
+    assert build_tasks(suite, protocols=["dplloyd"]) and all(
+        t.protocol == "dplloyd" for t in build_tasks(suite, protocols=["dplloyd"]))
+    with pytest.raises(ValueError, match="unknown protocol"):
+        build_tasks(_suite((Block(protocols=("nope",), datasets=(TINY,), epsilons=(1.0,), ns=(10,), seeds=(0,)),)))
+
+
+def test_run_task_scores_a_run_and_captures_errors(in_process: None, broken: str) -> None:
+    ok = runner.run_task(Task(protocol="dpqt-kmeans", dataset=TINY, n=600, epsilon=1.0, seed=0, keep_labels=True),
+                         reference=runner.reference_cost(TINY, 600, 0))
+    assert ok.error is None
+    assert {"ari", "nmi", "f_measure", "cost_ratio", "cost_per_point", "nicv"} <= set(ok.metrics)
+    assert ok.labels is not None and ok.labels.shape == (600,)
+    assert ok.centers is not None and len(ok.centers) == 3
+    json.dumps(ok.to_json())  # JSON-ready
+    failed = runner.run_task(Task(protocol=broken, dataset=TINY, n=600, epsilon=1.0, seed=0), reference=1.0)
+    assert failed.error is not None and "deliberately broken" in failed.error
+    labels_only = runner.run_task(Task(protocol="dbscan", dataset=TINY, n=600, epsilon=None, seed=0), reference=1.0)
+    assert labels_only.error is None and "cost_ratio" not in labels_only.metrics
+
+
+# -- checks -------------------------------------------------------------------------------------------
+
+def _cell(protocol: str, epsilon: str, **metrics: float) -> Cell:
+    return Cell(protocol=protocol, dataset="d", n=10, epsilon=epsilon, seeds=1, median=dict(metrics),
+                q1=dict(metrics), q3=dict(metrics), values={k: [v] for k, v in metrics.items()}, seconds=0.0)
+
+
+def test_claims_compare_medians_with_the_margin() -> None:
+    cells = {c.key: c for c in (_cell("a", "0.5", cost=1.0, f=0.80), _cell("b", "0.5", cost=2.0, f=0.83),
+                                _cell("c", "-", f=0.84))}
+    lower = Claim(id="x", source="s", statement="a beats b", better="a", worse="b", metric="cost",
+                  lower_is_better=True, datasets=("d",), ns=(10,), epsilon_pairs=((0.5, 0.5),))
+    close = Claim(id="y", source="s", statement="a close to c", better="a", worse="c", metric="f",
+                  lower_is_better=False, datasets=("d",), ns=(10,), epsilon_pairs=((0.5, None),), margin=0.05)
+    strict = Claim(id="z", source="s", statement="a above b", better="a", worse="b", metric="f",
+                   lower_is_better=False, datasets=("d",), ns=(10,), epsilon_pairs=((0.5, 0.5), (1.0, 1.0)))
+    results = {r.id: r for r in check_claims([lower, close, strict], cells)}
+    assert results["x"].passed and results["y"].passed and not results["z"].passed
+    assert len(check_claims([strict], cells)) == 1  # the missing epsilon = 1 cell is skipped
+
+
+def _record(protocol: str, epsilon: str, seed: int, **metrics: float) -> RunRecord:
+    return RunRecord(protocol=protocol, dataset="d", n=10, d=2, k=2, epsilon=epsilon, seed=seed, via_grpc=False,
+                     seconds=0.1, metrics=dict(metrics))
+
+
+def test_bounds_apply_to_every_run() -> None:
+    bound = Bound(id="b", statement="s", protocols=("p",), datasets=("d",), epsilon=math.inf, metric="m",
+                  maximum=1.02)
+    good = [_record("p", "inf", s, m=1.0 + s / 100) for s in range(3)]
+    assert all(c.passed for c in check_bounds([bound], good))
+    bad = good + [_record("p", "inf", 9, m=1.05)]
+    assert not check_bounds([bound], bad)[0].passed
+    cells = aggregate(good)
+    assert cells[("p", "d", 10, "inf")].median["m"] == pytest.approx(1.01)
+
+
+def test_regressions_record_and_detect(tmp_path: Path) -> None:
+    suite = _suite((), regression_metrics=("cost_ratio", "ari"))
+    cells = {c.key: c for c in (_cell("p", "1", cost_ratio=2.0, ari=0.8),)}
+    path = tmp_path / "regressions.json"
+    assert runner.record_regressions(suite, cells, path) == 2
+    assert all(c.passed for c in runner.check_regressions(suite, cells, path))
+    worse = {c.key: c for c in (_cell("p", "1", cost_ratio=2.5, ari=0.8),)}
+    failed = [c for c in runner.check_regressions(suite, worse, path) if not c.passed]
+    assert len(failed) == 1 and "cost_ratio" in failed[0].detail
+    better = {c.key: c for c in (_cell("p", "1", cost_ratio=1.5, ari=0.95),)}
+    assert all(c.passed for c in runner.check_regressions(suite, better, path))
+    missing = runner.check_regressions(suite, {}, path)
+    assert missing and not any(c.passed for c in missing)
+    assert not runner.check_regressions(suite, {}, path, complete=False)
+
+
+def test_the_recorded_regressions_cover_the_smoke_suite() -> None:
+    entries = json.loads(runner.REGRESSIONS_PATH.read_text())["entries"]
+    smoke = {(e["protocol"], e["dataset"], e["n"], e["epsilon"], e["metric"]) for e in entries
+             if e["suite"] == "smoke"}
+    tasks = build_tasks(SUITES["smoke"])
+    for t in tasks:
+        if ADAPTERS[t.protocol].has_centers:
+            assert (t.protocol, t.dataset.label, t.n, epsilon_label(t.epsilon), "cost_ratio") in smoke
+    assert all(e["tolerance"] > 0 for e in entries)
+
+
+# -- entry point --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def tiny_suite(monkeypatch: pytest.MonkeyPatch) -> Suite:
+    suite = _suite(
+        (Block(protocols=("kmeans++", "dpqt-kmeans", "ldp-oue-grid"), datasets=(TINY,), epsilons=(1.0, math.inf),
+               ns=(800,), seeds=(0, 1)),),
+        bounds=(Bound(id="floors-inf", statement="s", protocols=("ldp-oue-grid",), datasets=(TINY.label,),
+                      epsilon=math.inf, metric="cost_ratio_matched", maximum=1.02),),
+        plot_epsilon=1.0)
+    monkeypatch.setitem(SUITES, "tiny", suite)
+    return suite
+
+
+def test_main_writes_everything_and_passes(tiny_suite: Suite, tmp_path: Path, in_process: None,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(runner, "REGRESSIONS_PATH", tmp_path / "regressions.json")
+    assert runner.main(["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path / "out"), "--quiet",
+                        "--record-regressions"]) == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["runs"] == 2 + 4 + 4
+    assert all(c["passed"] for c in results["checks"])
+    assert any(c["kind"] == "regression" for c in results["checks"])
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "| dpqt-kmeans | central-dp |" in table and "[" in table
+    plots = sorted(p.name for p in (tmp_path / "out" / "plots").glob("*.png"))
+    assert any(p.endswith("_clusters.png") for p in plots)
+
+
+def test_main_fails_loudly_on_a_regression(tiny_suite: Suite, tmp_path: Path, in_process: None,
+                                           monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "regressions.json"
+    path.write_text(json.dumps({"entries": [
+        {"suite": "tiny", "protocol": "dpqt-kmeans", "dataset": TINY.label, "n": 800, "epsilon": "1",
+         "metric": "cost_ratio", "median": 0.5, "tolerance": 0.01, "lower_is_better": True}]}))
+    monkeypatch.setattr(runner, "REGRESSIONS_PATH", path)
+    assert runner.main(["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path / "out"), "--quiet",
+                        "--no-plots"]) == 1
+    err = capsys.readouterr().err
+    assert "SUITE TINY FAILED" in err and "dpqt-kmeans" in err and "cost_ratio" in err
+
+
+def test_main_fails_loudly_on_a_broken_run(tiny_suite: Suite, tmp_path: Path, in_process: None, broken: str,
+                                           monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(runner, "REGRESSIONS_PATH", tmp_path / "none.json")
+    monkeypatch.setitem(SUITES, "tiny", _suite((Block(protocols=(broken,), datasets=(TINY,), epsilons=(1.0,),
+                                                      ns=(200,), seeds=(0,)),)))
+    assert runner.main(["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path), "--quiet", "--no-plots"]) == 1
+    assert "deliberately broken" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_oue_floor_over_grpc_matches_in_process(in_process: None) -> None:
+    """--via-grpc: the same campaign through a real collector (127.0.0.1, port 0) gives the same result."""
+    pytest.importorskip("grpc")
+    x, _ = runner.dataset(TINY, 1500, 0)[:2]
+    adapter = get_adapter("ldp-oue-grid")
+    local = adapter.run(x, 3, 1.0, 7, via_grpc=False)
+    with adapters.start_collector() as (address, token):
+        adapters.configure_remote(address, token)
+        remote = adapter.run(x, 3, 1.0, 7, via_grpc=True)
+    assert remote.diagnostics["via_grpc"] == 1.0 and local.diagnostics["via_grpc"] == 0.0
+    assert remote.diagnostics["reports"] == 1500 and remote.diagnostics["rejected"] == 0
+    np.testing.assert_allclose(remote.centers, local.centers)
+
+
+def test_recording_a_protocol_subset_keeps_the_other_entries(tmp_path: Path) -> None:
+    suite = _suite((), regression_metrics=("cost_ratio",))
+    path = tmp_path / "regressions.json"
+    runner.record_regressions(suite, {c.key: c for c in (_cell("p", "1", cost_ratio=2.0),
+                                                          _cell("q", "1", cost_ratio=3.0))}, path)
+    runner.record_regressions(suite, {c.key: c for c in (_cell("q", "1", cost_ratio=4.0),)}, path)
+    entries = {(e["protocol"], e["median"]) for e in json.loads(path.read_text())["entries"]}
+    assert entries == {("p", 2.0), ("q", 4.0)}
