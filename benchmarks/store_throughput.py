@@ -2,7 +2,8 @@
 
 Several threads (as gRPC handler threads would) each submit batches of pre-built reports; the
 figure is stored reports per second of wall time, from the first call to the last acknowledgement,
-so it includes every commit's ``fsync``. Building the ``StoredReport`` objects is not timed.
+so it includes every commit's ``fsync``. Building the ``StoredReport`` objects is not timed. The
+process CPU time per report is printed too: on a shared machine it varies less than wall time.
 
 Usage::
 
@@ -46,7 +47,7 @@ def make_batches(threads: int, batches: int, batch_size: int, payload_bytes: int
 
 
 def run(data_dir: Path, *, threads: int, batches: int, batch_size: int, payload_bytes: int,
-        accumulate: bool, prefill: int) -> float:
+        accumulate: bool, prefill: int) -> tuple[float, float]:
     store = SqliteReportStore(data_dir)
     try:
         store.create_campaign(CampaignRecord(campaign_id="bench", config=b"", state="collecting", current_round=1,
@@ -69,13 +70,13 @@ def run(data_dir: Path, *, threads: int, batches: int, batch_size: int, payload_
         for w in workers:
             w.start()
         start.wait()
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         for w in workers:
             w.join()
-        elapsed = time.perf_counter() - began
+        elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
         total = threads * batches * batch_size
         assert store.count_reports("bench", 1) == total + prefill
-        return total / elapsed
+        return total / elapsed, cpu / total * 1e6
     finally:
         store.close()
 
@@ -94,10 +95,11 @@ def main() -> None:
     rates = []
     for i in range(args.repeat):
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-            rate = run(Path(tmp) / f"run{i}", threads=args.threads, batches=args.batches, batch_size=args.batch_size,
-                       payload_bytes=args.payload_bytes, accumulate=args.accumulate, prefill=args.prefill)
+            rate, cpu_us = run(Path(tmp) / f"run{i}", threads=args.threads, batches=args.batches,
+                               batch_size=args.batch_size, payload_bytes=args.payload_bytes,
+                               accumulate=args.accumulate, prefill=args.prefill)
         rates.append(rate)
-        print(f"run {i + 1}: {rate:,.0f} reports/s")
+        print(f"run {i + 1}: {rate:,.0f} reports/s ({cpu_us:.2f} us of process CPU per report)")
     total = args.threads * args.batches * args.batch_size
     print(f"add_reports: {max(rates):,.0f} reports/s (best of {args.repeat}; median {sorted(rates)[len(rates) // 2]:,.0f}; "
           f"{args.threads} threads x {args.batches} batches x {args.batch_size} reports = {total:,} per run, "

@@ -6,6 +6,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from ldp_collector.storage import (
     open_store,
 )
 from ldp_collector.storage.migrations import LATEST_VERSION, SQLITE_MIGRATIONS, Migration, apply_migrations
+from ldp_collector.storage.sqlite import ColumnarReports
 
 from .store_contract import (
     A,
@@ -85,6 +87,7 @@ def test_creates_the_directory_and_a_wal_database(store: SqliteReportStore, data
     assert store.path == data_dir / "collector.sqlite3" and store.path.is_file()
     with sqlite3.connect(store.path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 16384
         assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(LATEST_VERSION,)]
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"campaigns", "rounds", "reports", "report_ids", "request_ids", "accumulators",
@@ -321,3 +324,52 @@ def test_close_flushes_queued_requests(data_dir: Path) -> None:
         assert reopened.count_reports("camp", 1) == 2
     finally:
         reopened.close()
+
+
+# -- columnar batches ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Columns(Sequence[StoredReport]):
+    """A minimal :class:`ColumnarReports`."""
+
+    report_ids: list[bytes]
+    campaign_ids: list[str]
+    rounds: list[int]
+    groups: list[int]
+    payloads: list[bytes]
+
+    @classmethod
+    def of(cls, reports: Sequence[StoredReport]) -> Columns:
+        return cls([r.report_id for r in reports], [r.campaign_id for r in reports], [r.round for r in reports],
+                   [r.group for r in reports], [r.payloads for r in reports])
+
+    def __len__(self) -> int:
+        return len(self.report_ids)
+
+    def __getitem__(self, i: int) -> StoredReport:  # type: ignore[override]
+        return StoredReport(report_id=self.report_ids[i], campaign_id=self.campaign_ids[i], round=self.rounds[i],
+                            group=self.groups[i], payloads=self.payloads[i])
+
+    def take(self, indexes: Sequence[int]) -> Columns:
+        return Columns.of([self[i] for i in indexes])
+
+
+def test_columnar_batches_are_stored_like_plain_ones(store: SqliteReportStore) -> None:
+    store.open_round("camp", 2, b"", 0.0)
+    old = make_report()
+    assert store.add_reports("plain", [old]) == [A]
+    fresh = [make_report(group=i % 3, round=1 + i % 2) for i in range(8)]
+    batch = Columns.of([fresh[0], old, fresh[1], fresh[0], *fresh[2:]])
+    assert isinstance(batch, ColumnarReports)
+    seen: list[Sequence[StoredReport]] = []
+
+    def spy(reports: Sequence[StoredReport], blobs: Mapping[str, bytes]) -> Mapping[str, bytes]:
+        seen.append(reports)
+        return count_per_group(reports, blobs)
+
+    assert store.add_reports("columns", batch, spy) == [A, D, A, D, A, A, A, A, A, A]
+    assert all(isinstance(r, Columns) for r in seen)  # the accumulator gets the columns, not copies
+    assert sorted(len(r) for r in seen) == [4, 4]  # one call per round, new reports only
+    assert all_reports(store, "camp", 1) == [old, *fresh[0::2]]
+    assert all_reports(store, "camp", 2) == fresh[1::2]
+    assert store.add_reports("columns", Columns.of([])) == [A, D, A, D, A, A, A, A, A, A]

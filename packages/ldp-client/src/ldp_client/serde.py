@@ -18,16 +18,21 @@ its default value and refused otherwise (the wire only grows; an old device must
 ignore a setting it cannot honour).
 
 Reports map to ``ldp.v1.Report`` with one ``Payload`` per component (``index``, ``bits``,
-``hashed``, ``integers``, ``floats``; see :mod:`ldp_client.payload`).
+``hashed``, ``integers``, ``floats``; see :mod:`ldp_client.payload`). A collector decodes the
+reports of a request with :func:`report_columns_from_proto`: the same reports as
+:func:`report_from_proto`, in a :class:`~ldp_client.report.ReportColumns`.
 
 This module and :mod:`ldp_client.grpc` are the only ones that import protobuf.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 import types
 import typing
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -46,7 +51,7 @@ from .encoders.base import ENCODERS, Encoder
 from .errors import InvalidParameterError, ProtocolError
 from .mechanisms.base import MECHANISMS, MechanismParams
 from .payload import Floats, HashedValue, Integers, Payload
-from .report import Report
+from .report import Report, ReportColumns
 from .spec import RoundSpec
 
 __all__ = [
@@ -54,6 +59,7 @@ __all__ = [
     "encoder_to_proto",
     "mechanism_from_proto",
     "mechanism_to_proto",
+    "report_columns_from_proto",
     "report_from_proto",
     "report_to_proto",
     "round_spec_from_proto",
@@ -69,6 +75,10 @@ _WRAPPERS: dict[str, SpecRegistry] = {
     "ldp.v1.MechanismSpec": MECHANISMS,
 }
 _NANOS = 10**9
+_REPORT_FIELDS = operator.attrgetter("__class__", "report_id", "campaign_id", "round", "group", "payloads")
+#: Payload kinds whose protobuf value is already the SDK payload (``int`` and ``bytes``).
+_PLAIN_PAYLOADS = ("index", "bits")
+_PAYLOAD_HAS: Callable[[Any, str], bool] = reports_pb2.Payload.HasField  # type: ignore[assignment]
 
 
 # ---------------------------------------------------------------------------- specs -> protobuf
@@ -299,6 +309,53 @@ def report_from_proto(message: reports_pb2.Report, *, where: str = "report") -> 
                       group=message.group, payloads=tuple(payloads))
     except (TypeError, InvalidParameterError) as exc:
         raise ProtocolError(f"{where}: {exc}") from exc
+
+
+def report_columns_from_proto(messages: Sequence[reports_pb2.Report], *, where: str = "reports") -> ReportColumns:
+    """``ldp.v1.Report`` messages -> :class:`~ldp_client.report.ReportColumns`.
+
+    Position ``i`` holds what ``report_from_proto(messages[i], where=f"{where}[{i}]")`` returns, or
+    the :class:`ProtocolError` it raises. A batch of one-component index (or bits) reports is read
+    with one pass per field and checked with one pass per column; other batches go report by report.
+    """
+    columns = _plain_report_columns(messages)
+    if columns is not None:
+        return columns
+    rows: list[tuple[bytes, str, int, int, tuple[Payload, ...]]] = []
+    errors: dict[int, ProtocolError] = {}
+    for i, message in enumerate(messages):
+        try:
+            report = report_from_proto(message, where=f"{where}[{i}]")
+        except ProtocolError as exc:
+            errors[i] = exc
+            rows.append((b"", "", 0, 0, ()))  # ReportColumns' placeholders
+        else:
+            rows.append((report.report_id, report.campaign_id, report.round, report.group, report.payloads))
+    return ReportColumns(report_ids=[r[0] for r in rows], campaign_ids=[r[1] for r in rows],
+                         rounds=[r[2] for r in rows], groups=[r[3] for r in rows], payloads=[r[4] for r in rows],
+                         errors=errors)
+
+
+def _plain_report_columns(messages: Sequence[reports_pb2.Report]) -> ReportColumns | None:
+    """The columns of a batch whose every report is valid with one index (or one bits) payload, else None."""
+    if not messages:
+        return None
+    try:  # one pass over the messages (each access to an element of a repeated field builds a wrapper)
+        classes, report_ids, campaign_ids, rounds, groups, payload_lists = zip(*map(_REPORT_FIELDS, messages))
+    except AttributeError:  # not Report messages: report_from_proto says so
+        return None
+    if set(classes) != {reports_pb2.Report} or set(map(len, payload_lists)) != {1}:
+        return None
+    firsts = [p[0] for p in payload_lists]
+    kind = next((k for k in _PLAIN_PAYLOADS if all(map(_PAYLOAD_HAS, firsts, itertools.repeat(k)))),
+                None)
+    if kind is None:
+        return None
+    try:
+        return ReportColumns(report_ids=report_ids, campaign_ids=campaign_ids, rounds=rounds, groups=groups,
+                             payloads=list(zip(map(operator.attrgetter(kind), firsts))))
+    except InvalidParameterError:  # some report is invalid: report by report, for its message
+        return None
 
 
 def _expect(message: Any, cls: type[Message], where: str) -> None:

@@ -50,7 +50,7 @@ from google.protobuf.message import DecodeError
 
 from ldp.v1 import campaigns_pb2, service_pb2
 from ldp_client.errors import ProtocolError
-from ldp_client.report import Report
+from ldp_client.report import Report, ReportColumns
 from ldp_client.spec import RoundSpec
 
 from .campaigns import (
@@ -334,6 +334,8 @@ class Collector:
         reports : sequence of Report or ProtocolError
             The batch in request order; a :class:`ProtocolError` stands for a report that could
             not be decoded (``ldp_client.report.unpack_batch``) and is rejected with its message.
+            A :class:`~ldp_client.report.ReportColumns` (what the service decodes) is validated,
+            stored and accumulated column by column, with the same outcomes.
 
         Returns
         -------
@@ -348,7 +350,8 @@ class Collector:
             Bad ``request_id`` or an oversized batch.
         """
         check_request_id(request_id)
-        campaign_ids = sorted({r.campaign_id for r in reports if isinstance(r, Report)})
+        campaign_ids = sorted(reports.distinct_campaign_ids() if isinstance(reports, ReportColumns)
+                              else {r.campaign_id for r in reports if isinstance(r, Report)})
         contexts: dict[str, RoundContext | str] = {}
         functions: dict[tuple[str, int], AccumulateFn] = {}
         # Locks exist only for real campaigns, so made-up campaign ids cost no memory.
@@ -616,6 +619,10 @@ class Collector:
             lock.release()
 
     def _auto_close_if_full(self, campaign_id: str, round: int) -> None:
+        with self._lock:
+            cached = self._configs.get(campaign_id)
+        if cached is not None and cached.close_after_reports <= 0:  # configs never change: no read needed
+            return
         try:
             record = self._store.get_campaign(campaign_id)
             config = self._config(record)

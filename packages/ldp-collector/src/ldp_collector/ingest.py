@@ -9,6 +9,18 @@ rows (payloads as msgpack); the others get a REJECTED outcome with the reason. N
 touches the store: :class:`~ldp_collector.core.Collector` stores the valid part and merges the
 store's outcomes back in request order with :meth:`ValidatedBatch.merge`.
 
+Batch-wide fast path
+--------------------
+A batch decoded column by column (:class:`~ldp_client.report.ReportColumns`, what the service
+decodes) is validated column by column too: the reports of the open round whose group reports one
+component of a GRR, unary-encoding or bitwise-RR mechanism are checked together (one C-level pass
+per check; numpy for the bit payloads) and their stored rows come out as a
+:class:`StoredReportColumns`, which carries the decoded payloads on to the accumulators. Every other
+report -- and every report that fails a batch check -- goes through :func:`validate_report`, so the
+outcomes, reasons and stored bytes are those of the per-report path by construction; the batch
+checks only decide which reports may skip it, and accept exactly what :func:`validate_report`
+accepts.
+
 Plausibility of unary-encoding reports
 --------------------------------------
 An honest unary-encoding report over D values has W = B + X ones, with B the (0/1) true bit and
@@ -31,16 +43,21 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, overload
 
 import msgpack
+import numpy as np
 
 from ldp_client.errors import ProtocolError
 from ldp_client.mechanisms.base import MechanismParams
+from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
+from ldp_client.mechanisms.randomized_response import GRRParams
 from ldp_client.mechanisms.unary_encoding import UnaryEncodingParams
 from ldp_client.payload import Payload, payload_to_wire
-from ldp_client.report import MAX_BATCH_REPORTS, MAX_REQUEST_ID, Report
+from ldp_client.report import MAX_BATCH_REPORTS, MAX_REQUEST_ID, Report, ReportColumns
 from ldp_client.spec import RoundSpec
 
 from .errors import InvalidArgumentError
@@ -49,6 +66,7 @@ from .storage.base import Outcome, StoredReport
 __all__ = [
     "PLAUSIBILITY_DELTA",
     "RoundContext",
+    "StoredReportColumns",
     "ValidatedBatch",
     "check_plausible",
     "check_request_id",
@@ -193,6 +211,61 @@ def validate_report(report: Report, context: RoundContext) -> StoredReport:
                         group=report.group, payloads=pack_payloads(report.payloads))
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class StoredReportColumns(Sequence[StoredReport]):
+    """Validated reports ready for the store, column by column (what the fast path produces).
+
+    Position ``i`` stands for ``StoredReport(report_id=report_ids[i], campaign_id=campaign_ids[i],
+    round=rounds[i], group=groups[i], payloads=payloads[i])``; indexing builds it, so this is a
+    drop-in ``Sequence[StoredReport]`` for any :class:`~ldp_collector.storage.base.ReportStore`.
+    The SQLite store reads the columns instead, and the accumulators read ``decoded_payloads``
+    (position ``i``: the payloads ``payloads[i]`` encodes) instead of decoding the msgpack again.
+    """
+
+    report_ids: Sequence[bytes]
+    campaign_ids: Sequence[str]
+    rounds: Sequence[int]
+    groups: Sequence[int]
+    #: The stored form, :func:`pack_payloads` of each report's payloads.
+    payloads: Sequence[bytes]
+    decoded_payloads: Sequence[Sequence[Payload]]
+
+    def __post_init__(self) -> None:
+        lengths = {len(c) for c in (self.report_ids, self.campaign_ids, self.rounds, self.groups, self.payloads,
+                                    self.decoded_payloads)}
+        if len(lengths) > 1:
+            raise ValueError(f"stored report columns must all have the same length, got {sorted(lengths)}")
+
+    def __len__(self) -> int:
+        return len(self.report_ids)
+
+    @overload
+    def __getitem__(self, index: int) -> StoredReport: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[StoredReport]: ...
+
+    def __getitem__(self, index: int | slice) -> StoredReport | Sequence[StoredReport]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = operator.index(index)
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"report index {index} out of range for {n} reports")
+        return StoredReport(report_id=self.report_ids[i], campaign_id=self.campaign_ids[i], round=self.rounds[i],
+                            group=self.groups[i], payloads=self.payloads[i])
+
+    def take(self, indexes: Sequence[int]) -> StoredReportColumns:
+        """The reports at ``indexes``, in that order."""
+        return StoredReportColumns(
+            report_ids=[self.report_ids[i] for i in indexes], campaign_ids=[self.campaign_ids[i] for i in indexes],
+            rounds=[self.rounds[i] for i in indexes], groups=[self.groups[i] for i in indexes],
+            payloads=[self.payloads[i] for i in indexes],
+            decoded_payloads=[self.decoded_payloads[i] for i in indexes])
+
+
 @dataclass(frozen=True, kw_only=True)
 class ValidatedBatch:
     """A batch after validation.
@@ -201,15 +274,15 @@ class ValidatedBatch:
     ----------
     rejected : dict of int to str
         Request position -> reason, for the reports rejected before storage.
-    valid : list of StoredReport
-        The reports to store, in request order.
-    positions : list of int
+    valid : sequence of StoredReport
+        The reports to store, in request order (a :class:`StoredReportColumns` from the fast path).
+    positions : sequence of int
         The request position of each entry of ``valid``.
     """
 
     rejected: dict[int, str]
-    valid: list[StoredReport]
-    positions: list[int]
+    valid: Sequence[StoredReport]
+    positions: Sequence[int]
 
     @property
     def size(self) -> int:
@@ -219,21 +292,33 @@ class ValidatedBatch:
         """Outcomes of the whole batch in request order, given the store's outcomes of ``valid``."""
         if len(stored) != len(self.valid):
             raise RuntimeError(f"the store answered {len(stored)} outcomes for {len(self.valid)} reports")
+        merged: list[tuple[Outcome, str] | None] = list(map(_STORED_OUTCOMES.get, stored))
+        for k in [k for k, pair in enumerate(merged) if pair is None] if None in merged else ():
+            # The store rejects a report whose round closed between validation and commit.
+            outcome = Outcome(stored[k])
+            merged[k] = (outcome, f"round {self.valid[k].round} closed before the report was stored"
+                         if outcome == Outcome.REJECTED else "")
+        if len(merged) == self.size:  # nothing rejected before storage: positions are 0 .. size - 1
+            return merged  # type: ignore[return-value]  # every None was replaced above
         out: list[tuple[Outcome, str]] = [(Outcome.REJECTED, "")] * self.size
         for position, reason in self.rejected.items():
             out[position] = (Outcome.REJECTED, reason)
-        for position, row, outcome in zip(self.positions, self.valid, stored):
-            # The store rejects a report whose round closed between validation and commit.
-            reason = f"round {row.round} closed before the report was stored" if outcome == Outcome.REJECTED else ""
-            out[position] = (Outcome(outcome), reason)
+        for position, pair in zip(self.positions, merged):
+            out[position] = pair  # type: ignore[assignment]  # every None was replaced above
         return out
+
+
+#: The merged outcome of each stored outcome that needs no reason.
+_STORED_OUTCOMES: dict[int, tuple[Outcome, str]] = {
+    Outcome.ACCEPTED: (Outcome.ACCEPTED, ""), Outcome.DUPLICATE: (Outcome.DUPLICATE, "")}
 
 
 def validate_batch(reports: Sequence[Report | ProtocolError], lookup: Lookup) -> ValidatedBatch:
     """Validate every report of a batch; ``lookup`` is called once per distinct campaign id.
 
     Entries that are already a :class:`ProtocolError` (a malformed report in a packed batch) are
-    rejected with their message.
+    rejected with their message. A :class:`~ldp_client.report.ReportColumns` batch takes the
+    batch-wide fast path (module docstring), with the same result.
 
     Raises
     ------
@@ -242,6 +327,8 @@ def validate_batch(reports: Sequence[Report | ProtocolError], lookup: Lookup) ->
     """
     if len(reports) > MAX_BATCH_REPORTS:
         raise InvalidArgumentError(f"a batch holds at most {MAX_BATCH_REPORTS} reports, got {len(reports)}")
+    if isinstance(reports, ReportColumns):
+        return _validate_columns(reports, lookup)
     contexts: dict[str, RoundContext | str] = {}
     rejected: dict[int, str] = {}
     valid: list[StoredReport] = []
@@ -263,3 +350,209 @@ def validate_batch(reports: Sequence[Report | ProtocolError], lookup: Lookup) ->
             continue
         positions.append(position)
     return ValidatedBatch(rejected=rejected, valid=valid, positions=positions)
+
+
+# -- the batch-wide fast path ---------------------------------------------------------------------
+
+#: Number of set bits of every byte value.
+_POPCOUNT = np.array([bin(b).count("1") for b in range(256)], dtype=np.uint8)
+#: GRR domains up to this size keep a table of their stored payloads (one ``bytes`` per index).
+_MAX_INDEX_TABLE = 1 << 16
+
+
+@functools.lru_cache(maxsize=8)
+def _stored_indexes(domain_size: int) -> list[bytes]:
+    """``pack_payloads((i,))`` for every index of a GRR domain (the stored form of one-index reports)."""
+    return [pack_payloads((i,)) for i in range(domain_size)]
+
+
+@dataclass(frozen=True)
+class _IndexCheck:
+    """GRR's ``check_payload`` for a whole batch of one-index reports."""
+
+    domain_size: int
+
+    def failing(self, values: Sequence[Any]) -> list[int]:
+        """Indexes (into ``values``) of the payloads ``GRRParams.check_payload`` would refuse."""
+        size = self.domain_size
+        if set(map(type, values)) == {int} and min(values) >= 0 and max(values) < size:
+            return []
+        return [k for k, v in enumerate(values) if type(v) is not int or not 0 <= v < size]
+
+    def stored(self, values: Sequence[int]) -> list[bytes]:
+        """The stored payloads of checked values: ``pack_payloads((v,))`` each."""
+        if self.domain_size <= _MAX_INDEX_TABLE:
+            return list(map(_stored_indexes(self.domain_size).__getitem__, values))
+        return [pack_payloads((v,)) for v in values]
+
+
+@dataclass(frozen=True)
+class _BitsCheck:
+    """``check_payload`` (and, for unary encoding, :func:`check_plausible`) of a bits mechanism
+    for a whole batch of one-payload reports."""
+
+    payload_bytes: int
+    #: Bits used in the last byte (0: all 8); the others must be 0.
+    used_bits: int
+    #: Plausible Hamming weights ``(low, high)`` (unary encoding), or None.
+    weights: tuple[int, int] | None
+
+    def failing(self, values: Sequence[Any]) -> list[int]:
+        """Indexes (into ``values``) of the payloads the mechanism's checks would refuse."""
+        width = self.payload_bytes
+        if set(map(type, values)) == {bytes} and set(map(len, values)) == {width}:
+            rows: Sequence[int] = range(len(values))
+            failing: list[int] = []
+        else:
+            rows = [k for k, v in enumerate(values) if type(v) is bytes and len(v) == width]
+            failing = sorted(set(range(len(values))).difference(rows))
+        if not rows:
+            return failing
+        bits = np.frombuffer(b"".join([values[k] for k in rows]), dtype=np.uint8).reshape(len(rows), width)
+        bad = np.zeros(len(rows), dtype=bool)
+        if self.used_bits:
+            bad |= (bits[:, -1] >> self.used_bits) != 0
+        if self.weights is not None:
+            weight = _POPCOUNT[bits].sum(axis=1, dtype=np.int64)
+            bad |= (weight < self.weights[0]) | (weight > self.weights[1])
+        if bad.any():
+            failing = sorted(failing + [rows[int(k)] for k in np.flatnonzero(bad)])
+        return failing
+
+    def stored(self, values: Sequence[bytes]) -> list[bytes]:
+        """The stored payloads of checked values: ``pack_payloads((v,))`` each."""
+        width = self.payload_bytes
+        prefix = pack_payloads((bytes(width),))[:-width]  # msgpack's array and bin headers
+        return [prefix + v for v in values]
+
+
+_PayloadCheck = _IndexCheck | _BitsCheck
+
+
+def _payload_check(mechanism: MechanismParams) -> _PayloadCheck | None:
+    """The batch check equivalent to the mechanism's payload checks, for the mechanisms that have one."""
+    kind = type(mechanism)  # exactly these classes: a subclass may check more
+    if kind is GRRParams:
+        assert isinstance(mechanism, GRRParams)
+        return _IndexCheck(mechanism.domain_size)
+    if kind is UnaryEncodingParams:
+        assert isinstance(mechanism, UnaryEncodingParams)
+        return _BitsCheck(mechanism.payload_bytes, mechanism.domain_size % 8,
+                          hamming_weight_limits(mechanism.domain_size, mechanism.q))
+    if kind is BitwiseRRParams:
+        assert isinstance(mechanism, BitwiseRRParams)
+        return _BitsCheck(mechanism.payload_bytes, mechanism.length % 8, None)
+    return None
+
+
+def _group_check(spec: RoundSpec, group: int) -> _PayloadCheck | None:
+    """The batch check of a group's reports: one component with a batch check, else None."""
+    if group >= len(spec.group_weights):
+        return None
+    task = spec.task_for(group)
+    if task is None or len(task.components) != 1:
+        return None
+    return _payload_check(task.components[0].mechanism)
+
+
+@dataclass
+class _Accepted:
+    """Reports that passed validation: request positions, stored payloads, decoded payloads."""
+
+    positions: list[int]
+    payloads: list[bytes]
+    decoded: list[Sequence[Payload]]
+    #: Whether ``positions`` is increasing (each ``add`` brings increasing positions).
+    ordered: bool = True
+
+    def add(self, positions: Sequence[int], payloads: Sequence[bytes], decoded: Sequence[Sequence[Payload]]) -> None:
+        if self.positions and positions and positions[0] < self.positions[-1]:
+            self.ordered = False
+        self.positions.extend(positions)
+        self.payloads.extend(payloads)
+        self.decoded.extend(decoded)
+
+
+def _validate_columns(columns: ReportColumns, lookup: Lookup) -> ValidatedBatch:
+    """:func:`validate_batch` of a column batch, checking the common reports batch-wide."""
+    rejected = {position: str(error) or "malformed report" for position, error in columns.errors.items()}
+    parts: dict[str, list[int] | None]
+    if not columns.errors and len(set(columns.campaign_ids)) == 1:
+        parts = {columns.campaign_ids[0]: None}  # None: every position
+    else:
+        parts = {}
+        for position, campaign_id in enumerate(columns.campaign_ids):
+            if position not in columns.errors:
+                positions = parts.setdefault(campaign_id, [])
+                assert positions is not None
+                positions.append(position)
+    accepted = _Accepted([], [], [])
+    for campaign_id, positions in parts.items():
+        context = lookup(campaign_id)
+        if isinstance(context, str):
+            rejected.update(dict.fromkeys(range(len(columns)) if positions is None else positions, context))
+        else:
+            _validate_part(columns, positions, context, accepted, rejected)
+    positions, payloads, decoded = accepted.positions, accepted.payloads, accepted.decoded
+    if not accepted.ordered:  # several campaigns or checks: back to request order
+        order = sorted(range(len(positions)), key=positions.__getitem__)
+        positions = [positions[k] for k in order]
+        payloads = [payloads[k] for k in order]
+        decoded = [decoded[k] for k in order]
+    report_ids, campaign_ids, rounds, groups = columns.report_ids, columns.campaign_ids, columns.rounds, columns.groups
+    if len(positions) != len(columns):  # some reports rejected: keep the others' columns
+        report_ids = [report_ids[i] for i in positions]
+        campaign_ids = [campaign_ids[i] for i in positions]
+        rounds = [rounds[i] for i in positions]
+        groups = [groups[i] for i in positions]
+    valid = StoredReportColumns(report_ids=report_ids, campaign_ids=campaign_ids, rounds=rounds, groups=groups,
+                                payloads=payloads, decoded_payloads=decoded)
+    return ValidatedBatch(rejected=rejected, valid=valid, positions=positions)
+
+
+def _validate_part(columns: ReportColumns, positions: list[int] | None, context: RoundContext,
+                   accepted: _Accepted, rejected: dict[int, str]) -> None:
+    """Validate the reports of one campaign (``positions``; None: all) against its open round."""
+    every = range(len(columns)) if positions is None else positions
+
+    def column(values: Sequence[Any]) -> Sequence[Any]:
+        return values if positions is None else [values[i] for i in positions]
+
+    rounds, groups, payloads = column(columns.rounds), column(columns.groups), column(columns.payloads)
+    checks = {group: _group_check(context.spec, group) for group in set(groups)}
+    # Rows (indexes into this part) by batch check; None collects the rows for validate_report.
+    by_check: dict[_PayloadCheck | None, list[int] | range] = {}
+    if len(set(checks.values())) == 1 and rounds.count(context.round) == len(rounds):
+        by_check[next(iter(checks.values()))] = range(len(rounds))
+    else:
+        for k, (round_, group) in enumerate(zip(rounds, groups)):
+            rows = by_check.setdefault(checks[group] if round_ == context.round else None, [])
+            assert isinstance(rows, list)
+            rows.append(k)
+    slow: list[int] = list(by_check.pop(None, []))
+    for check, rows in by_check.items():
+        assert check is not None
+        row_payloads = [payloads[k] for k in rows] if not isinstance(rows, range) else payloads
+        if set(map(len, row_payloads)) != {1}:  # the wrong number of payloads: validate_report says so
+            slow.extend(k for k, p in zip(rows, row_payloads) if len(p) != 1)
+            rows = [k for k, p in zip(rows, row_payloads) if len(p) == 1]
+            row_payloads = [payloads[k] for k in rows]
+        values = [p[0] for p in row_payloads]
+        failing = check.failing(values)
+        if failing:
+            slow.extend(rows[k] for k in failing)
+            keep = sorted(set(range(len(rows))).difference(failing))
+            rows = [rows[k] for k in keep]
+            values = [values[k] for k in keep]
+            row_payloads = [row_payloads[k] for k in keep]
+        accepted.add(rows if positions is None else [positions[k] for k in rows], check.stored(values), row_payloads)
+    for k in sorted(slow):
+        position = every[k]
+        report = columns[position]
+        assert isinstance(report, Report)  # errors are not part of any campaign
+        try:
+            row = validate_report(report, context)
+        except ProtocolError as exc:
+            rejected[position] = str(exc)
+        else:
+            accepted.add([position], [row.payloads], [columns.payloads[position]])

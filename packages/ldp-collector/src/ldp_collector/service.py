@@ -4,8 +4,10 @@ Every RPC is *decode -> plain handler -> encode*: the request bytes are parsed h
 failure is INVALID_ARGUMENT, never INTERNAL), request-level limits are checked (``request_id``,
 batch size), and one blocking job (proto -> SDK objects, the collector call, which waits on the
 durable group commit, and the response encoding) runs in a bounded worker pool so the event
-loop stays free for other calls. Domain errors map to status codes with ``google.rpc.Status``
-details (:func:`status_for_error`). This is the only collector module that imports ``grpc``.
+loop stays free for other calls. Report batches are decoded column by column
+(:class:`~ldp_client.report.ReportColumns`), never into one object per report. Domain errors map
+to status codes with ``google.rpc.Status`` details (:func:`status_for_error`). This is the only
+collector module that imports ``grpc``.
 
 Security model
 --------------
@@ -52,10 +54,10 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
-from ldp.v1 import campaigns_pb2, reports_pb2, service_pb2, service_pb2_grpc
+from ldp.v1 import campaigns_pb2, service_pb2, service_pb2_grpc
 from ldp_client import serde
 from ldp_client.errors import LdpError, ProtocolError
-from ldp_client.report import MAX_REQUEST_ID, Report, unpack_batch
+from ldp_client.report import MAX_REQUEST_ID, ReportColumns, unpack_batch_columns
 
 from .config import CollectorConfig, split_listen
 from .core import Collector
@@ -222,14 +224,49 @@ def _packed_batch_size(packed: bytes) -> int | None:
     return count
 
 
-def _decode_report(message: reports_pb2.Report, index: int) -> Report | ProtocolError:
-    where = f"reports[{index}]"
-    try:
-        return serde.report_from_proto(message, where=where)
-    except ProtocolError as exc:
-        return exc
-    except (LdpError, TypeError, ValueError) as exc:
-        return ProtocolError(f"{where}: {exc}")
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _outcome_field(report_id: bytes, outcome: Outcome, reason: str) -> bytes:
+    """One ``ReportOutcome`` as field 1 of ``SubmitReportsResponse``, encoded as upb encodes it."""
+    body = b"\x0a" + _varint(len(report_id)) + report_id if report_id else b""
+    body += b"\x10" + _varint(int(outcome))
+    if reason:
+        text = reason.encode()
+        body += b"\x1a" + _varint(len(text)) + text
+    return b"\x0a" + _varint(len(body)) + body
+
+
+def _submit_response(report_ids: Sequence[bytes],
+                     results: Sequence[tuple[Outcome, str]]) -> service_pb2.SubmitReportsResponse:
+    """The ``SubmitReportsResponse`` of a batch: one outcome per report, in request order, and the tallies.
+
+    The outcomes are written in the protobuf wire format here and parsed once: adding 1000
+    ``ReportOutcome`` messages one by one costs about 1 us per report, as much as decoding the batch.
+    When every report has a 16-byte id and the same outcome without a reason (a normal batch), the
+    whole field is one ``bytes.join``.
+    """
+    tally = _Counter([outcome for outcome, _ in results])
+    common = set(results) if len(tally) == 1 else ()
+    if len(common) == 1 and next(iter(common))[1] == "" and set(map(len, report_ids)) == {16}:
+        # Each outcome is b"\x0a\x14\x0a\x10" + report_id + b"\x10" + status: a join with the end of one
+        # outcome and the start of the next as the separator.
+        status = bytes([int(next(iter(tally)))])
+        outcomes = b"\x0a\x14\x0a\x10" + (b"\x10" + status + b"\x0a\x14\x0a\x10").join(report_ids) + b"\x10" + status
+    else:
+        outcomes = b"".join([_outcome_field(report_id, outcome, reason)
+                             for report_id, (outcome, reason) in zip(report_ids, results)])
+    response = service_pb2.SubmitReportsResponse.FromString(outcomes)
+    response.accepted = tally[Outcome.ACCEPTED]
+    response.duplicates = tally[Outcome.DUPLICATE]
+    response.rejected = tally[Outcome.REJECTED]
+    return response
 
 
 class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
@@ -271,8 +308,9 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
         self._metrics.batch_reports.labels(api="reports").observe(len(request.reports))
 
         def job() -> service_pb2.SubmitReportsResponse:
-            items = [_decode_report(r, i) for i, r in enumerate(request.reports)]
-            ids = [r.report_id for r in request.reports]
+            items = serde.report_columns_from_proto(request.reports)
+            # Outcomes echo the id each report was sent with, also for the malformed ones.
+            ids = items.report_ids if not items.errors else [r.report_id for r in request.reports]
             return self._submit(request.request_id, items, ids)
 
         return await self._pool.run(job)
@@ -289,15 +327,14 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
 
         def job() -> service_pb2.SubmitReportsResponse:
             try:
-                request_id, items = unpack_batch(request.packed)
+                request_id, items = unpack_batch_columns(request.packed)
             except (ProtocolError, TypeError) as exc:
                 raise _FieldError("packed", str(exc)) from exc
             if request.request_id and request.request_id != request_id:
                 raise _FieldError("request_id", "request_id differs from the packed batch's request_id")
             _check_batch_size(len(items), self._max_batch, "packed")
             self._metrics.batch_reports.labels(api="packed").observe(len(items))
-            ids = [item.report_id if isinstance(item, Report) else b"" for item in items]
-            return self._submit(request_id, items, ids)
+            return self._submit(request_id, items, items.report_ids)  # b"" for a malformed report
 
         return await self._pool.run(job)
 
@@ -309,27 +346,18 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
         return await self._pool.run(job)
 
     # Runs in the worker pool.
-    def _submit(self, request_id: str, items: Sequence[Report | ProtocolError],
+    def _submit(self, request_id: str, items: ReportColumns,
                 report_ids: Sequence[bytes]) -> service_pb2.SubmitReportsResponse:
         results = self._collector.submit(request_id, items)
         if len(results) != len(items):
             raise RuntimeError(f"collector returned {len(results)} outcomes for {len(items)} reports")
-        response = service_pb2.SubmitReportsResponse()
-        add = response.outcomes.add
-        per_campaign: _Counter[tuple[str, Outcome]] = _Counter()
-        for item, report_id, (outcome, reason) in zip(items, report_ids, results):
-            add(report_id=report_id, status=int(outcome), reason=reason)
-            per_campaign[(item.campaign_id if isinstance(item, Report) else "", outcome)] += 1
-        tally: _Counter[Outcome] = _Counter()
+        # items.campaign_ids holds "" for a malformed report.
+        per_campaign = _Counter(zip(items.campaign_ids, [outcome for outcome, _ in results]))
         by_kind: _Counter[tuple[str, str]] = _Counter()
         for (campaign_id, outcome), n in per_campaign.items():
-            tally[outcome] += n
             by_kind[(self._kind_of(campaign_id, outcome), _OUTCOME_NAMES[outcome])] += n
-        response.accepted = tally[Outcome.ACCEPTED]
-        response.duplicates = tally[Outcome.DUPLICATE]
-        response.rejected = tally[Outcome.REJECTED]
         self._metrics.observe_outcomes(by_kind)
-        return response
+        return _submit_response(report_ids, results)
 
     def _kind_of(self, campaign_id: str, outcome: Outcome) -> str:
         """Campaign kind for the metrics label; looked up only for campaigns that stored a report,

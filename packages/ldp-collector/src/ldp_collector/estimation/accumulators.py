@@ -3,6 +3,9 @@
 The store keeps raw reports (the source of truth) and, per round, accumulator blobs keyed
 ``f"{group}:{component_index}"`` that :func:`make_accumulate_fn` updates in the ingestion
 transaction and :func:`rebuild` recomputes from the raw reports (the two must agree byte for byte).
+In the ingestion transaction the new reports usually arrive with their payloads already decoded
+(:class:`DecodedReports`, from the collector's validation): the callback then adds those instead of
+decoding the stored msgpack again.
 
 What an accumulator holds
     * GRR and unary encoding: the report count n and the per-value (per-bit) counts, which is all
@@ -20,7 +23,7 @@ Blob format (little-endian int64 words)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, cast, runtime_checkable
 
 import msgpack
 import numpy as np
@@ -47,6 +50,7 @@ __all__ = [
     "KIND_SPARSE",
     "ComponentParams",
     "CountAccumulator",
+    "DecodedReports",
     "accumulator_key",
     "aggregate_reports",
     "component_params_from_spec",
@@ -235,6 +239,60 @@ def decode_report_payloads(reports: Iterable[StoredReport],
     return pending
 
 
+@runtime_checkable
+class DecodedReports(Protocol):
+    """Stored reports that also carry their decoded payloads (``ldp_collector.ingest.StoredReportColumns``):
+    position ``i`` of ``decoded_payloads`` holds the payloads that report ``i``'s ``payloads`` bytes encode."""
+
+    @property
+    def groups(self) -> Sequence[int]: ...
+
+    @property
+    def decoded_payloads(self) -> Sequence[Sequence[Any]]: ...
+
+
+_DECODED_TYPES: dict[type, bool] = {}
+
+
+def _decoded(reports: Sequence[StoredReport]) -> DecodedReports | None:
+    """``reports`` as :class:`DecodedReports` if it is one, else None (remembered per type: runtime
+    protocol checks are slow)."""
+    kind = type(reports)
+    known = _DECODED_TYPES.get(kind)
+    if known is None:
+        known = _DECODED_TYPES[kind] = isinstance(reports, DecodedReports)
+    return cast(DecodedReports, reports) if known else None
+
+
+def _payloads_by_key(reports: Sequence[StoredReport],
+                     component_params_by_group: ComponentParams) -> dict[str, list[Any]]:
+    """:func:`decode_report_payloads`, reading the decoded payloads when the reports carry them.
+
+    Reports with a group outside the round or the wrong number of payloads are decoded from their
+    bytes, so the errors are those of :func:`decode_report_payloads`.
+    """
+    columns = _decoded(reports)
+    if columns is None:
+        return decode_report_payloads(reports, component_params_by_group)
+    groups, decoded = columns.groups, columns.decoded_payloads
+    distinct = set(groups)
+    if not all(len(component_params_by_group.get(g, ())) > 0 for g in distinct):
+        return decode_report_payloads(reports, component_params_by_group)
+    if len(distinct) == 1:
+        group = groups[0]
+        count = len(component_params_by_group[group])
+        if set(map(len, decoded)) != {count}:
+            return decode_report_payloads(reports, component_params_by_group)
+        return {accumulator_key(group, index): [p[index] for p in decoded] for index in range(count)}
+    pending: dict[str, list[Any]] = {}
+    for group, payloads in zip(groups, decoded):
+        if len(payloads) != len(component_params_by_group[group]):
+            return decode_report_payloads(reports, component_params_by_group)
+        for index, payload in enumerate(payloads):
+            pending.setdefault(accumulator_key(group, index), []).append(payload)
+    return pending
+
+
 def _params_for(key: str, component_params_by_group: ComponentParams) -> MechanismParams:
     group, index = (int(part) for part in key.split(":"))
     return component_params_by_group[group][index]
@@ -252,15 +310,16 @@ def make_accumulate_fn(component_params_by_group: ComponentParams) -> Accumulate
     Returns
     -------
     AccumulateFn
-        ``accumulate(new_reports, blobs) -> updated blobs``: decodes the newly accepted reports,
-        adds them to the blobs of their ``"<group>:<component_index>"`` keys (creating missing
-        ones) and returns only the blobs it changed.
+        ``accumulate(new_reports, blobs) -> updated blobs``: decodes the newly accepted reports
+        (or reads their decoded payloads, :class:`DecodedReports`), adds them to the blobs of their
+        ``"<group>:<component_index>"`` keys (creating missing ones) and returns only the blobs it
+        changed.
     """
     frozen = {int(g): tuple(p) for g, p in component_params_by_group.items()}
 
     def accumulate(reports: Sequence[StoredReport], blobs: Mapping[str, bytes]) -> Mapping[str, bytes]:
         updated: dict[str, bytes] = {}
-        for key, payloads in decode_report_payloads(reports, frozen).items():
+        for key, payloads in _payloads_by_key(reports, frozen).items():
             params = _params_for(key, frozen)
             acc = (CountAccumulator.from_bytes(params, blobs[key], key=key) if key in blobs
                    else CountAccumulator(params))
