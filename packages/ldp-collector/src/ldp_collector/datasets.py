@@ -48,6 +48,7 @@ Randomness
 
 from __future__ import annotations
 
+import abc
 import csv
 import importlib
 import math
@@ -171,14 +172,15 @@ def _collect_options(separation: float | None, imbalance: float | None, ratio: f
 
 # -- plans: how the points of one request are made ----------------------------------------------------
 
-class _Plan:
+class _Plan(abc.ABC):
     """The points of one request, ``points(start, stop)`` in order, and their description."""
 
     def __init__(self, meta: dict[str, Any]) -> None:
         self.meta = meta
 
+    @abc.abstractmethod
     def points(self, start: int, stop: int) -> _Arrays:
-        raise NotImplementedError
+        """Points ``start`` to ``stop`` (exclusive) of the request, with their labels."""
 
 
 class _ArrayPlan(_Plan):
