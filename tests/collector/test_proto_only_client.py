@@ -36,8 +36,25 @@ import random
 import sys
 
 generated, address, token = sys.argv[1:4]
+
+
+class _NoProjectCode:
+    """Where the packages are installed (tox), make them unimportable: only the .proto may be used."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("ldp_client", "ldp_collector"):
+            raise ImportError(f"{name} must not be used by a client written only from the .proto")
+        return None
+
+
+sys.meta_path.insert(0, _NoProjectCode())
 for name in ("ldp_client", "ldp_collector"):
-    assert importlib.util.find_spec(name) is None, f"{name} must not be importable here"
+    try:
+        importlib.util.find_spec(name)
+    except ImportError:
+        pass
+    else:
+        raise AssertionError(f"{name} must not be importable here")
 sys.path.insert(0, generated)
 
 import grpc
@@ -134,6 +151,9 @@ def test_proto_only_client_runs_a_campaign(server: RunningServer, tmp_path: Path
     generated = tmp_path / "generated"
     generated.mkdir()
     compile_protos(generated)
+    # Regular packages, so that this copy wins over an installed ldp-proto (tox installs one).
+    for package in (generated / "ldp", generated / "ldp" / "v1"):
+        (package / "__init__.py").touch()
     script = tmp_path / "client.py"
     script.write_text(CLIENT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
