@@ -22,9 +22,27 @@ __all__ = ["SymmetricBoxEncoder", "UnitBallEncoder", "UnitCubeEncoder"]
 _SHRINK = 1.0 - 2.0**-52
 
 
+@dataclass(frozen=True, kw_only=True)
+class _AffineVectorEncoder(Encoder):
+    """Shared part of the vector encoders: the public domain, its check and the output dimension."""
+
+    domain: NumericDomain
+
+    def __post_init__(self) -> None:
+        _require_domain(self.domain)
+
+    @property
+    def output_size(self) -> int:
+        return self.domain.dimension
+
+    def _unit(self, point: Any) -> list[float]:
+        """The validated point, clamped and normalized to ``[0, 1]^d``."""
+        return self.domain.normalize(as_point(point, self.domain.dimension))
+
+
 @ENCODERS.register
 @dataclass(frozen=True, kw_only=True)
-class UnitCubeEncoder(Encoder):
+class UnitCubeEncoder(_AffineVectorEncoder):
     """The clamped point normalized to ``[0, 1]^d`` (``ldp.v1.UnitCubeEncoder``).
 
     Parameters
@@ -40,15 +58,6 @@ class UnitCubeEncoder(Encoder):
     KIND: ClassVar[str] = "unit_cube"
     VALUE_KIND: ClassVar[str] = UNIT_CUBE
 
-    domain: NumericDomain
-
-    def __post_init__(self) -> None:
-        _require_domain(self.domain)
-
-    @property
-    def output_size(self) -> int:
-        return self.domain.dimension
-
     def encode(self, point: Any) -> tuple[float, ...]:
         """``t``: the clamped, normalized point.
 
@@ -57,12 +66,12 @@ class UnitCubeEncoder(Encoder):
         EncodingError
             Wrong dimension or type, NaN or infinite coordinate.
         """
-        return tuple(self.domain.normalize(as_point(point, self.domain.dimension)))
+        return tuple(self._unit(point))
 
 
 @ENCODERS.register
 @dataclass(frozen=True, kw_only=True)
-class SymmetricBoxEncoder(Encoder):
+class SymmetricBoxEncoder(_AffineVectorEncoder):
     """The clamped point mapped to ``[-1, 1]^d`` as ``2 t - 1`` (``ldp.v1.SymmetricBoxEncoder``).
 
     Parameters
@@ -78,15 +87,6 @@ class SymmetricBoxEncoder(Encoder):
     KIND: ClassVar[str] = "symmetric_box"
     VALUE_KIND: ClassVar[str] = BOX
 
-    domain: NumericDomain
-
-    def __post_init__(self) -> None:
-        _require_domain(self.domain)
-
-    @property
-    def output_size(self) -> int:
-        return self.domain.dimension
-
     def encode(self, point: Any) -> tuple[float, ...]:
         """``2 t - 1`` for the clamped, normalized point ``t``.
 
@@ -95,12 +95,12 @@ class SymmetricBoxEncoder(Encoder):
         EncodingError
             Wrong dimension or type, NaN or infinite coordinate.
         """
-        return tuple(2.0 * t - 1.0 for t in self.domain.normalize(as_point(point, self.domain.dimension)))
+        return tuple(2.0 * t - 1.0 for t in self._unit(point))
 
 
 @ENCODERS.register
 @dataclass(frozen=True, kw_only=True)
-class UnitBallEncoder(Encoder):
+class UnitBallEncoder(_AffineVectorEncoder):
     """The clamped point mapped into the unit l2 ball as ``(2 t - 1) / sqrt(d)`` (``ldp.v1.UnitBallEncoder``).
 
     Parameters
@@ -119,15 +119,6 @@ class UnitBallEncoder(Encoder):
     KIND: ClassVar[str] = "unit_ball"
     VALUE_KIND: ClassVar[str] = BALL
 
-    domain: NumericDomain
-
-    def __post_init__(self) -> None:
-        _require_domain(self.domain)
-
-    @property
-    def output_size(self) -> int:
-        return self.domain.dimension
-
     def encode(self, point: Any) -> tuple[float, ...]:
         """``(2 t - 1) / sqrt(d)`` for the clamped, normalized point ``t``; norm at most 1.
 
@@ -137,7 +128,7 @@ class UnitBallEncoder(Encoder):
             Wrong dimension or type, NaN or infinite coordinate.
         """
         scale = 1.0 / math.sqrt(self.domain.dimension)
-        v = [(2.0 * t - 1.0) * scale for t in self.domain.normalize(as_point(point, self.domain.dimension))]
+        v = [(2.0 * t - 1.0) * scale for t in self._unit(point)]
         while (math.hypot(*v) > 1.0 or math.fsum([x * x for x in v]) > 1.0
                or sum([x * x for x in v]) > 1.0):
             v = [x * _SHRINK for x in v]

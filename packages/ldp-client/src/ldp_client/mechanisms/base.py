@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import abc
 import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
 from typing import Any, ClassVar
 
+from .._exact import exp_below
 from .._spec import Spec, SpecRegistry
+from .._validation import check_epsilon, check_int
+from ..encoders.base import MAX_DIMENSION
 from ..errors import InvalidParameterError
 from ..payload import Payload
 from ..rng import Rng
 
-__all__ = ["MECHANISMS", "MechanismParams"]
+__all__ = ["MECHANISMS", "MechanismParams", "VectorParams"]
 
 #: Registry of the ``ldp.v1.MechanismSpec`` oneof: kind name -> parameter class.
 MECHANISMS = SpecRegistry("mechanism", "ldp_client.mechanisms", {
@@ -85,3 +91,23 @@ def check_index_value(kind: str, value: Any, size: int) -> int:
     if not 0 <= value < size:
         raise InvalidParameterError(f"{kind} value must be in [0, {size}), got {value}")
     return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class VectorParams(MechanismParams):
+    """Shared part of the vector randomizers: ``dimension``, ``epsilon`` and the exact ratio."""
+
+    dimension: int
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        check_int("dimension", self.dimension, 1, MAX_DIMENSION)
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        if self.ratio <= 1:
+            raise InvalidParameterError(
+                f"epsilon must be at least 1.5e-14 for an unbiased vector estimate, got {self.epsilon:g}")
+
+    @cached_property
+    def ratio(self) -> Fraction:
+        """r: the exact rational stand-in for e^epsilon (r <= e^epsilon)."""
+        return exp_below(self.epsilon)

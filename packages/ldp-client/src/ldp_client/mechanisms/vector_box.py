@@ -46,20 +46,20 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar
 
-from .._exact import exp_below, log_fraction
-from .._validation import check_epsilon, check_int, check_vector
-from ..encoders.base import BOX, MAX_DIMENSION
-from ..errors import EncodingError, InvalidParameterError, ProtocolError
+from .._exact import log_fraction
+from .._validation import check_vector
+from ..encoders.base import BOX
+from ..errors import EncodingError, ProtocolError
 from ..payload import unpack_bits
 from ..rng import Rng, resolve_rng
-from .base import MECHANISMS, MechanismParams
+from .base import MECHANISMS, VectorParams
 
 __all__ = ["VectorBoxParams", "randomize"]
 
 
 @MECHANISMS.register
 @dataclass(frozen=True, kw_only=True)
-class VectorBoxParams(MechanismParams):
+class VectorBoxParams(VectorParams):
     """Parameters of the box vector randomizer (``ldp.v1.VectorBox``).
 
     See the module docstring for the privacy argument, utility and cost. Sign vectors are held as
@@ -69,21 +69,6 @@ class VectorBoxParams(MechanismParams):
     KIND: ClassVar[str] = "vector_box"
     PAYLOAD_FIELD: ClassVar[str] = "bits"
     INPUT_KIND: ClassVar[str] = BOX
-
-    dimension: int
-    epsilon: float
-
-    def __post_init__(self) -> None:
-        check_int("dimension", self.dimension, 1, MAX_DIMENSION)
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        if self.ratio <= 1:
-            raise InvalidParameterError(
-                f"epsilon must be at least 1.5e-14 for an unbiased vector estimate, got {self.epsilon:g}")
-
-    @cached_property
-    def ratio(self) -> Fraction:
-        """r: the exact rational stand-in for e^epsilon (r <= e^epsilon)."""
-        return exp_below(self.epsilon)
 
     @cached_property
     def equator_size(self) -> int:

@@ -49,13 +49,13 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar
 
-from .._exact import exp_below, log_fraction
-from .._validation import check_epsilon, check_int, check_vector
-from ..encoders.base import BALL, MAX_DIMENSION
-from ..errors import EncodingError, InvalidParameterError, ProtocolError
+from .._exact import log_fraction
+from .._validation import check_vector
+from ..encoders.base import BALL
+from ..errors import EncodingError, ProtocolError
 from ..payload import Floats
 from ..rng import Rng, resolve_rng
-from .base import MECHANISMS, MechanismParams
+from .base import MECHANISMS, VectorParams
 
 __all__ = ["NORM_SLACK", "VectorL2BallParams", "randomize", "uniform_direction"]
 
@@ -67,7 +67,7 @@ _PAYLOAD_NORM_TOLERANCE = 1e-5
 
 @MECHANISMS.register
 @dataclass(frozen=True, kw_only=True)
-class VectorL2BallParams(MechanismParams):
+class VectorL2BallParams(VectorParams):
     """Parameters of the l2-ball vector randomizer (``ldp.v1.VectorL2Ball``).
 
     See the module docstring for the privacy argument, utility and cost.
@@ -76,21 +76,6 @@ class VectorL2BallParams(MechanismParams):
     KIND: ClassVar[str] = "vector_l2_ball"
     PAYLOAD_FIELD: ClassVar[str] = "floats"
     INPUT_KIND: ClassVar[str] = BALL
-
-    dimension: int
-    epsilon: float
-
-    def __post_init__(self) -> None:
-        check_int("dimension", self.dimension, 1, MAX_DIMENSION)
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        if self.ratio <= 1:
-            raise InvalidParameterError(
-                f"epsilon must be at least 1.5e-14 for an unbiased vector estimate, got {self.epsilon:g}")
-
-    @cached_property
-    def ratio(self) -> Fraction:
-        """r: the exact rational stand-in for e^epsilon (r <= e^epsilon)."""
-        return exp_below(self.epsilon)
 
     @cached_property
     def near_probability(self) -> Fraction:
