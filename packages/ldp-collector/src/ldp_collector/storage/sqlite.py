@@ -344,6 +344,25 @@ def _check_blobs(blobs: Mapping[str, bytes], what: str) -> list[tuple[str, bytes
     return items
 
 
+def _retry_when_locked(step: Callable[[], T]) -> T:
+    """Run a start-up step, retrying while SQLite says "database is locked".
+
+    Switching to WAL (and the first migration) while another process or thread opens the same new
+    database can fail with SQLITE_BUSY at once, without SQLite's busy handler ever waiting (its
+    deadlock avoidance); the step is idempotent, so it is retried for up to the busy timeout.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    delay = 0.005
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
 class SqliteReportStore(ReportStore):
     """The :class:`ReportStore` in one SQLite file; thread-safe, durable, group-committed.
 
@@ -388,13 +407,13 @@ class SqliteReportStore(ReportStore):
         self._writer = self._connect()
         try:
             self._writer.execute(f"PRAGMA page_size = {_PAGE_SIZE}")  # no effect on an existing database
-            mode = self._writer.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = _retry_when_locked(lambda: self._writer.execute("PRAGMA journal_mode = WAL").fetchone()[0])
             if str(mode).lower() != "wal":
                 raise CollectorError(f"{self._path} cannot use WAL mode (journal_mode is {mode}); "
                                      "put the data directory on a local file system")
             self._writer.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
             self._writer.execute(f"PRAGMA wal_autocheckpoint = {_WAL_AUTOCHECKPOINT_PAGES}")
-            apply_migrations(self._writer, where=str(self._path))
+            _retry_when_locked(lambda: apply_migrations(self._writer, where=str(self._path)))
         except BaseException:
             self._writer.close()
             raise
