@@ -21,9 +21,11 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[i
 from grpc_status import rpc_status
 
 from ldp.v1 import campaigns_pb2, service_pb2, service_pb2_grpc
+from ldp_client.clusters import CellClusterModel, CenterModel
 from ldp_client.device import Device
-from ldp_client.encoders import CategoricalEncoder
-from ldp_client.errors import ProtocolError, TransportError
+from ldp_client.encoders import CategoricalEncoder, NumericDomain, TreeCell
+from ldp_client.encoders.geometry import tree_children
+from ldp_client.errors import EncodingError, ProtocolError, TransportError
 from ldp_client.grpc import (
     CollectorClient,
     OutcomeStatus,
@@ -35,7 +37,7 @@ from ldp_client.grpc import (
 from ldp_client.mechanisms import GRRParams
 from ldp_client.report import Report, unpack_batch
 from ldp_client.rng import SeededRng
-from ldp_client.serde import report_from_proto, round_spec_to_proto
+from ldp_client.serde import cluster_model_to_proto, report_from_proto, round_spec_to_proto
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
 pytestmark = pytest.mark.integration
@@ -70,6 +72,7 @@ class FakeCollector(service_pb2_grpc.DeviceServiceServicer):
         self.reject: dict[bytes, str] = {}
         self.finished = False
         self.slow_first_call = 0.0
+        self.results: dict[str, campaigns_pb2.Result] = {}  # published results by campaign id
 
     def _fail_if_asked(self, context: grpc.ServicerContext) -> None:
         with self.lock:
@@ -124,6 +127,11 @@ class FakeCollector(service_pb2_grpc.DeviceServiceServicer):
         return service_pb2.GetRoundSpecResponse(spec=round_spec_to_proto(SPEC))
 
     def GetResult(self, request: Any, context: grpc.ServicerContext) -> Any:
+        with self.lock:
+            self.calls.append(("GetResult", request.campaign_id, 0))
+            published = self.results.get(request.campaign_id)
+        if published is not None:
+            return service_pb2.GetResultResponse(result=published)
         return service_pb2.GetResultResponse(result=campaigns_pb2.Result(
             campaign_id=request.campaign_id, state=campaigns_pb2.FINISHED, warnings=["few reports"]))
 
@@ -168,6 +176,37 @@ def test_get_round_spec_and_result(collector: tuple[FakeCollector, str]) -> None
         assert info.value.code == grpc.StatusCode.NOT_FOUND and "unknown campaign other" in str(info.value)
         assert isinstance(info.value, ProtocolError)
     assert fake.metadata[0]["authorization"] == "Bearer tok-1"
+
+
+CELL_MODEL = CellClusterModel(
+    domain=NumericDomain(lower=(0.0, 0.0), upper=(10.0, 10.0)),
+    cells=(*tree_children(TreeCell(level=0, morton_index=0), 2)[1:], *tree_children(TreeCell(level=1, morton_index=0), 2)),
+    labels=(0, 1, -1, 1, 0, -1, 0))
+CENTER_MODEL = CenterModel(centers=((0.0, 0.0), (10.0, 10.0)))
+
+
+def test_get_cluster_model_and_cluster_label(collector: tuple[FakeCollector, str]) -> None:
+    fake, target = collector
+    for campaign, model in (("grid", CELL_MODEL), ("kmeans", CENTER_MODEL)):
+        fake.results[campaign] = campaigns_pb2.Result(campaign_id=campaign, state=campaigns_pb2.FINISHED,
+                                                      clustering=cluster_model_to_proto(model))
+    with CollectorClient(target) as client:
+        assert client.get_cluster_model("grid") == CELL_MODEL
+        assert client.get_cluster_model("kmeans") == CENTER_MODEL
+        assert client.cluster_label("grid", (9.0, 1.0)) == 0 and client.cluster_label("grid", [9.0, 9.0]) == -1
+        assert client.cluster_label("grid", (3.0, 1.0)) == 0 and client.cluster_label("grid", (-5.0, 50.0)) == 1
+        assert client.cluster_label("kmeans", (4.9, 5.0)) == 0 and client.cluster_label("kmeans", (6.0, 6.0)) == 1
+        with pytest.raises(EncodingError, match="dimension 2, got 3"):
+            client.cluster_label("kmeans", (1.0, 2.0, 3.0))
+        # "camp" has a finished result without a clustering
+        with pytest.raises(ProtocolError, match="campaign 'camp' published no clustering"):
+            client.get_cluster_model("camp")
+        fake.results["open"] = campaigns_pb2.Result(campaign_id="open", state=campaigns_pb2.COLLECTING,
+                                                    clustering=cluster_model_to_proto(CENTER_MODEL))
+        with pytest.raises(ProtocolError, match="campaign 'open' is COLLECTING, not FINISHED"):
+            client.cluster_label("open", (1.0, 1.0))
+    # labelling reads public data only: nothing but GetResult calls, no report reached the collector
+    assert {method for method, _, _ in fake.calls} == {"GetResult"} and fake.stored == {}
 
 
 def test_retries_honour_retry_info_and_reuse_the_request_id(collector: tuple[FakeCollector, str]) -> None:

@@ -9,7 +9,7 @@ from here.
 Submodules: :mod:`~ldp_client.mechanisms` (one module per randomizer), :mod:`~ldp_client.encoders`
 (pure public encoders and the shared cell geometry), :mod:`~ldp_client.spec` (round specs),
 :mod:`~ldp_client.report` (reports and their msgpack form), :mod:`~ldp_client.device`,
-:mod:`~ldp_client.rng`.
+:mod:`~ldp_client.rng`, :mod:`~ldp_client.clusters` (local labels from a published clustering).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (import c
 if TYPE_CHECKING:  # the names below are loaded on first use (PEP 562), keeping `import ldp_client` cheap
     from typing import Any
 
+    from .clusters import CellClusterModel, CenterModel, ClusterModel, cluster_model_from_dict
     from .device import Device, DevicePolicy
     from .errors import (
         AlreadyReportedError,
@@ -40,6 +41,8 @@ if TYPE_CHECKING:  # the names below are loaded on first use (PEP 562), keeping 
     from .spec import Component, GroupTask, RoundSpec
 
 _LAZY = {
+    "CellClusterModel": "clusters", "CenterModel": "clusters", "ClusterModel": "clusters",
+    "cluster_model_from_dict": "clusters",
     "Device": "device", "DevicePolicy": "device",
     "AlreadyReportedError": "errors", "BudgetExhaustedError": "errors", "EncodingError": "errors",
     "InvalidParameterError": "errors", "LdpError": "errors", "LedgerCorruptedError": "errors",
@@ -69,6 +72,9 @@ __version__ = "0.1.0"
 __all__ = [
     "AlreadyReportedError",
     "BudgetExhaustedError",
+    "CellClusterModel",
+    "CenterModel",
+    "ClusterModel",
     "Component",
     "Device",
     "DevicePolicy",
@@ -88,6 +94,7 @@ __all__ = [
     "StateCorruptedError",
     "TransportError",
     "__version__",
+    "cluster_model_from_dict",
     "pack_batch",
     "unpack_batch",
 ]

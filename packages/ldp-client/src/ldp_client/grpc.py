@@ -20,6 +20,11 @@ removed as well -- resending the same bytes cannot succeed, and the device never
 returned in :attr:`DrainResult.rejected` with the collector's reason, so the app can log or surface
 it. Its budget stays charged.
 
+A finished clustering campaign's result labels the device locally, at no privacy cost (public data
+only: nothing is reported, no budget is charged)::
+
+    label = client.cluster_label("traffic-2026", (latitude, longitude))
+
 Importing this module without grpcio, grpcio-status or ldp-proto raises ``ImportError`` with the
 install hint ``pip install "ldp-client[grpc]"``.
 """
@@ -44,11 +49,12 @@ except ImportError as _exc:
         'pip install "ldp-client[grpc]"') from _exc
 
 from ._validation import check_float, check_int
+from .clusters import ClusterModel
 from .device import Device
 from .errors import InvalidParameterError, ProtocolError, TransportError
 from .report import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, REPORT_ID_BYTES, Report, pack_batch
 from .rng import Rng, resolve_rng
-from .serde import report_to_proto, round_spec_from_proto
+from .serde import cluster_model_from_proto, report_to_proto, round_spec_from_proto
 from .spec import RoundSpec, check_campaign_id
 
 __all__ = [
@@ -254,11 +260,53 @@ class CollectorClient:
         return round_spec_from_proto(response.spec)
 
     def get_result(self, campaign_id: str) -> campaigns_pb2.Result:
-        """The campaign's published result (``ldp.v1.Result``), e.g. to label the device locally."""
+        """The campaign's published result (``ldp.v1.Result``); :meth:`get_cluster_model` labels the device with it."""
         check_campaign_id(campaign_id)
         response = self._call("GetResult", self._stub.GetResult,
                               service_pb2.GetResultRequest(campaign_id=campaign_id))
         return response.result
+
+    def get_cluster_model(self, campaign_id: str) -> ClusterModel:
+        """The published clustering of a finished campaign, as a local labelling model.
+
+        Reads only public data (the campaign's ``GetResult``): nothing about the device is sent and
+        no privacy budget is charged. Fetch the model once and keep it (its
+        :meth:`~ldp_client.clusters.CellClusterModel.to_dict` form is msgpack-friendly) to label
+        many points or to label offline.
+
+        Returns
+        -------
+        CellClusterModel or CenterModel
+            See :func:`ldp_client.serde.cluster_model_from_proto`.
+
+        Raises
+        ------
+        RequestRejectedError
+            E.g. ``NOT_FOUND`` for an unknown campaign.
+        ProtocolError
+            The campaign is not finished, published no clustering, or its clustering does not
+            validate.
+        RpcFailedError
+            The collector could not be reached.
+        """
+        return cluster_model_from_proto(self.get_result(campaign_id))
+
+    def cluster_label(self, campaign_id: str, point: Any) -> int:
+        """The cluster the device's point belongs to in a finished campaign's published clustering.
+
+        ``get_cluster_model(campaign_id).label(point)``: the model is fetched (public data only) and
+        the point is labelled on the device -- it never leaves it, nothing is reported and no
+        privacy budget is charged. ``-1`` means noise (grid clusterings). Each call fetches the
+        result again; to label several points keep the model of :meth:`get_cluster_model`.
+
+        Raises
+        ------
+        EncodingError
+            The point has the wrong dimension or type, or a NaN or infinite coordinate.
+        RequestRejectedError, ProtocolError, RpcFailedError
+            As for :meth:`get_cluster_model`.
+        """
+        return self.get_cluster_model(campaign_id).label(point)
 
     def submit(self, reports: Sequence[Report]) -> list[ReportOutcome]:
         """Send reports with ``SubmitReports`` in batches of ``max_batch``; one outcome per report, in order.

@@ -22,6 +22,10 @@ Reports map to ``ldp.v1.Report`` with one ``Payload`` per component (``index``, 
 reports of a request with :func:`report_columns_from_proto`: the same reports as
 :func:`report_from_proto`, in a :class:`~ldp_client.report.ReportColumns`.
 
+A published clustering (``ldp.v1.Result.clustering``) becomes a local labelling model with
+:func:`cluster_model_from_proto` (:mod:`ldp_client.clusters`); :func:`cluster_model_to_proto` writes
+one back into an ``ldp.v1.Clustering``.
+
 This module and :mod:`ldp_client.grpc` are the only ones that import protobuf.
 """
 
@@ -40,13 +44,14 @@ try:
     from google.protobuf import timestamp_pb2
     from google.protobuf.message import Message
 
-    from ldp.v1 import encoders_pb2, mechanisms_pb2, reports_pb2
+    from ldp.v1 import campaigns_pb2, encoders_pb2, mechanisms_pb2, reports_pb2
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
         f'ldp_client.serde needs protobuf and the ldp-proto package ({_exc}); install them with: '
         'pip install "ldp-client[grpc]"') from _exc
 
 from ._spec import Spec, SpecRegistry, _field_types
+from .clusters import CellClusterModel, CenterModel, ClusterModel
 from .encoders.base import ENCODERS, Encoder
 from .errors import InvalidParameterError, ProtocolError
 from .mechanisms.base import MECHANISMS, MechanismParams
@@ -55,6 +60,8 @@ from .report import Report, ReportColumns
 from .spec import RoundSpec
 
 __all__ = [
+    "cluster_model_from_proto",
+    "cluster_model_to_proto",
     "encoder_from_proto",
     "encoder_to_proto",
     "mechanism_from_proto",
@@ -78,6 +85,8 @@ _NANOS = 10**9
 _REPORT_FIELDS = operator.attrgetter("__class__", "report_id", "campaign_id", "round", "group", "payloads")
 #: Payload kinds whose protobuf value is already the SDK payload (``int`` and ``bytes``).
 _PLAIN_PAYLOADS = ("index", "bits")
+#: ``ldp.v1.CampaignState`` value -> name, for messages.
+_CAMPAIGN_STATES = {v: k for k, v in campaigns_pb2.CampaignState.items()}
 _PAYLOAD_HAS: Callable[[Any, str], bool] = reports_pb2.Payload.HasField  # type: ignore[assignment]
 
 
@@ -356,6 +365,91 @@ def _plain_report_columns(messages: Sequence[reports_pb2.Report]) -> ReportColum
                              payloads=list(zip(map(operator.attrgetter(kind), firsts))))
     except InvalidParameterError:  # some report is invalid: report by report, for its message
         return None
+
+
+def cluster_model_from_proto(result: campaigns_pb2.Result) -> ClusterModel:
+    """The labelling model of a finished campaign's published clustering (``ldp.v1.Result``).
+
+    Centers (``clustering.centers``, row-major ``k x dimension``) give a :class:`CenterModel`;
+    otherwise a cell map (``clustering.cell_map``) gives a :class:`CellClusterModel`. When a result
+    carries both, the centers win, as in the collector's own evaluation of clusterings. Everything
+    read is public: labelling a point with the model sends nothing and spends no budget.
+
+    Parameters
+    ----------
+    result : ldp.v1.Result
+        From ``DeviceService.GetResult``
+        (:meth:`ldp_client.grpc.CollectorClient.get_result`).
+
+    Raises
+    ------
+    TypeError
+        ``result`` is not an ``ldp.v1.Result``.
+    ProtocolError
+        The campaign is not ``FINISHED``, the result has no clustering (or one with neither
+        centers nor a cell map), or the clustering does not validate; the message names the field.
+    """
+    _expect(result, campaigns_pb2.Result, "result")
+    campaign = f"campaign {result.campaign_id!r}" if result.campaign_id else "the campaign"
+    if result.state != campaigns_pb2.FINISHED:
+        state = _CAMPAIGN_STATES.get(result.state, str(result.state))
+        raise ProtocolError(f"result.state: {campaign} is {state}, not FINISHED; "
+                            "only a finished campaign's clustering can label points")
+    if not result.HasField("clustering"):
+        raise ProtocolError(f"result.clustering: {campaign} published no clustering "
+                            "(a clustering campaign's result is needed to label points)")
+    clustering = result.clustering
+    if clustering.centers:
+        return _center_model_from_proto(clustering, "result.clustering")
+    if clustering.HasField("cell_map") and clustering.cell_map.cells:
+        model = _cell_model_from_proto(clustering.cell_map, "result.clustering.cell_map")
+        if clustering.dimension not in (0, model.domain.dimension):
+            raise ProtocolError(f"result.clustering.dimension: {clustering.dimension} differs from the cell map's "
+                                f"domain dimension {model.domain.dimension}")
+        return model
+    raise ProtocolError(f"result.clustering: {campaign}'s clustering holds neither centers nor a cell map")
+
+
+def _center_model_from_proto(clustering: campaigns_pb2.Clustering, where: str) -> CenterModel:
+    values = list(clustering.centers)
+    dimension = clustering.dimension
+    if dimension == 0:  # unset: infer it from k
+        if clustering.k == 0 or len(values) % clustering.k:
+            raise ProtocolError(f"{where}.dimension: unset, and {len(values)} center values cannot be split "
+                                f"into k = {clustering.k} centers")
+        dimension = len(values) // clustering.k
+    if len(values) % dimension:
+        raise ProtocolError(f"{where}.centers: {len(values)} values are not a whole number of centers "
+                            f"of dimension {dimension}")
+    rows = tuple(tuple(values[i:i + dimension]) for i in range(0, len(values), dimension))
+    try:
+        return CenterModel(centers=rows)
+    except (TypeError, InvalidParameterError) as exc:
+        raise ProtocolError(f"{where}.centers: {exc}") from exc
+
+
+def _cell_model_from_proto(cell_map: campaigns_pb2.CellClusterMap, where: str) -> CellClusterModel:
+    if not cell_map.HasField("domain"):
+        raise ProtocolError(f"{where}.domain: the cell map has no domain")
+    model = spec_from_proto(CellClusterModel, cell_map, where=where)
+    assert isinstance(model, CellClusterModel)
+    return model
+
+
+def cluster_model_to_proto(model: ClusterModel) -> campaigns_pb2.Clustering:
+    """A labelling model -> ``ldp.v1.Clustering`` (the inverse of :func:`cluster_model_from_proto`).
+
+    A :class:`CenterModel` fills ``k``, ``dimension`` and the row-major ``centers``; a
+    :class:`CellClusterModel` fills ``cell_map``, ``dimension`` and ``k`` (its number of clusters).
+    """
+    if isinstance(model, CenterModel):
+        return campaigns_pb2.Clustering(k=model.cluster_count, dimension=model.dimension,
+                                        centers=[x for row in model.centers for x in row])
+    if isinstance(model, CellClusterModel):
+        message = campaigns_pb2.Clustering(k=model.cluster_count, dimension=model.domain.dimension)
+        spec_to_proto(model, message.cell_map, where="clustering.cell_map")
+        return message
+    raise TypeError(f"model must be a CellClusterModel or a CenterModel, got {type(model).__name__}")
 
 
 def _expect(message: Any, cls: type[Message], where: str) -> None:

@@ -6,19 +6,22 @@ Importing this package registers every engine module in :data:`ENGINES` (``Campa
 
 from __future__ import annotations
 
-from . import heavy_hitters, histogram
+from . import grid, heavy_hitters, histogram
 from .base import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .grid import GridEngine
 from .heavy_hitters import HeavyHitterEngine
 from .histogram import HistogramEngine
 
 __all__ = [
     "ENGINES",
     "CampaignEngine",
+    "GridEngine",
     "HeavyHitterEngine",
     "HistogramEngine",
     "RoundOutcome",
     "RoundPlan",
     "RoundReports",
+    "grid",
     "heavy_hitters",
     "histogram",
     "register_engine",

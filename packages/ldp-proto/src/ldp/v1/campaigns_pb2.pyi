@@ -261,12 +261,28 @@ class GridParameters(_message.Message):
     TREE_HEIGHT_FIELD_NUMBER: _builtins.int
     MAX_ITERATIONS_FIELD_NUMBER: _builtins.int
     CORE_THRESHOLD_FIELD_NUMBER: _builtins.int
+    CALIBRATION_SHARE_FIELD_NUMBER: _builtins.int
+    REFINEMENT_SHARE_FIELD_NUMBER: _builtins.int
+    DENSE_THRESHOLD_FIELD_NUMBER: _builtins.int
+    MAX_CELLS_FIELD_NUMBER: _builtins.int
+    NO_BORDER_CELLS_FIELD_NUMBER: _builtins.int
     variant: Global___GridParameters.Variant.ValueType
     granularity: Global___GridParameters.Granularity.ValueType
     initial_cells_per_dimension: _builtins.int
     tree_height: _builtins.int
     max_iterations: _builtins.int
     core_threshold: _builtins.float
+    """Significance (in standard errors) of the core-cell test on a cell's neighbourhood (0 = default 3)."""
+    calibration_share: _builtins.float
+    """Share of the devices in the calibration group A (PARTITION; 0 = default 0.2)."""
+    refinement_share: _builtins.float
+    """Share of the devices in the refinement groups B (PARTITION; 0 = default 0.4; the rest is group C)."""
+    dense_threshold: _builtins.float
+    """Significance (in standard errors) of the dense-cell test (0 = default 2)."""
+    max_cells: _builtins.int
+    """Largest number of cells in any reported grid (0 = default 4096)."""
+    no_border_cells: _builtins.bool
+    """Leave cells next to exactly one cluster as noise instead of attaching them to it."""
     def __init__(
         self,
         *,
@@ -276,10 +292,15 @@ class GridParameters(_message.Message):
         tree_height: _builtins.int = ...,
         max_iterations: _builtins.int = ...,
         core_threshold: _builtins.float = ...,
+        calibration_share: _builtins.float = ...,
+        refinement_share: _builtins.float = ...,
+        dense_threshold: _builtins.float = ...,
+        max_cells: _builtins.int = ...,
+        no_border_cells: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_threshold", b"core_threshold", "granularity", b"granularity", "initial_cells_per_dimension", b"initial_cells_per_dimension", "max_iterations", b"max_iterations", "tree_height", b"tree_height", "variant", b"variant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calibration_share", b"calibration_share", "core_threshold", b"core_threshold", "dense_threshold", b"dense_threshold", "granularity", b"granularity", "initial_cells_per_dimension", b"initial_cells_per_dimension", "max_cells", b"max_cells", "max_iterations", b"max_iterations", "no_border_cells", b"no_border_cells", "refinement_share", b"refinement_share", "tree_height", b"tree_height", "variant", b"variant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,651 @@
+"""GRID campaigns: grid clustering with server-device feedback (AGCluster, ``papers/002``).
+
+Arbitrary-shape clusters from a dyadic grid the server refines between rounds. The math lives in
+:mod:`ldp_collector.estimation.grid_clustering`; this module turns it into rounds.
+
+Phases (each a round; every RoundSpec is computed from the previous round's reports)
+    1. **Calibrate** (group A): devices report their cell in a coarse uniform grid (level
+       ``L_cal``: ``initial_cells_per_dimension``, default the finest level with at most 256
+       cells). The server estimates the dense share ``r`` and the granularity ``m`` of the grid the
+       aggregation group can resolve (``granularity``: the paper's Theorem 1 or the
+       unit-consistent rule, default), snapped to a dyadic level ``L0``.
+    2. **Refine** (groups B), by ``variant``:
+
+       * ``UNIFORM`` (UGC, no refinement): no B round; the grid is the uniform level ``L0``.
+       * ``TREE`` (TreeAdaptive, default): one round in which subgroup ``i`` reports its cell at
+         tree level ``L0 + i`` (levels ``L0 .. H``; ``H`` from Theorem 3's range, capped at
+         :data:`MAX_TREE_LEVELS` levels), each with the variance-optimal frequency oracle for
+         that level's ``2^(l d)`` cells. The server walks the tree top-down
+         (:func:`~ldp_collector.estimation.grid_clustering.tree_level_step`).
+       * ``ITERATIVE`` (IterAdaptive): up to ``max_iterations`` rounds; in round ``t`` subgroup
+         ``t`` reports its cell in the current irregular cell list, and the server merges dense
+         sibling families and splits sparse edge cells, keeping each cell's density history
+         (:func:`~ldp_collector.estimation.grid_clustering.iterate_cells`). It stops early when
+         the list is stable.
+    3. **Aggregate** (group C): devices report their cell in the final irregular cell list; the
+       server finds dense, core and border cells and the clusters
+       (:func:`~ldp_collector.estimation.grid_clustering.aggregate_cells`), and publishes the
+       cell -> cluster map with every cell's relative density and standard error. A device can
+       label itself from it locally (``ldp_client``), spending nothing.
+
+Budget policies
+    ``PARTITION`` (default): every device is in exactly one group and reports once with the whole
+    epsilon. Group weights (fixed for the campaign): A ``calibration_share`` (0.2), B
+    ``refinement_share`` (0.4) split evenly over the tree levels or iterations, C the rest.
+    Subgroups a shorter tree or an early-stopping iteration leaves unused report in the C round,
+    so no device's report is wasted.
+    ``SPLIT``: every device reports in every round with ``epsilon / R`` (``R`` = 2 for UNIFORM,
+    3 for TREE, ``max_iterations + 2`` for ITERATIVE); in the TREE round the devices are split
+    evenly over the levels. An early-stopping iteration leaves the rest of the budget unspent.
+
+Oracles
+    Every round uses the variance-optimal frequency oracle for its grid that fits
+    :data:`MAX_PAYLOAD_BITS` per report (GRR on small grids, OUE up to 1024 cells, local hashing
+    beyond), so a device's cost per round stays within the SDK's per-report budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+import msgpack
+import numpy as np
+from numpy.typing import NDArray
+
+from ldp.v1 import campaigns_pb2
+from ldp_client.encoders.base import NumericDomain
+from ldp_client.encoders.geometry import TreeCell, max_tree_level
+from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
+from ldp_client.errors import InvalidParameterError, ProtocolError
+from ldp_client.mechanisms import MechanismParams, choose_frequency_oracle
+from ldp_client.spec import MAX_GROUPS, Component, GroupTask, RoundSpec
+
+from ..errors import InvalidArgumentError
+from ..estimation.accumulators import component_params_from_spec, make_accumulate_fn
+from ..estimation.frequency import FrequencyEstimate
+from ..estimation.grid_clustering import (
+    aggregate_cells,
+    consistent_granularity,
+    dense_fraction,
+    iterate_cells,
+    level_for_side,
+    oracle_variance,
+    paper_granularity,
+    touching,
+    tree_height_range,
+    tree_level_step,
+    uniform_cells,
+)
+from ..storage.base import AccumulateFn
+from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, aggregator_for, estimates_message, round_aggregators
+
+__all__ = [
+    "DEFAULT_CALIBRATION_CELLS",
+    "DEFAULT_CALIBRATION_SHARE",
+    "DEFAULT_CORE_Z",
+    "DEFAULT_DENSE_Z",
+    "DEFAULT_MAX_CELLS",
+    "DEFAULT_MAX_ITERATIONS",
+    "DEFAULT_REFINEMENT_SHARE",
+    "MAX_PAYLOAD_BITS",
+    "MAX_TREE_LEVELS",
+    "GridEngine",
+    "GridPlan",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CALIBRATION_SHARE = 0.2
+DEFAULT_REFINEMENT_SHARE = 0.4
+DEFAULT_DENSE_Z = 2.0
+DEFAULT_CORE_Z = 3.0
+DEFAULT_MAX_CELLS = 4096
+DEFAULT_MAX_ITERATIONS = 3
+#: Calibration grid: the finest level with at most this many cells.
+DEFAULT_CALIBRATION_CELLS = 256
+#: Most tree levels reported in the TREE round (and subgroups of B).
+MAX_TREE_LEVELS = 3
+#: Largest payload per report the oracle choice allows (OUE up to 1024 cells, local hashing beyond).
+MAX_PAYLOAD_BITS = 1024
+#: Group weights are integers: shares are expressed in units of 1/_WEIGHT_SCALE.
+_WEIGHT_SCALE = 10_000
+_PHASE_CALIBRATE = "calibrate"
+_PHASE_TREE = "tree"
+_PHASE_ITERATE = "iterate"
+_PHASE_AGGREGATE = "aggregate"
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    """The campaign's fixed group layout.
+
+    ``calibrate``, ``refine`` (one entry per tree level or iteration) and ``aggregate`` hold group
+    numbers; under SPLIT every phase uses every group (``refine`` lists the TREE round's level
+    subgroups, or one entry per iteration holding every group).
+    """
+
+    weights: tuple[int, ...]
+    calibrate: tuple[int, ...]
+    refine: tuple[tuple[int, ...], ...]
+    aggregate: tuple[int, ...]
+    round_epsilon: float
+
+
+def _variant_name(variant: int) -> str:
+    return campaigns_pb2.GridParameters.Variant.Name(variant).lower()  # type: ignore[arg-type]
+
+
+@register_engine
+class GridEngine(CampaignEngine):
+    """Engine of ``GRID`` campaigns (module docstring).
+
+    Parameters
+    ----------
+    campaign_id : str
+    config : ldp.v1.CampaignConfig
+        A numeric domain; ``grid`` parameters are optional and ``self.config`` is a copy with the
+        defaults filled in (variant TREE, granularity CONSISTENT, the shares, thresholds and
+        limits of the module constants).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A categorical domain, a per-round epsilon above 20, shares outside (0, 1) or summing to
+        1 or more, a calibration grid that is not a power of two, or limits out of range.
+    """
+
+    KIND: ClassVar[int] = campaigns_pb2.GRID
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
+        normalized = campaigns_pb2.CampaignConfig()
+        normalized.CopyFrom(config)
+        super().__init__(campaign_id, normalized)
+        if normalized.domain.WhichOneof("domain") != "numeric":
+            raise InvalidArgumentError("a grid campaign needs a numeric domain (points with public bounds)")
+        try:
+            self.domain = NumericDomain(lower=tuple(normalized.domain.numeric.lower),
+                                        upper=tuple(normalized.domain.numeric.upper))
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+        d = self.dimension = self.domain.dimension
+        p = normalized.grid
+        if p.variant == campaigns_pb2.GridParameters.VARIANT_UNSPECIFIED:
+            p.variant = campaigns_pb2.GridParameters.TREE
+        if p.granularity == campaigns_pb2.GridParameters.GRANULARITY_UNSPECIFIED:
+            p.granularity = campaigns_pb2.GridParameters.CONSISTENT
+        if p.max_cells == 0:
+            p.max_cells = DEFAULT_MAX_CELLS
+        if not 2**d <= p.max_cells <= 2**20:
+            raise InvalidArgumentError(f"grid.max_cells must be in [{2**d}, {2**20}] in dimension {d}, got {p.max_cells}")
+        self.top_level = min(max_tree_level(d), int(math.floor(math.log2(p.max_cells) / d + 1e-12)))
+        if p.initial_cells_per_dimension == 0:
+            p.initial_cells_per_dimension = 2 ** max(1, int(math.floor(math.log2(DEFAULT_CALIBRATION_CELLS) / d
+                                                                       + 1e-12)))
+        m0 = p.initial_cells_per_dimension
+        if m0 < 2 or m0 & (m0 - 1) or m0 ** d > p.max_cells:
+            raise InvalidArgumentError(
+                f"grid.initial_cells_per_dimension must be a power of two >= 2 with at most max_cells "
+                f"({p.max_cells}) cells, got {m0}")
+        self.calibration_level = m0.bit_length() - 1
+        if p.max_iterations == 0:
+            p.max_iterations = DEFAULT_MAX_ITERATIONS
+        if not 1 <= p.max_iterations <= 16:
+            raise InvalidArgumentError(f"grid.max_iterations must be in [1, 16], got {p.max_iterations}")
+        if p.tree_height and not 1 <= p.tree_height <= self.top_level:
+            raise InvalidArgumentError(
+                f"grid.tree_height must be in [1, {self.top_level}] (max_cells {p.max_cells} in dimension {d}), "
+                f"got {p.tree_height}")
+        for name, default in (("core_threshold", DEFAULT_CORE_Z), ("dense_threshold", DEFAULT_DENSE_Z)):
+            value = getattr(p, name)
+            if value == 0:
+                setattr(p, name, default)
+            elif not (math.isfinite(value) and 0 < value <= 10):
+                raise InvalidArgumentError(f"grid.{name} must be in (0, 10] standard errors, got {value:g}")
+        if p.calibration_share == 0:
+            p.calibration_share = DEFAULT_CALIBRATION_SHARE
+        if p.refinement_share == 0 and p.variant != campaigns_pb2.GridParameters.UNIFORM:
+            p.refinement_share = DEFAULT_REFINEMENT_SHARE
+        if p.variant == campaigns_pb2.GridParameters.UNIFORM and p.refinement_share:
+            raise InvalidArgumentError("grid.refinement_share must be 0 for the UNIFORM variant (no refinement)")
+        for name in ("calibration_share", "refinement_share"):
+            value = getattr(p, name)
+            if not (math.isfinite(value) and 0 <= value < 1):
+                raise InvalidArgumentError(f"grid.{name} must be in (0, 1), got {value:g}")
+        if p.calibration_share + p.refinement_share >= 0.95:
+            raise InvalidArgumentError(
+                f"grid.calibration_share + grid.refinement_share must leave at least 0.05 of the devices for the "
+                f"aggregation group, got {p.calibration_share + p.refinement_share:g}")
+        self.params = p
+        self.plan = self._plan(normalized)
+
+    # -- layout ----------------------------------------------------------------------------------
+
+    def _refine_slots(self) -> int:
+        variant = self.params.variant
+        if variant == campaigns_pb2.GridParameters.TREE:
+            return MAX_TREE_LEVELS
+        if variant == campaigns_pb2.GridParameters.ITERATIVE:
+            return int(self.params.max_iterations)
+        return 0
+
+    def _plan(self, config: campaigns_pb2.CampaignConfig) -> GridPlan:
+        p = self.params
+        slots = self._refine_slots()
+        epsilon = config.epsilon
+        if config.budget_policy == campaigns_pb2.SPLIT:
+            variant = p.variant
+            if variant == campaigns_pb2.GridParameters.TREE:
+                rounds, groups = 3, slots
+            elif variant == campaigns_pb2.GridParameters.ITERATIVE:
+                rounds, groups = slots + 2, 1
+            else:
+                rounds, groups = 2, 1
+            every = tuple(range(groups))
+            refine: tuple[tuple[int, ...], ...]
+            if variant == campaigns_pb2.GridParameters.TREE:
+                refine = tuple((g,) for g in every)
+            else:
+                refine = tuple(every for _ in range(slots))
+            plan = GridPlan(weights=(1,) * groups, calibrate=every, refine=refine, aggregate=every,
+                            round_epsilon=epsilon / rounds)
+        else:
+            a = round(p.calibration_share * _WEIGHT_SCALE)
+            b_total = round(p.refinement_share * _WEIGHT_SCALE)
+            b = [b_total // slots + (1 if i < b_total % slots else 0) for i in range(slots)] if slots else []
+            c = _WEIGHT_SCALE - a - sum(b)
+            weights = (a, *b, c)
+            plan = GridPlan(weights=weights, calibrate=(0,), refine=tuple((1 + i,) for i in range(slots)),
+                            aggregate=(1 + slots,), round_epsilon=epsilon)
+        if len(plan.weights) > MAX_GROUPS:
+            raise InvalidArgumentError(f"grid: {len(plan.weights)} groups exceed {MAX_GROUPS}")
+        if not 0.0 < plan.round_epsilon <= MAX_MECHANISM_EPSILON:
+            raise InvalidArgumentError(
+                f"grid: each report spends epsilon {plan.round_epsilon:g} under this budget policy; it must be in "
+                f"(0, {MAX_MECHANISM_EPSILON:g}]")
+        return plan
+
+    def _oracle(self, cells: int) -> MechanismParams:
+        try:
+            return choose_frequency_oracle(max(2, cells), self.plan.round_epsilon, MAX_PAYLOAD_BITS)
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"grid: {exc}") from None
+
+    def _tree_component(self, level: int) -> Component:
+        encoder = GridTreeEncoder(domain=self.domain, level=level)
+        return Component(encoder=encoder, mechanism=self._oracle(encoder.output_size))
+
+    def _list_component(self, cells: Sequence[TreeCell]) -> Component:
+        encoder = CellListEncoder(domain=self.domain, cells=tuple(cells))
+        return Component(encoder=encoder, mechanism=self._oracle(encoder.output_size))
+
+    def _spec(self, round_: int, tasks: Sequence[GroupTask]) -> RoundSpec:
+        return RoundSpec(campaign_id=self.campaign_id, round=round_, group_weights=self.plan.weights,
+                         tasks=tuple(tasks), campaign_epsilon=self.config.epsilon,
+                         max_reports_per_device=self._rounds_per_device(), kind="grid")
+
+    def _rounds_per_device(self) -> int:
+        if self.config.budget_policy == campaigns_pb2.SPLIT:
+            slots = self._refine_slots()
+            return 2 + (1 if self.params.variant == campaigns_pb2.GridParameters.TREE else slots)
+        return 1
+
+    @staticmethod
+    def _state(phase: str, **fields: Any) -> bytes:
+        packed: bytes = msgpack.packb({"phase": phase, **fields}, use_bin_type=True)
+        return packed
+
+    @staticmethod
+    def _load_state(blob: bytes) -> dict[str, Any]:
+        try:
+            state = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+        except Exception as exc:  # msgpack raises several exception types on corrupt input
+            raise ProtocolError(f"unreadable grid engine state: {exc}") from None
+        if not isinstance(state, dict) or "phase" not in state:
+            raise ProtocolError("unreadable grid engine state: no phase")
+        return state
+
+    # -- rounds ----------------------------------------------------------------------------------
+
+    def first_round(self) -> RoundPlan:
+        """Round 1: the calibration group reports its cell in the coarse uniform grid."""
+        component = self._tree_component(self.calibration_level)
+        spec = self._spec(1, [GroupTask(groups=self.plan.calibrate, components=(component,))])
+        return RoundPlan(spec=spec, engine_state=self._state(_PHASE_CALIBRATE, leftover=[]))
+
+    def accumulate_fn(self, spec: RoundSpec) -> AccumulateFn | None:
+        """Count accumulators of the GRR and OUE rounds (local hashing rounds read the raw reports)."""
+        return make_accumulate_fn(component_params_from_spec(spec))
+
+    def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
+        """Run the server step of the round's phase (module docstring)."""
+        state = self._load_state(engine_state)
+        phase = state["phase"]
+        aggregators = round_aggregators(spec, reports)
+        if phase == _PHASE_CALIBRATE:
+            outcome = self._close_calibrate(spec, aggregators, state)
+        elif phase == _PHASE_TREE:
+            outcome = self._close_tree(spec, aggregators, state)
+        elif phase == _PHASE_ITERATE:
+            outcome = self._close_iterate(spec, aggregators, state)
+        elif phase == _PHASE_AGGREGATE:
+            outcome = self._close_aggregate(spec, aggregators, state)
+        else:
+            raise ProtocolError(f"unknown grid engine phase {phase!r}")
+        # Every round's diagnostics ride along in the engine state and end up in the result.
+        carried = {str(k): float(v) for k, v in dict(state.get("diag", {})).items()}
+        carried.update(outcome.diagnostics)
+        carried[f"round_{spec.round}_reports"] = float(reports.count)
+        if outcome.next_round is not None:
+            next_state = self._load_state(outcome.next_round.engine_state)
+            next_state["diag"] = carried
+            plan = RoundPlan(spec=outcome.next_round.spec,
+                             engine_state=msgpack.packb(next_state, use_bin_type=True))
+            return replace(outcome, next_round=plan)
+        return replace(outcome, diagnostics=carried)
+
+    def _pooled(self, aggregators: dict[str, Any], spec: RoundSpec, groups: Sequence[int],
+                candidates: NDArray[np.int64] | None = None) -> tuple[FrequencyEstimate, NDArray[np.float64],
+                                                                       NDArray[np.float64], int]:
+        """Sum of the groups' unbiased estimates (same oracle): counts, standard errors, reports."""
+        first: FrequencyEstimate | None = None
+        counts: NDArray[np.float64] | None = None
+        var: NDArray[np.float64] | None = None
+        n = 0
+        for group in groups:
+            est = aggregator_for(aggregators, spec, group=group).estimate(DEFAULT_CONFIDENCE, candidates=candidates)
+            first = first or est
+            counts = est.counts.copy() if counts is None else counts + est.counts
+            var = est.std_errors**2 if var is None else var + est.std_errors**2
+            n += est.n
+        assert first is not None and counts is not None and var is not None
+        return first, counts, np.sqrt(var), n
+
+    def _close_calibrate(self, spec: RoundSpec, aggregators: dict[str, Any], state: dict[str, Any]) -> RoundOutcome:
+        p, d, plan = self.params, self.dimension, self.plan
+        level = self.calibration_level
+        estimate, counts, se, n = self._pooled(aggregators, spec, plan.calibrate)
+        warnings = list(estimate.warnings)
+        z = float(p.dense_threshold)
+        r = dense_fraction(counts, se, max(n, 1), d, level, z=z) if n else 1.0
+        total_weight = sum(plan.weights)
+        if self.config.budget_policy == campaigns_pb2.SPLIT:
+            population = float(n)
+            aggregation_reports = float(n)
+        else:
+            calib_share = sum(plan.weights[g] for g in plan.calibrate) / total_weight
+            population = n / calib_share if n else 0.0
+            aggregation_reports = population * sum(plan.weights[g] for g in plan.aggregate) / total_weight
+        aggregation_reports = max(aggregation_reports, 1.0)
+        variance = oracle_variance(plan.round_epsilon)  # the aggregation grid is large: OUE/local hashing
+        consistent_side = consistent_granularity(aggregation_reports, variance, d, r)
+        paper_side = paper_granularity(max(population, 1.0), plan.round_epsilon, d, r)
+        side = paper_side if p.granularity == campaigns_pb2.GridParameters.PAPER else consistent_side
+        level0 = level_for_side(side, d, max_level=self.top_level)
+        if side < 2.0 ** -self.top_level:
+            warnings.append(f"the {'paper' if p.granularity == campaigns_pb2.GridParameters.PAPER else 'consistent'} "
+                            f"granularity {side:.3g} is finer than max_cells allows; using level {level0}")
+        low, high = tree_height_range(side, r, d)
+        diagnostics: dict[str, float] = {
+            "calibration_reports": float(n), "calibration_level": float(level), "dense_share": float(r),
+            "granularity_paper": float(paper_side), "granularity_consistent": float(consistent_side),
+            "granularity_level": float(level0), "population_estimate": float(population),
+            "epsilon_per_report": float(plan.round_epsilon),
+            "tree_height_low": float(low), "tree_height_high": float(high) if math.isfinite(high) else -1.0,
+        }
+        variant = p.variant
+        if variant == campaigns_pb2.GridParameters.UNIFORM or level0 >= self.top_level and \
+                variant == campaigns_pb2.GridParameters.TREE:
+            if variant != campaigns_pb2.GridParameters.UNIFORM:
+                warnings.append(f"the granularity level {level0} is the finest max_cells allows: no refinement")
+            cells = uniform_cells(level0, d)
+            return self._to_aggregate(spec.round + 1, cells, leftover=[g for gs in plan.refine for g in gs], level0=level0,
+                                      diagnostics=diagnostics, warnings=warnings, estimate=estimate,
+                                      calibrate_component=spec.tasks[0].components[0], state_extra={})
+        if variant == campaigns_pb2.GridParameters.TREE:
+            height = int(p.tree_height) if p.tree_height else int(math.ceil(low - 1e-9)) + 1
+            if math.isfinite(high):
+                height = min(height, max(int(math.floor(high)), level0))
+            height = max(level0, min(height, self.top_level, level0 + MAX_TREE_LEVELS - 1))
+            levels = list(range(level0, height + 1))
+            diagnostics["tree_height"] = float(height)
+            tasks = []
+            slots = plan.refine
+            assignment: list[int] = []
+            for i, groups in enumerate(slots):
+                lv = levels[min(i, len(levels) - 1)]
+                assignment.append(lv)
+                tasks.append(GroupTask(groups=groups, components=(self._tree_component(lv),)))
+            next_spec = self._spec(spec.round + 1, tasks)
+            outcome_state = self._state(_PHASE_TREE, levels=levels, assignment=assignment)
+            return RoundOutcome(estimates=estimates_message(estimate, spec.tasks[0].components[0]),
+                                next_round=RoundPlan(spec=next_spec, engine_state=outcome_state),
+                                diagnostics=diagnostics)
+        cells = uniform_cells(level0, d)
+        diagnostics["iteration_max_level"] = float(self._iteration_max_level(level0))
+        return self._iterate_round(spec.round + 1, cells, iteration=0, history=[], level0=level0, diagnostics=diagnostics,
+                                   estimate=estimate, component=spec.tasks[0].components[0],
+                                   max_level=self._iteration_max_level(level0))
+
+    def _iteration_max_level(self, level0: int) -> int:
+        p = self.params
+        if p.tree_height:
+            return max(level0, min(int(p.tree_height), self.top_level))
+        return min(self.top_level, level0 + MAX_TREE_LEVELS - 1)
+
+    def _iterate_round(self, round_: int, cells: Sequence[TreeCell], *, iteration: int, history: list[Any], level0: int,
+                       diagnostics: dict[str, float], estimate: FrequencyEstimate, component: Component,
+                       max_level: int) -> RoundOutcome:
+        groups = self.plan.refine[iteration]
+        spec = self._spec(round_, [GroupTask(groups=groups, components=(self._list_component(cells),))])
+        state = self._state(_PHASE_ITERATE, iteration=iteration, cells=[[c.level, c.morton_index] for c in cells],
+                            history=history, max_level=max_level, level0=level0)
+        return RoundOutcome(estimates=estimates_message(estimate, component),
+                            next_round=RoundPlan(spec=spec, engine_state=state), diagnostics=diagnostics)
+
+    def _to_aggregate(self, round_: int, cells: Sequence[TreeCell], *, leftover: list[int], level0: int,
+                      diagnostics: dict[str, float], warnings: list[str], estimate: FrequencyEstimate,
+                      calibrate_component: Component, state_extra: dict[str, Any]) -> RoundOutcome:
+        plan = self.plan
+        if len(cells) > self.params.max_cells:
+            raise ProtocolError(f"the refined grid has {len(cells)} cells, more than max_cells {self.params.max_cells}")
+        if self.config.budget_policy == campaigns_pb2.SPLIT:
+            groups = plan.aggregate
+        else:
+            groups = tuple(sorted({*plan.aggregate, *leftover}))
+        component = self._list_component(cells)
+        spec = self._spec(round_, [GroupTask(groups=groups, components=(component,))])
+        diagnostics["final_cells"] = float(len(cells))
+        diagnostics["final_levels_min"] = float(min(c.level for c in cells))
+        diagnostics["final_levels_max"] = float(max(c.level for c in cells))
+        state = self._state(_PHASE_AGGREGATE, groups=list(groups), warnings=warnings, level0=level0, **state_extra)
+        return RoundOutcome(estimates=estimates_message(estimate, calibrate_component),
+                            next_round=RoundPlan(spec=spec, engine_state=state), diagnostics=diagnostics)
+
+    def _close_tree(self, spec: RoundSpec, aggregators: dict[str, Any], state: dict[str, Any]) -> RoundOutcome:
+        d, p = self.dimension, self.params
+        levels: list[int] = [int(v) for v in state["levels"]]
+        assignment: list[int] = [int(v) for v in state["assignment"]]
+        z = float(p.dense_threshold)
+        final: list[TreeCell] = []
+        dense_final: list[TreeCell] = []
+        candidates = list(uniform_cells(levels[0], d))
+        diagnostics: dict[str, float] = {}
+        warnings: list[str] = []
+        first_estimate: FrequencyEstimate | None = None
+        first_component: Component | None = None
+        prior: list[list[float]] = []
+        for depth, level in enumerate(levels):
+            if not candidates:
+                break
+            slot_groups = [g for i, gs in enumerate(self.plan.refine) if assignment[i] == level for g in gs]
+            values = np.array([c.morton_index for c in candidates], dtype=np.int64)
+            estimate, counts, se, n = self._pooled(aggregators, spec, slot_groups, candidates=values)
+            if first_estimate is None:
+                first_estimate = estimate
+                first_component = spec.task_for(slot_groups[0]).components[0]  # type: ignore[union-attr]
+            warnings.extend(f"tree level {level}: {w}" for w in estimate.warnings)
+            step = tree_level_step(candidates, counts, se, max(n, 1), d, z=z, last=depth == len(levels) - 1 or n == 0,
+                                   dense_above=dense_final)
+            if n:
+                kept = set(step.final)
+                for cell, c, s_ in zip(candidates, counts.tolist(), se.tolist()):
+                    if cell in kept:
+                        prior.append([cell.level, cell.morton_index, c / n, (s_ / n) ** 2])
+            final.extend(step.final)
+            dense_final.extend(c for c, dense in zip(step.final, step.final_dense) if dense)
+            diagnostics[f"tree_level_{level}_reports"] = float(n)
+            diagnostics[f"tree_level_{level}_candidates"] = float(len(candidates))
+            diagnostics[f"tree_level_{level}_dense"] = float(step.dense)
+            diagnostics[f"tree_level_{level}_refined"] = float(len(step.refine) // 2**d)
+            candidates = list(step.refine)
+        final.extend(candidates)  # unreachable in practice: the last level refines nothing
+        cells = sorted(final)
+        if len(cells) > p.max_cells:
+            warnings.append(f"the tree produced {len(cells)} cells, more than max_cells {p.max_cells}; "
+                            f"using the uniform grid at level {levels[0]}")
+            cells = list(uniform_cells(levels[0], d))
+            prior = []
+        assert first_estimate is not None and first_component is not None
+        return self._to_aggregate(spec.round + 1, cells, leftover=[], level0=levels[0], diagnostics=diagnostics,
+                                  warnings=warnings, estimate=first_estimate, calibrate_component=first_component,
+                                  state_extra={"prior": prior})
+
+    def _close_iterate(self, spec: RoundSpec, aggregators: dict[str, Any], state: dict[str, Any]) -> RoundOutcome:
+        d, p = self.dimension, self.params
+        iteration = int(state["iteration"])
+        cells = [TreeCell(level=int(lv), morton_index=int(ix)) for lv, ix in state["cells"]]
+        history = {TreeCell(level=int(lv), morton_index=int(ix)): (float(rho), float(var))
+                   for lv, ix, rho, var in state["history"]}
+        max_level = int(state["max_level"])
+        groups = self.plan.refine[iteration]
+        estimate, counts, se, n = self._pooled(aggregators, spec, groups)
+        component = spec.tasks[0].components[0]
+        step = iterate_cells(cells, counts, se, max(n, 1), d, z=float(p.dense_threshold), max_level=max_level,
+                             history=history)
+        diagnostics = {
+            f"iteration_{iteration + 1}_reports": float(n), f"iteration_{iteration + 1}_cells": float(len(cells)),
+            f"iteration_{iteration + 1}_dense": float(step.dense), f"iteration_{iteration + 1}_merged": float(step.merged),
+            f"iteration_{iteration + 1}_split": float(step.split),
+        }
+        new_cells = list(step.cells)
+        warnings = list(estimate.warnings)
+        if len(new_cells) > p.max_cells:
+            warnings.append(f"iteration {iteration + 1} would make {len(new_cells)} cells, more than max_cells "
+                            f"{p.max_cells}; stopping with the previous list")
+            new_cells, changed = cells, False
+        else:
+            changed = step.changed
+        last = iteration + 1 >= len(self.plan.refine)
+        if changed and not last:
+            packed_history = [[c.level, c.morton_index, rho, var] for c, (rho, var) in step.history.items()]
+            out = self._iterate_round(spec.round + 1, new_cells, iteration=iteration + 1, history=packed_history,
+                                      level0=int(state["level0"]),
+                                      diagnostics=diagnostics, estimate=estimate, component=component,
+                                      max_level=max_level)
+            return out
+        diagnostics["iterations"] = float(iteration + 1)
+        if self.config.budget_policy == campaigns_pb2.SPLIT:
+            leftover: list[int] = []
+        else:
+            leftover = [g for gs in self.plan.refine[iteration + 1:] for g in gs]
+        final_set = set(new_cells)
+        prior = [[c.level, c.morton_index, rho * math.ldexp(1.0, -c.level * d), var * math.ldexp(1.0, -2 * c.level * d)]
+                 for c, (rho, var) in step.history.items() if c in final_set]
+        return self._to_aggregate(spec.round + 1, new_cells, leftover=leftover, level0=int(state["level0"]),
+                                  diagnostics=diagnostics,
+                                  warnings=warnings, estimate=estimate, calibrate_component=component,
+                                  state_extra={"prior": prior})
+
+    def _close_aggregate(self, spec: RoundSpec, aggregators: dict[str, Any], state: dict[str, Any]) -> RoundOutcome:
+        d, p = self.dimension, self.params
+        groups = [int(g) for g in state["groups"]]
+        task = spec.tasks[0]
+        component = task.components[0]
+        encoder = component.encoder
+        assert isinstance(encoder, CellListEncoder)
+        cells = list(encoder.cells)
+        estimate, counts, se, n = self._pooled(aggregators, spec, groups)
+        warnings = [str(w) for w in state.get("warnings", [])] + list(estimate.warnings)
+        pooled_cells = 0
+        if n and state.get("prior"):
+            counts, se, pooled_cells = _pool_prior(cells, counts, se, n, state["prior"])
+        adjacency = touching(cells, d)
+        if n == 0:
+            labels = np.full(len(cells), -1, dtype=np.int64)
+            densities = np.zeros(len(cells))
+            density_se = np.zeros(len(cells))
+            clusters, borders, shares = 0, 0, tuple[float, ...]()
+            dense_count = core_count = 0
+            warnings.append("the aggregation round received no reports: every cell is noise")
+        else:
+            agg = aggregate_cells(cells, counts, se, n, d, z_dense=float(p.dense_threshold),
+                                  z_core=float(p.core_threshold), border=not p.no_border_cells,
+                                  border_gap=math.ldexp(1.0, -int(state["level0"])) if "level0" in state else None,
+                                  adjacency=adjacency)
+            labels, densities, density_se = agg.labels, agg.densities, agg.density_std_errors
+            clusters, borders, shares = agg.clusters, agg.border_cells, agg.cluster_shares
+            dense_count, core_count = int(agg.dense.sum()), int(agg.core.sum())
+        if clusters == 0:
+            warnings.append("no cluster was found: no cell is significantly denser than the uniform share")
+        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=warnings)
+        clustering = result.clustering
+        clustering.k = clusters
+        clustering.dimension = d
+        clustering.weights.extend(shares)
+        cell_map = clustering.cell_map
+        cell_map.domain.lower.extend(self.domain.lower)
+        cell_map.domain.upper.extend(self.domain.upper)
+        for cell in cells:
+            cell_map.cells.add(level=cell.level, morton_index=cell.morton_index)
+        cell_map.labels.extend(labels.tolist())
+        cell_map.densities.extend(densities.tolist())
+        cell_map.density_std_errors.extend(density_se.tolist())
+        estimates = estimates_message(estimate if len(groups) == 1 else _with_counts(estimate, counts, se, n),
+                                      component)
+        result.estimates.CopyFrom(estimates)
+        diagnostics = {
+            "aggregation_reports": float(n), "final_cells": float(len(cells)), "clusters": float(clusters),
+            "dense_cells": float(dense_count), "core_cells": float(core_count), "border_cells": float(borders),
+            "noise_cells": float(int((labels < 0).sum())), "cells_pooled_with_refinement": float(pooled_cells),
+            "count_std_error": float(se.max()) if len(se) else 0.0,
+            "epsilon_per_report": float(self.plan.round_epsilon),
+            "variant": float(p.variant), "granularity_rule": float(p.granularity),
+        }
+        return RoundOutcome(estimates=estimates, result=result, diagnostics=diagnostics)
+
+
+def _with_counts(estimate: FrequencyEstimate, counts: NDArray[np.float64], se: NDArray[np.float64],
+                 n: int) -> FrequencyEstimate:
+    """``estimate`` with pooled counts, standard errors and report count (intervals recomputed)."""
+    z = estimate.z
+    return replace(estimate, counts=counts, std_errors=se, n=n, ci_lower=counts - z * se, ci_upper=counts + z * se)
+
+
+def _pool_prior(cells: Sequence[TreeCell], counts: NDArray[np.float64], se: NDArray[np.float64], n: int,
+                prior: Sequence[Sequence[float]]) -> tuple[NDArray[np.float64], NDArray[np.float64], int]:
+    """Combine the aggregation group's counts with the refinement groups' estimates of the same cells.
+
+    ``prior`` rows are ``(level, morton_index, share, variance of the share)``: unbiased estimates
+    of the share of the population in a cell, from reports of other devices (the tree level or
+    the iterations that estimated exactly that cell). Each cell's share is the inverse-variance
+    weighted mean of the two independent unbiased estimates; returned on the aggregation group's
+    count scale (``n`` reports), so every report of the campaign informs the final densities.
+    """
+    position = {cell: i for i, cell in enumerate(cells)}
+    share = counts / n
+    var = (se / n) ** 2
+    pooled = 0
+    for level, index, p, v in prior:
+        i = position.get(TreeCell(level=int(level), morton_index=int(index)))
+        if i is None or not (v > 0 and var[i] > 0):
+            continue
+        w_old, w_new = 1.0 / float(v), 1.0 / float(var[i])
+        share[i] = (float(p) * w_old + share[i] * w_new) / (w_old + w_new)
+        var[i] = 1.0 / (w_old + w_new)
+        pooled += 1
+    return share * n, np.sqrt(var) * n, pooled
