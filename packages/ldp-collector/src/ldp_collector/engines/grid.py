@@ -196,6 +196,10 @@ class GridEngine(CampaignEngine):
             p.max_iterations = DEFAULT_MAX_ITERATIONS
         if not 1 <= p.max_iterations <= 16:
             raise InvalidArgumentError(f"grid.max_iterations must be in [1, 16], got {p.max_iterations}")
+        if p.granularity_level and not 1 <= p.granularity_level <= self.top_level:
+            raise InvalidArgumentError(
+                f"grid.granularity_level must be in [1, {self.top_level}] (max_cells {p.max_cells} in dimension {d}), "
+                f"got {p.granularity_level}")
         if p.tree_height and not 1 <= p.tree_height <= self.top_level:
             raise InvalidArgumentError(
                 f"grid.tree_height must be in [1, {self.top_level}] (max_cells {p.max_cells} in dimension {d}), "
@@ -326,16 +330,14 @@ class GridEngine(CampaignEngine):
         state = self._load_state(engine_state)
         phase = state["phase"]
         aggregators = round_aggregators(spec, reports)
-        if phase == _PHASE_CALIBRATE:
-            outcome = self._close_calibrate(spec, aggregators, state)
-        elif phase == _PHASE_TREE:
-            outcome = self._close_tree(spec, aggregators, state)
-        elif phase == _PHASE_ITERATE:
-            outcome = self._close_iterate(spec, aggregators, state)
-        elif phase == _PHASE_AGGREGATE:
-            outcome = self._close_aggregate(spec, aggregators, state)
-        else:
+        steps = {_PHASE_CALIBRATE: self._close_calibrate, _PHASE_TREE: self._close_tree,
+                 _PHASE_ITERATE: self._close_iterate, _PHASE_AGGREGATE: self._close_aggregate}
+        if phase not in steps:
             raise ProtocolError(f"unknown grid engine phase {phase!r}")
+        try:
+            outcome = steps[phase](spec, aggregators, state)
+        except (KeyError, TypeError) as exc:
+            raise ProtocolError(f"unreadable grid engine state for phase {phase!r}: {exc!r}") from None
         # Every round's diagnostics ride along in the engine state and end up in the result.
         carried = {str(k): float(v) for k, v in dict(state.get("diag", {})).items()}
         carried.update(outcome.diagnostics)
@@ -385,7 +387,7 @@ class GridEngine(CampaignEngine):
         consistent_side = consistent_granularity(aggregation_reports, variance, d, r)
         paper_side = paper_granularity(max(population, 1.0), plan.round_epsilon, d, r)
         side = paper_side if p.granularity == campaigns_pb2.GridParameters.PAPER else consistent_side
-        level0 = level_for_side(side, d, max_level=self.top_level)
+        level0 = int(p.granularity_level) or level_for_side(side, d, max_level=self.top_level)
         if side < 2.0 ** -self.top_level:
             warnings.append(f"the {'paper' if p.granularity == campaigns_pb2.GridParameters.PAPER else 'consistent'} "
                             f"granularity {side:.3g} is finer than max_cells allows; using level {level0}")
@@ -586,6 +588,7 @@ class GridEngine(CampaignEngine):
             agg = aggregate_cells(cells, counts, se, n, d, z_dense=float(p.dense_threshold),
                                   z_core=float(p.core_threshold), border=not p.no_border_cells,
                                   border_gap=math.ldexp(1.0, -int(state["level0"])) if "level0" in state else None,
+                                  region_level=int(state["level0"]) if "level0" in state else None,
                                   adjacency=adjacency)
             labels, densities, density_se = agg.labels, agg.densities, agg.density_std_errors
             clusters, borders, shares = agg.clusters, agg.border_cells, agg.cluster_shares
@@ -605,8 +608,8 @@ class GridEngine(CampaignEngine):
         cell_map.labels.extend(labels.tolist())
         cell_map.densities.extend(densities.tolist())
         cell_map.density_std_errors.extend(density_se.tolist())
-        estimates = estimates_message(estimate if len(groups) == 1 else _with_counts(estimate, counts, se, n),
-                                      component)
+        # The published estimates are the counts the densities come from (pooled over groups and priors).
+        estimates = estimates_message(_with_counts(estimate, counts, se, n) if n else estimate, component)
         result.estimates.CopyFrom(estimates)
         diagnostics = {
             "aggregation_reports": float(n), "final_cells": float(len(cells)), "clusters": float(clusters),

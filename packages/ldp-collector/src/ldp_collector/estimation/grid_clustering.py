@@ -394,6 +394,7 @@ class CellAggregation:
 
 def aggregate_cells(cells: Sequence[TreeCell], counts: ArrayLike, std_errors: ArrayLike, n: float, dimension: int,
                     *, z_dense: float, z_core: float, border: bool = True, border_gap: float | None = None,
+                    region_level: int | None = None,
                     adjacency: Sequence[Sequence[int]] | None = None) -> CellAggregation:
     """Dense filter, core cells, density-connected growth and border cells (module docstring).
 
@@ -415,6 +416,13 @@ def aggregate_cells(cells: Sequence[TreeCell], counts: ArrayLike, std_errors: Ar
         side of the granularity level, so that a refined grid labels the same band around a
         cluster as the uniform grid of that level, whose touching cells are exactly the cells at
         gap 0.
+    region_level : int, optional
+        Also call dense every cell finer than this level whose region at this level is dense:
+        the pooled count of all the partition's cells inside the level-``region_level`` ancestor
+        passes the dense test for the ancestor's volume. Refined cells are small, and a small
+        cell's count is rarely significant on its own (the oracle's noise per cell does not
+        shrink with the cell); without this, a refinement that splits cells inside a cluster by
+        mistake would punch holes into it. The grid engine passes the granularity level.
     adjacency : sequence of sequences of int, optional
         :func:`touching` of ``cells`` when already computed.
 
@@ -433,8 +441,10 @@ def aggregate_cells(cells: Sequence[TreeCell], counts: ArrayLike, std_errors: Ar
     adj = [tuple(a) for a in (touching(cells, dimension) if adjacency is None else adjacency)]
     volumes = cell_volumes(cells, dimension)
     dense = dense_mask(c, se, volumes, n, z=z_dense)
-    core = np.zeros(len(cells), dtype=np.bool_)
     var = se**2
+    if region_level is not None:
+        dense |= _dense_regions(cells, c, var, n, dimension, region_level, z_dense)
+    core = np.zeros(len(cells), dtype=np.bool_)
     for i in np.flatnonzero(dense).tolist():
         hood = (i, *adj[i])
         total = float(c[list(hood)].sum())
@@ -510,3 +520,19 @@ def _clusters_within(cells: Sequence[TreeCell], labels: NDArray[np.int64], dimen
         if close.any():
             out[i] = set(np.unique(c_lab[close]).tolist())
     return out
+
+
+def _dense_regions(cells: Sequence[TreeCell], counts: NDArray[np.float64], variances: NDArray[np.float64], n: float,
+                   dimension: int, level: int, z: float) -> NDArray[np.bool_]:
+    """Cells finer than ``level`` whose level-``level`` region (all cells inside it pooled) is dense."""
+    region_of = [c.morton_index >> ((c.level - level) * dimension) if c.level > level else -1 for c in cells]
+    totals: dict[int, list[float]] = {}
+    for i, region in enumerate(region_of):
+        if region >= 0:
+            entry = totals.setdefault(region, [0.0, 0.0])
+            entry[0] += float(counts[i])
+            entry[1] += float(variances[i])
+    volume = math.ldexp(1.0, -level * dimension)
+    dense_regions = {r for r, (total, var) in totals.items()
+                     if total >= max(float(n) * volume, z * math.sqrt(var))}
+    return np.array([r >= 0 and r in dense_regions for r in region_of], dtype=np.bool_)

@@ -266,6 +266,7 @@ class GridParameters(_message.Message):
     DENSE_THRESHOLD_FIELD_NUMBER: _builtins.int
     MAX_CELLS_FIELD_NUMBER: _builtins.int
     NO_BORDER_CELLS_FIELD_NUMBER: _builtins.int
+    GRANULARITY_LEVEL_FIELD_NUMBER: _builtins.int
     variant: Global___GridParameters.Variant.ValueType
     granularity: Global___GridParameters.Granularity.ValueType
     initial_cells_per_dimension: _builtins.int
@@ -283,6 +284,8 @@ class GridParameters(_message.Message):
     """Largest number of cells in any reported grid (0 = default 4096)."""
     no_border_cells: _builtins.bool
     """Leave cells next to exactly one cluster as noise instead of attaching them to it."""
+    granularity_level: _builtins.int
+    """Fixed granularity: the dyadic level of the aggregation grid (0 = from the granularity rule)."""
     def __init__(
         self,
         *,
@@ -297,10 +300,11 @@ class GridParameters(_message.Message):
         dense_threshold: _builtins.float = ...,
         max_cells: _builtins.int = ...,
         no_border_cells: _builtins.bool = ...,
+        granularity_level: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["calibration_share", b"calibration_share", "core_threshold", b"core_threshold", "dense_threshold", b"dense_threshold", "granularity", b"granularity", "initial_cells_per_dimension", b"initial_cells_per_dimension", "max_cells", b"max_cells", "max_iterations", b"max_iterations", "no_border_cells", b"no_border_cells", "refinement_share", b"refinement_share", "tree_height", b"tree_height", "variant", b"variant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calibration_share", b"calibration_share", "core_threshold", b"core_threshold", "dense_threshold", b"dense_threshold", "granularity", b"granularity", "granularity_level", b"granularity_level", "initial_cells_per_dimension", b"initial_cells_per_dimension", "max_cells", b"max_cells", "max_iterations", b"max_iterations", "no_border_cells", b"no_border_cells", "refinement_share", b"refinement_share", "tree_height", b"tree_height", "variant", b"variant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

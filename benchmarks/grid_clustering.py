@@ -1,0 +1,273 @@
+"""Grid clustering (campaign kind ``grid``, AGCluster) measured: quality, granularity, dimension, server time.
+
+Every grid run is a whole campaign through the in-process collector (the real engine and store;
+devices simulated with the SDK's code, ``mode="direct"``). The server step is the time spent in
+the engine's ``close_round`` over all rounds (estimation, refinement, aggregation); ingestion is
+not part of it (see ``ingest_throughput.py``). The LDP floors (discrete-Laplace points + k-means;
+one OUE grid histogram + weighted k-means) and non-private k-means++ run on the same points.
+
+Experiments (``--experiment``)
+    ``acceptance``  moons, circles, anisotropic blobs at (n, epsilon) = (1e6, 2) and (1e5, 4): UGC,
+                    AGC-tree, AGC-iter, the floors and k-means++ (ARI, noise share, clusters, server s).
+    ``granularity`` the paper's Table 2 experiment: UGC at fixed levels around the rule's level,
+                    and the paper's Theorem 1 against the unit-consistent rule.
+    ``dimension``   Gaussian mixtures in d = 2, 4, 8 (k = 4): where the grid stops being useful.
+
+Usage::
+
+    PYTHONPATH=packages/ldp-client/src:packages/ldp-proto/src:packages/ldp-collector/src:. \\
+        python benchmarks/grid_clustering.py --experiment acceptance --seeds 1 --out benchmarks/results/grid
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+from numpy.typing import NDArray
+
+from ldp.v1 import campaigns_pb2
+from ldp_collector.core import Collector
+from ldp_collector.datasets import make_dataset
+from ldp_collector.engines.grid import GridEngine
+from ldp_collector.evaluation import adjusted_rand_index
+from ldp_collector.simulate import evaluate_clustering, numeric_bounds, run_campaign
+from ldp_collector.storage import open_store
+
+VARIANTS = {"ugc": "UNIFORM", "agc-tree": "TREE", "agc-iter": "ITERATIVE"}
+
+
+class _Timer:
+    """Accumulates the time spent in ``GridEngine.close_round`` (the server step)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._original = GridEngine.close_round
+
+    def __enter__(self) -> _Timer:
+        timer = self
+        original = self._original
+
+        def timed(engine: GridEngine, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(engine, *args, **kwargs)
+            finally:
+                timer.seconds += time.perf_counter() - started
+
+        GridEngine.close_round = timed  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        GridEngine.close_round = self._original  # type: ignore[method-assign]
+
+
+def grid_config(x: NDArray[np.float64], epsilon: float, variant: str, *, granularity: str = "CONSISTENT",
+                level: int = 0, policy: int = campaigns_pb2.PARTITION) -> campaigns_pb2.CampaignConfig:
+    lo, hi = numeric_bounds(x)
+    config = campaigns_pb2.CampaignConfig(kind=campaigns_pb2.GRID, epsilon=epsilon, budget_policy=policy)  # type: ignore[arg-type]
+    config.domain.numeric.lower.extend(lo)
+    config.domain.numeric.upper.extend(hi)
+    config.grid.variant = getattr(campaigns_pb2.GridParameters, VARIANTS.get(variant, variant))
+    config.grid.granularity = getattr(campaigns_pb2.GridParameters, granularity)
+    config.grid.granularity_level = level
+    return config
+
+
+def run_grid(x: NDArray[np.float64], y: NDArray[np.int64] | None, epsilon: float, variant: str, seed: int,
+             **options: Any) -> dict[str, float]:
+    """One grid campaign; scores, rounds, server-step seconds and the engine's diagnostics."""
+    config = grid_config(x, epsilon, variant, **options)
+    with tempfile.TemporaryDirectory(prefix="ldp-grid-bench-") as data_dir, _Timer() as timer:
+        store = open_store(data_dir)
+        try:
+            started = time.perf_counter()
+            run = run_campaign(Collector(store), config, x, seed=seed, mode="direct", quiet=True)
+            wall = time.perf_counter() - started
+        finally:
+            store.close()
+    scores = evaluate_clustering(run.result, x, y)
+    diag = dict(run.result.diagnostics)
+    return {
+        "ari": scores.get("ari", math.nan), "noise_share": scores["noise_share"], "clusters": scores["clusters"],
+        "rounds": float(run.stats.rounds), "server_s": timer.seconds, "wall_s": wall,
+        "epsilon_per_device": run.stats.epsilon_per_device,
+        "level": diag.get("granularity_level", math.nan), "final_cells": diag.get("final_cells", math.nan),
+        "dense_share": diag.get("dense_share", math.nan),
+        "granularity_paper": diag.get("granularity_paper", math.nan),
+        "granularity_consistent": diag.get("granularity_consistent", math.nan),
+    }
+
+
+def run_floor(name: str, x: NDArray[np.float64], y: NDArray[np.int64] | None, k: int, epsilon: float,
+              seed: int) -> dict[str, float]:
+    """An LDP floor or k-means++ from the harness, scored by ARI on nearest-center labels."""
+    from benchmarks.harness.adapters import collector_backend
+    from benchmarks.harness.baselines import discrete_laplace_kmeans, kmeans_plus_plus_baseline, oue_grid_kmeans
+
+    started = time.perf_counter()
+    if name == "ldp-laplace-points":
+        out = discrete_laplace_kmeans(x, k, epsilon, seed=seed)
+    elif name == "ldp-oue-grid":
+        with collector_backend(False) as backend:
+            out = oue_grid_kmeans(x, k, epsilon, seed=seed, backend=backend)
+    else:
+        out = kmeans_plus_plus_baseline(x, k, seed=seed)
+    wall = time.perf_counter() - started
+    assert out.centers is not None
+    d2 = ((x[:, None, :] - out.centers[None, :, :]) ** 2).sum(axis=2) if len(x) <= 200_000 else None
+    labels = d2.argmin(axis=1) if d2 is not None else _nearest(x, out.centers)
+    ari = adjusted_rand_index(y, labels) if y is not None else math.nan
+    return {"ari": ari, "noise_share": 0.0, "clusters": float(len(out.centers)), "wall_s": wall}
+
+
+def _nearest(x: NDArray[np.float64], centers: NDArray[np.float64]) -> NDArray[np.int64]:
+    out = np.empty(len(x), dtype=np.int64)
+    for start in range(0, len(x), 100_000):
+        chunk = x[start:start + 100_000]
+        out[start:start + len(chunk)] = ((chunk[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2).argmin(axis=1)
+    return out
+
+
+def _rows_acceptance(seeds: int, scale: float) -> Iterator[dict[str, Any]]:
+    for n, epsilon in ((int(1e6 * scale), 2.0), (int(1e5 * scale), 4.0)):
+        for dataset, k in (("moons", 2), ("circles", 2), ("aniso", 3)):
+            for seed in range(seeds):
+                x, y = make_dataset(dataset, n, seed=seed)
+                for variant in VARIANTS:
+                    yield {"dataset": dataset, "n": n, "epsilon": epsilon, "method": variant, "seed": seed,
+                           **run_grid(x, y, epsilon, variant, seed)}
+                for floor in ("ldp-laplace-points", "ldp-oue-grid", "kmeans++"):
+                    yield {"dataset": dataset, "n": n, "epsilon": epsilon, "method": floor, "seed": seed,
+                           **run_floor(floor, x, y, k, epsilon, seed)}
+
+
+def _rows_granularity(seeds: int, scale: float) -> Iterator[dict[str, Any]]:
+    for n, epsilon in ((int(1e5 * scale), 4.0), (int(1e5 * scale), 2.0), (int(1e5 * scale), 1.0)):
+        for dataset in ("moons", "circles", "aniso"):
+            for seed in range(seeds):
+                x, y = make_dataset(dataset, n, seed=seed)
+                rule = run_grid(x, y, epsilon, "ugc", seed)
+                yield {"dataset": dataset, "n": n, "epsilon": epsilon, "method": "ugc consistent rule", "seed": seed,
+                       **rule}
+                yield {"dataset": dataset, "n": n, "epsilon": epsilon, "method": "ugc paper rule", "seed": seed,
+                       **run_grid(x, y, epsilon, "ugc", seed, granularity="PAPER")}
+                base = int(rule["level"])
+                for level in range(max(1, base - 2), base + 3):
+                    if level == base:
+                        continue
+                    yield {"dataset": dataset, "n": n, "epsilon": epsilon, "method": f"ugc level {level}",
+                           "seed": seed, **run_grid(x, y, epsilon, "ugc", seed, level=level)}
+
+
+def _rows_dimension(seeds: int, scale: float) -> Iterator[dict[str, Any]]:
+    for d in (2, 4, 8):
+        for n, epsilon in ((int(1e6 * scale), 2.0), (int(1e5 * scale), 4.0)):
+            for seed in range(seeds):
+                x, y = make_dataset("mixture", n, d=d, k=4, seed=seed)
+                for variant in ("ugc", "agc-tree"):
+                    yield {"dataset": f"mixture d={d} k=4", "n": n, "epsilon": epsilon, "method": variant,
+                           "seed": seed, **run_grid(x, y, epsilon, variant, seed)}
+                yield {"dataset": f"mixture d={d} k=4", "n": n, "epsilon": epsilon, "method": "ldp-oue-grid",
+                       "seed": seed, **run_floor("ldp-oue-grid", x, y, 4, epsilon, seed)}
+
+
+def _rows_device(seeds: int, scale: float) -> Iterator[dict[str, Any]]:
+    """Device cost of one grid report: encode against the round's grid, then randomize (OS CSPRNG).
+
+    The grids are the ones a moons campaign at n = 1e5, epsilon = 4 actually publishes (the
+    calibration grid, each tree level, the final irregular cell list).
+    """
+    from ldp_client.rng import SecureRng
+    from ldp_client.spec import RoundSpec
+
+    x, y = make_dataset("moons", int(1e5 * scale), seed=0)
+    specs: list[RoundSpec] = []
+    original = GridEngine.close_round
+
+    def capture(engine: GridEngine, spec: RoundSpec, *args: Any, **kwargs: Any) -> Any:
+        specs.append(spec)
+        outcome = original(engine, spec, *args, **kwargs)
+        if outcome.next_round is not None:
+            specs.append(outcome.next_round.spec)
+        return outcome
+
+    GridEngine.close_round = capture  # type: ignore[method-assign]
+    try:
+        run_grid(x, y, 4.0, "agc-tree", 0)
+    finally:
+        GridEngine.close_round = original  # type: ignore[method-assign]
+    seen: set[int] = set()
+    points = [tuple(p) for p in x[:2000].tolist()]
+    for spec in specs:
+        if spec.round in seen:
+            continue
+        seen.add(spec.round)
+        for task in spec.tasks:
+            component = task.components[0]
+            rng = SecureRng()
+            times = []
+            for point in points:
+                started = time.perf_counter()
+                payload = component.run(point, rng=rng)
+                times.append(time.perf_counter() - started)
+            size = len(msgpack.packb(component.mechanism.check_payload(payload), use_bin_type=True))
+            yield {"dataset": "moons", "n": len(x), "epsilon": 4.0, "method": f"round {spec.round} groups {task.groups}",
+                   "seed": 0, "encoder": type(component.encoder).__name__, "cells": float(component.encoder.output_size),
+                   "mechanism": component.mechanism.KIND, "median_us": statistics.median(times) * 1e6,
+                   "payload_bytes": float(size)}
+
+
+EXPERIMENTS = {"acceptance": _rows_acceptance, "granularity": _rows_granularity, "dimension": _rows_dimension,
+               "device": _rows_device}
+
+
+def _markdown(rows: list[dict[str, Any]]) -> str:
+    keys: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        keys.setdefault((row["dataset"], row["n"], row["epsilon"], row["method"]), []).append(row)
+    lines = ["| data | n | eps | method | ARI | noise share | clusters | level | cells | server s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    def med(group: list[dict[str, Any]], key: str) -> str:
+        values = [r[key] for r in group if key in r and not math.isnan(r[key])]
+        return f"{statistics.median(values):.3g}" if values else "-"
+
+    for (dataset, n, epsilon, method), group in keys.items():
+        lines.append(f"| {dataset} | {n:.0e} | {epsilon:g} | {method} | {med(group, 'ari')} | {med(group, 'noise_share')} | "
+                     f"{med(group, 'clusters')} | {med(group, 'level')} | {med(group, 'final_cells')} | "
+                     f"{med(group, 'server_s')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--experiment", choices=sorted(EXPERIMENTS), required=True)
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every n (quick looks: 0.1)")
+    parser.add_argument("--out", type=Path, default=None, help="directory for <experiment>.json and .md")
+    args = parser.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    for row in EXPERIMENTS[args.experiment](args.seeds, args.scale):
+        rows.append(row)
+        print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+    table = _markdown(rows)
+    print(table)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{args.experiment}.json").write_text(json.dumps(rows, indent=1))
+        (args.out / f"{args.experiment}.md").write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
