@@ -24,15 +24,18 @@ default, or with ``via_grpc`` a real collector reached over gRPC
 (:func:`ldp_collector.service.start_server` on ``127.0.0.1`` port 0) and hands its address to the
 worker processes (:func:`configure_remote`); used alone, an adapter starts its own.
 
-The clustering campaign kinds (grid, stemmer, nettree ...) are not implemented yet: their adapters
-come with their issues. Today the OUE grid floor is the adapter that exercises the real collector.
+Collector-backed protocols: the OUE grid floor (a ``HISTOGRAM`` campaign) and the grid clustering
+campaigns (``GRID``, AGCluster): ``ugc``, ``agc-tree`` and ``agc-iter``. The other clustering
+campaign kinds (stemmer, nettree ...) are not implemented yet: their adapters come with their issues.
 
 Data kinds
     ``"2d"``: two-dimensional points only (the quadtree of ``papers/001``); ``"nd"``: numeric
     points of any dimension.
 ``epsilon``
     ``None`` for methods without a budget (``uses_epsilon = False``); ``math.inf`` asks the
-    private methods for their documented no-noise bypass.
+    private methods for their documented no-noise bypass. A method without one
+    (``noiseless_bypass = False``: the grid clusterings, whose granularity follows the noise) is
+    left out of the suites' ``inf`` column and refuses ``inf``.
 """
 
 from __future__ import annotations
@@ -59,11 +62,13 @@ from .baselines import (
     discrete_laplace_kmeans,
     dp_quadtree_kmeans,
     dplloyd,
+    grid_clustering,
     improved_dp_kmeans,
     kmeans_plus_plus_baseline,
     oue_grid_kmeans,
     standard_kmeans,
 )
+from .baselines.grid import MAX_DIMENSION as GRID_MAX_DIMENSION
 from .baselines.oue_grid import MAX_CELLS
 
 __all__ = [
@@ -102,6 +107,9 @@ class ProtocolAdapter(abc.ABC):
     has_centers: ClassVar[bool] = True
     #: Largest dimension the method handles (``None``: any).
     max_dimension: ClassVar[int | None] = None
+    #: Whether ``epsilon = inf`` has a documented no-noise bypass (``False``: the suites skip ``inf``
+    #: for the method, see :func:`harness.runner.build_tasks`, and ``run`` refuses it).
+    noiseless_bypass: ClassVar[bool] = True
 
     @classmethod
     def supports_dimension(cls, d: int) -> bool:
@@ -338,3 +346,47 @@ class OUEGridFloor(ProtocolAdapter):
                 out = oue_grid_kmeans(x, k, eps, seed=seed, backend=backend)
         out.diagnostics["via_grpc"] = float(via_grpc and not math.isinf(eps))
         return out
+
+
+class _GridClustering(ProtocolAdapter):
+    """The collector's ``GRID`` campaigns (:mod:`harness.baselines.grid`): labels, no centers, no ``inf`` bypass."""
+
+    privacy = "ldp"
+    data_kinds = frozenset({"nd"})
+    uses_collector = True
+    has_centers = False
+    noiseless_bypass = False
+    max_dimension = GRID_MAX_DIMENSION
+    #: The engine's variant (:data:`harness.baselines.grid.VARIANTS`).
+    variant: ClassVar[str]
+
+    def run(self, x: NDArray[np.float64], k: int, epsilon: float | None, seed: int,
+            via_grpc: bool = False) -> Clustering:
+        eps = _epsilon(epsilon, self.name)
+        if math.isinf(eps):
+            raise ValueError(f"{self.name} has no no-noise bypass (epsilon = inf): its grid follows the noise")
+        with collector_backend(via_grpc) as backend:
+            out = grid_clustering(x, eps, variant=self.variant, seed=seed, backend=backend)
+        out.diagnostics["via_grpc"] = float(via_grpc)
+        return out
+
+
+@register_adapter
+class UniformGridClustering(_GridClustering):
+    name = "ugc"
+    description = "LDP grid clustering, uniform grid (UGC): calibrate, then one aggregation round (papers/002)"
+    variant = "uniform"
+
+
+@register_adapter
+class TreeAdaptiveGridClustering(_GridClustering):
+    name = "agc-tree"
+    description = "LDP grid clustering with feedback, grid tree (AGCluster TreeAdaptive, papers/002)"
+    variant = "tree"
+
+
+@register_adapter
+class IterativeAdaptiveGridClustering(_GridClustering):
+    name = "agc-iter"
+    description = "LDP grid clustering with feedback, merge/split rounds (AGCluster IterAdaptive, papers/002)"
+    variant = "iterative"

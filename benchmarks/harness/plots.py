@@ -1,4 +1,5 @@
-"""PNG plots of a suite run: metric vs epsilon, metric vs n, and 2-D clusters drawn over the points.
+"""PNG plots of a suite run: metric vs epsilon, metric vs n, 2-D clusters drawn over the points, and
+the final grid of every drawn grid clustering run.
 
 Small files on purpose (they are committed under ``benchmarks/results/``): 80 dpi, a 64-colour palette,
 at most 2500 points per scatter panel.
@@ -20,7 +21,7 @@ from .suites import DatasetCase, Suite, epsilon_label
 if TYPE_CHECKING:
     from .runner import Cell, RunRecord
 
-__all__ = ["plot_clusters", "plot_metric_vs_epsilon", "plot_metric_vs_n", "suite_plots"]
+__all__ = ["plot_clusters", "plot_grid", "plot_metric_vs_epsilon", "plot_metric_vs_n", "suite_plots"]
 
 _DPI = 80
 _MAX_SCATTER = 2500
@@ -158,6 +159,29 @@ def plot_clusters(x: np.ndarray, panels: Sequence[tuple[str, np.ndarray, np.ndar
     return out
 
 
+def plot_grid(x: np.ndarray, cell_map: bytes, title: str, out: Path) -> Path | None:
+    """A grid clustering's final irregular grid, cells coloured by cluster (noise transparent), over the points.
+
+    ``cell_map`` is the serialized ``ldp.v1.CellClusterMap`` of the run; drawn by
+    :func:`ldp_collector.plotting.draw_grid_clustering` (2-D only).
+    """
+    from ldp.v1 import campaigns_pb2
+    from ldp_collector.plotting import draw_grid_clustering
+
+    if x.shape[1] != 2:
+        return None
+    grid = campaigns_pb2.CellClusterMap.FromString(cell_map)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.8, 4.2))
+    # A legend only while it stays small beside the map.
+    draw_grid_clustering(ax, grid, x, max_points=_MAX_SCATTER, seed=0, legend=len(set(grid.labels) - {-1}) <= 5)
+    ax.set_title(title, fontsize=8)
+    fig.tight_layout()
+    _save(fig, out)
+    plt.close(fig)
+    return out
+
+
 def suite_plots(suite: Suite, cells: dict[tuple[str, str, int, str], Cell], records: Sequence[RunRecord],
                 out_dir: Path) -> list[Path]:
     """Every plot of a run under ``out_dir / "plots"``; returns the files written."""
@@ -205,6 +229,14 @@ def suite_plots(suite: Suite, cells: dict[tuple[str, str, int, str], Cell], reco
         path = plot_clusters(x, panels, f"{dataset_label}, n = {n:,}, seed {seed}",
                              plot_dir / f"{_slug(dataset_label)}_n{n}_clusters.png")
         written += [path] if path else []
+        for r in runs:
+            if r.cell_map is None:
+                continue
+            title = (f"{r.protocol}, {dataset_label}, n = {n:,}, ε = {r.epsilon}: "
+                     f"{int(r.diagnostics.get('clusters', 0))} clusters, {int(r.diagnostics.get('final_cells', 0)):,} cells")
+            name = f"{_slug(dataset_label)}_n{n}_{_slug(r.protocol)}_eps{_slug(r.epsilon)}_grid.png"
+            path = plot_grid(x, r.cell_map, title, plot_dir / name)
+            written += [path] if path else []
     return written
 
 

@@ -117,10 +117,13 @@ class RunRecord:
     centers: list[list[float]] | None = None
     error: str | None = None
     labels: NDArray[np.int64] | None = None
+    #: A grid clustering's published ``ldp.v1.CellClusterMap`` (serialized), kept with the labels for the plots.
+    cell_map: bytes | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("labels")
+        out.pop("cell_map")
         out["metrics"] = {key: _finite(v) for key, v in self.metrics.items()}
         out["diagnostics"] = {key: _finite(v) for key, v in self.diagnostics.items()}
         return out
@@ -198,6 +201,8 @@ def run_task(task: Task, reference: float | None) -> RunRecord:
             record.metrics["cost_ratio_matched"] = record.metrics["cost"] / matched if matched > 0 else math.nan
         if task.keep_labels:
             record.labels = predicted
+            if out.cell_map is not None:
+                record.cell_map = out.cell_map.SerializeToString()
     except Exception:
         record.seconds = time.perf_counter() - started
         record.error = traceback.format_exc()
@@ -211,7 +216,8 @@ def _init_worker(address: str | None, token: str | None) -> None:
 # -- the matrix ----------------------------------------------------------------------------------------
 
 def build_tasks(suite: Suite, *, via_grpc: bool = False, protocols: Sequence[str] | None = None) -> list[Task]:
-    """Every run of ``suite`` (deduplicated; methods without a budget run once per data set)."""
+    """Every run of ``suite`` (deduplicated; methods without a budget run once per data set, methods
+    without a no-noise bypass skip ``epsilon = inf``)."""
     chosen = set(protocols) if protocols else None
     matched = {(p, epsilon_label(b.epsilon), dataset_label) for b in suite.bounds if b.metric == "cost_ratio_matched"
                for p in b.protocols for dataset_label in b.datasets}
@@ -228,7 +234,9 @@ def build_tasks(suite: Suite, *, via_grpc: bool = False, protocols: Sequence[str
                                      f"registered: {', '.join(sorted(adapters.ADAPTERS))}")
                 if not cls.supports_dimension(d):
                     continue
-                epsilons: Iterable[float | None] = block.epsilons if cls.uses_epsilon else (None,)
+                epsilons: Iterable[float | None] = (
+                    tuple(e for e in block.epsilons if cls.noiseless_bypass or math.isfinite(e))
+                    if cls.uses_epsilon else (None,))
                 for n in block.ns:
                     for epsilon in epsilons:
                         for seed in block.seeds:

@@ -365,3 +365,44 @@ def test_oue_floor_population_seeds_differ_between_campaigns() -> None:
              population_seed(7, x, 1.0, 9), population_seed(8, x, 1.0, 8)}
     assert len(seeds) == 5
     assert population_seed(7, x, 1.0, 8) == population_seed(7, x.copy(), 1.0, 8)
+
+
+# -- the collector's grid clustering (papers/002) --------------------------------------------------------
+
+def test_grid_clustering_runs_a_grid_campaign_and_labels_like_a_device() -> None:
+    from harness.adapters import collector_backend
+    from harness.baselines.grid import grid_clustering
+
+    from ldp_client.clusters import CellClusterModel
+    from ldp_client.encoders.geometry import TreeCell
+    from ldp_collector.evaluation import adjusted_rand_index
+
+    x, y = make_dataset("moons", 3000, seed=0)
+    with collector_backend(False) as backend:
+        out = grid_clustering(x, 8.0, variant="uniform", seed=1, backend=backend)
+    assert out.centers is None and out.labels is not None and out.labels.shape == (3000,)
+    assert out.cell_map is not None and len(out.cell_map.cells) == out.diagnostics["final_cells"]
+    assert out.diagnostics["reports"] == out.diagnostics["accepted"] == 3000 and out.diagnostics["rounds"] == 2
+    assert out.diagnostics["epsilon_per_device"] == 8.0
+    # Every label is the one the device would give itself from the published map.
+    model = CellClusterModel(domain=NumericDomain(lower=tuple(out.cell_map.domain.lower),
+                                                  upper=tuple(out.cell_map.domain.upper)),
+                             cells=tuple(TreeCell(level=c.level, morton_index=c.morton_index)
+                                         for c in out.cell_map.cells),
+                             labels=tuple(out.cell_map.labels))
+    assert [model.label(p) for p in x[:200].tolist()] == out.labels[:200].tolist()
+    assert out.diagnostics["clusters"] == len(set(out.cell_map.labels) - {-1})
+    assert adjusted_rand_index(y, out.labels) > 0.9  # the uniform grid separates the moons at epsilon 8
+
+
+def test_grid_clustering_has_no_infinite_epsilon_bypass() -> None:
+    from harness.baselines.grid import MAX_DIMENSION, grid_clustering, grid_config
+
+    x, _ = blobs(200)
+    with pytest.raises(ValueError, match="no no-noise bypass"):
+        grid_clustering(x, math.inf, variant="tree", seed=0, backend=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=f"d <= {MAX_DIMENSION}"):
+        grid_clustering(np.zeros((10, MAX_DIMENSION + 1)), 1.0, variant="tree", seed=0, backend=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="variant must be one of uniform, tree, iterative"):
+        grid_config(Box.of(x), 1.0, "quadtree")
+    assert grid_config(Box.of(x), 1.0, "iterative").grid.variant == 3

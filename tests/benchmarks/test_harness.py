@@ -51,7 +51,7 @@ def _suite(blocks: tuple[Block, ...], **kwargs: object) -> Suite:
 
 def test_every_baseline_is_registered_once_with_valid_metadata() -> None:
     expected = {"kmeans++", "kmeans-random", "dbscan", "density-am-kmeans", "dplloyd", "dpqt-kmeans",
-                "improved-dp-kmeans", "ldp-laplace-points", "ldp-oue-grid"}
+                "improved-dp-kmeans", "ldp-laplace-points", "ldp-oue-grid", "ugc", "agc-tree", "agc-iter"}
     assert expected <= set(ADAPTERS)
     for name, cls in ADAPTERS.items():
         assert cls.name == name
@@ -59,6 +59,11 @@ def test_every_baseline_is_registered_once_with_valid_metadata() -> None:
         assert cls.description
     assert ADAPTERS["ldp-oue-grid"].uses_collector
     assert not ADAPTERS["dbscan"].has_centers
+    for name in ("ugc", "agc-tree", "agc-iter"):
+        grid = ADAPTERS[name]
+        assert grid.privacy == "ldp" and grid.data_kinds == frozenset({"nd"}) and grid.uses_collector
+        assert not grid.has_centers and not grid.noiseless_bypass and grid.max_dimension == 12
+    assert all(cls.noiseless_bypass for name, cls in ADAPTERS.items() if name not in ("ugc", "agc-tree", "agc-iter"))
 
 
 def test_registering_a_second_adapter_under_a_taken_name_fails() -> None:
@@ -114,6 +119,33 @@ def test_build_tasks_deduplicates_and_skips_unsupported_data() -> None:
         t.protocol == "dplloyd" for t in build_tasks(suite, protocols=["dplloyd"]))
     with pytest.raises(ValueError, match="unknown protocol"):
         build_tasks(_suite((Block(protocols=("nope",), datasets=(TINY,), epsilons=(1.0,), ns=(10,), seeds=(0,)),)))
+
+
+def test_build_tasks_leaves_methods_without_a_bypass_out_of_the_inf_column() -> None:
+    suite = _suite((Block(protocols=("ugc", "agc-tree", "ldp-oue-grid"), datasets=(TINY,), epsilons=(1.0, math.inf),
+                          ns=(300,), seeds=(0,)),))
+    tasks = build_tasks(suite)
+    assert sorted((t.protocol, epsilon_label(t.epsilon)) for t in tasks) == [
+        ("agc-tree", "1"), ("ldp-oue-grid", "1"), ("ldp-oue-grid", "inf"), ("ugc", "1")]
+
+
+def test_grid_adapters_run_score_and_refuse_inf(in_process: None) -> None:
+    moons = DatasetCase(name="moons")
+    record = runner.run_task(Task(protocol="agc-iter", dataset=moons, n=1500, epsilon=8.0, seed=0, keep_labels=True),
+                             reference=runner.reference_cost(moons, 1500, 0))
+    assert record.error is None, record.error
+    assert {"ari", "nmi", "f_measure", "noise_share"} <= set(record.metrics) and "cost_ratio" not in record.metrics
+    assert record.centers is None and record.labels is not None and record.labels.shape == (1500,)
+    assert record.cell_map is not None and record.diagnostics["via_grpc"] == 0.0
+    assert record.diagnostics["rounds"] >= 3 and record.diagnostics["final_cells"] > 0
+    assert "cell_map" not in record.to_json()
+    json.dumps(record.to_json())
+    x = runner.dataset(moons, 200, 0)[0]
+    for name in ("ugc", "agc-tree", "agc-iter"):
+        with pytest.raises(ValueError, match="no no-noise bypass"):
+            get_adapter(name).run(x, 2, math.inf, 0)
+    with pytest.raises(ValueError, match="epsilon must be a number"):
+        get_adapter("ugc").run(x, 2, None, 0)
 
 
 def test_run_task_scores_a_run_and_captures_errors(in_process: None, broken: str) -> None:
@@ -191,7 +223,9 @@ def test_the_recorded_regressions_cover_the_smoke_suite() -> None:
     for t in tasks:
         if ADAPTERS[t.protocol].has_centers:
             assert (t.protocol, t.dataset.label, t.n, epsilon_label(t.epsilon), "cost_ratio") in smoke
+        assert (t.protocol, t.dataset.label, t.n, epsilon_label(t.epsilon), "ari") in smoke
     assert all(e["tolerance"] > 0 for e in entries)
+    assert {t.protocol for t in tasks} >= {"ugc", "agc-tree", "agc-iter"}
 
 
 # -- entry point --------------------------------------------------------------------------------------
@@ -244,6 +278,39 @@ def test_main_fails_loudly_on_a_broken_run(tiny_suite: Suite, tmp_path: Path, in
                                                       ns=(200,), seeds=(0,)),)))
     assert runner.main(["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path), "--quiet", "--no-plots"]) == 1
     assert "deliberately broken" in capsys.readouterr().err
+
+
+def test_main_draws_the_grid_of_a_grid_run(tmp_path: Path, in_process: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(runner, "REGRESSIONS_PATH", tmp_path / "none.json")
+    monkeypatch.setitem(SUITES, "tiny", _suite((Block(protocols=("ugc",), datasets=(DatasetCase(name="moons"),),
+                                                      epsilons=(8.0, math.inf), ns=(1500,), seeds=(0,)),),
+                                               plot_epsilon=8.0))
+    assert runner.main(["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path), "--quiet"]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["runs"] == 1 and results["records"][0]["epsilon"] == "8"  # no inf run: no bypass
+    plots = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    assert "moons_n1500_ugc_eps8_grid.png" in plots and "moons_n1500_clusters.png" in plots
+    assert (tmp_path / "plots" / "moons_n1500_ugc_eps8_grid.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.integration
+def test_grid_adapter_over_grpc_matches_in_process(in_process: None) -> None:
+    """--via-grpc: the grid campaign through a real collector gives the same clustering as in-process."""
+    pytest.importorskip("grpc")
+    x = runner.dataset(DatasetCase(name="aniso"), 1500, 0)[0]
+    adapter = get_adapter("agc-tree")
+    local = adapter.run(x, 3, 8.0, 7, via_grpc=False)
+    with adapters.start_collector() as (address, token):
+        adapters.configure_remote(address, token)
+        remote = adapter.run(x, 3, 8.0, 7, via_grpc=True)
+        other = get_adapter("ugc").run(x, 3, 8.0, 7, via_grpc=True)  # same data and seed, another campaign
+    assert remote.diagnostics["via_grpc"] == 1.0 and local.diagnostics["via_grpc"] == 0.0
+    assert remote.diagnostics["accepted"] == remote.diagnostics["reports"] == 1500
+    assert other.diagnostics["accepted"] == 1500  # distinct report ids per campaign: no duplicates
+    assert remote.labels is not None and local.labels is not None
+    assert remote.labels.tolist() == local.labels.tolist()
+    assert remote.cell_map == local.cell_map
 
 
 @pytest.mark.integration

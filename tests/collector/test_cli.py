@@ -64,6 +64,9 @@ def assert_one_line_error(code: int, err: str, expected: str) -> None:
     ["campaign", "show"],
     ["demo", "--cells", "0"],
     ["serve", "--listen", "localhost"],
+    ["simulate", "--kind", "grid", "--dataset", "moons", "--variant", "quadtree"],
+    ["simulate", "--kind", "grid", "--dataset", "moons", "--granularity", "fine"],
+    ["campaign", "create", "--kind", "grid", "--epsilon", "1", "--dims", "0:1,0:1", "--max-iterations", "0"],
 ])
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     code, _, err = run_cli(capsys, *argv)
@@ -80,6 +83,22 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]
      "--k applies to bitvector and laplace and ldp_kmeans and nettree and stemmer campaigns, not histogram"),
     (["simulate", "--kind", "histogram", "--dataset", "moons", "--label-column", "last"],
      "--label-column applies to --data files"),
+    (["campaign", "create", "--epsilon", "1", "--categories", "4", "--variant", "tree"],
+     "--variant applies to grid campaigns, not histogram"),
+    (["simulate", "--kind", "histogram", "--dataset", "moons", "--granularity", "paper"],
+     "--granularity applies to grid campaigns, not histogram"),
+    (["simulate", "--kind", "heavy_hitters", "--dataset", "moons", "--granularity-level", "3"],
+     "--granularity-level applies to grid campaigns, not heavy_hitters"),
+    (["campaign", "create", "--kind", "grid", "--epsilon", "1", "--dims", "0:1,0:1", "--max-iterations", "2"],
+     "--max-iterations applies to the iterative grid variant (--variant iterative), not tree (the default)"),
+    (["campaign", "create", "--kind", "grid", "--epsilon", "1", "--dims", "0:1,0:1", "--variant", "uniform",
+      "--tree-height", "3"], "--tree-height applies to the tree and iterative grid variants, not uniform"),
+    (["campaign", "create", "--kind", "grid", "--epsilon", "1", "--dims", "0:1,0:1", "--cells", "4,8"],
+     "a grid campaign takes one --cells value"),
+    (["simulate", "--kind", "grid", "--dataset", "moons", "--oracle", "oue"],
+     "--oracle applies to histogram campaigns, not grid"),
+    (["simulate", "--kind", "heavy_hitters", "--dataset", "moons", "--plot", "x.png"],
+     "--plot applies to grid and histogram simulations, not heavy_hitters"),
 ])
 def test_flags_that_do_not_fit_together_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
                                                message: str) -> None:
@@ -112,6 +131,27 @@ def test_build_campaign_config() -> None:
     assert config.heavy_hitters.value_bits == 20
     with pytest.raises(cli.UsageError, match="exactly one domain"):
         cli.build_campaign_config("histogram", epsilon=1.0)
+
+
+def test_build_campaign_config_grid() -> None:
+    grid = campaigns_pb2.GridParameters
+    config = cli.build_campaign_config("grid", epsilon=3.0, bounds=((0.0, 0.0), (1.0, 2.0)), cells=(8, 8),
+                                       variant="iterative", granularity="paper", tree_height=5, max_iterations=2,
+                                       granularity_level=4, budget_policy="split", close_after=1000)
+    assert config.kind == campaigns_pb2.GRID and config.WhichOneof("parameters") == "grid"
+    assert config.grid.variant == grid.ITERATIVE and config.grid.granularity == grid.PAPER
+    assert config.grid.initial_cells_per_dimension == 8 and config.grid.tree_height == 5
+    assert config.grid.max_iterations == 2 and config.grid.granularity_level == 4
+    assert config.budget_policy == campaigns_pb2.SPLIT and config.close_after_reports == 1000
+    # Unset options stay 0: the engine fills in its defaults (tree, consistent, ...).
+    config = cli.build_campaign_config("grid", epsilon=1.0, bounds=((0.0,), (1.0,)))
+    assert config.WhichOneof("parameters") == "grid"
+    assert config.grid.variant == grid.VARIANT_UNSPECIFIED and config.grid.granularity == grid.GRANULARITY_UNSPECIFIED
+    assert config.grid.initial_cells_per_dimension == 0 and config.grid.max_iterations == 0
+    assert cli.build_campaign_config("grid", epsilon=1.0, bounds=((0.0,), (1.0,)), variant="uniform",
+                                     granularity="consistent").grid.variant == grid.UNIFORM
+    with pytest.raises(cli.UsageError, match="--tree-height applies to grid campaigns, not ldp_kmeans"):
+        cli.build_campaign_config("ldp_kmeans", epsilon=1.0, bounds=((0.0,), (1.0,)), tree_height=3)
 
 
 # -- simulate ------------------------------------------------------------------------------------------
@@ -162,6 +202,51 @@ def test_simulate_runtime_errors_are_one_line(capsys: pytest.CaptureFixture[str]
     code, _, err = run_cli(capsys, "simulate", "--kind", "histogram", "--dataset", "moons", "--n", "100",
                            "--epsilon", "25")
     assert_one_line_error(code, err, "epsilon")
+
+
+def test_simulate_grid_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """The uniform grid (UGC) separates the moons at epsilon 8 with 3000 devices; every score is reported."""
+    code, out, err = run_cli(capsys, "simulate", "--kind", "grid", "--dataset", "moons", "--n", "3000",
+                             "--epsilon", "8", "--variant", "uniform", "--seed", "1", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    p = result["parameters"]
+    assert p["kind"] == "grid" and p["variant"] == "uniform" and p["granularity"] == "consistent"
+    assert p["budget_policy"] == "partition" and p["rounds"] == 2 and p["final_cells"] >= 4
+    assert result["reports_sent"] == 3000 and result["stats"]["accepted"] == 3000
+    assert result["epsilon_per_device"] == 8.0  # partition: every device reports once with the whole budget
+    scores = result["clustering"]
+    assert {"ari", "nmi", "accuracy", "f_measure", "noise_share", "clusters"} <= set(scores)
+    assert "cost_ratio" not in scores  # no centers
+    assert scores["ari"] > 0.9 and scores["clusters"] >= 2
+    diagnostics = result["diagnostics"]
+    assert diagnostics["final_cells"] == p["final_cells"] and diagnostics["round_1_reports"] > 0
+
+
+def test_simulate_grid_iterative_human_output_with_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "grid.png"
+    code, out, err = run_cli(capsys, "simulate", "--kind", "grid", "--dataset", "aniso", "--n", "3000",
+                             "--epsilon", "8", "--variant", "iterative", "--max-iterations", "2",
+                             "--granularity", "paper", "--cells", "8", "--plot", str(png), "--quiet")
+    assert code == 0, err
+    assert "simulated grid campaign" in out and "n = 3,000" in out
+    assert "grid: variant iterative, granularity paper, budget policy partition" in out
+    assert "ari" in out and "noise_share" in out and f"wrote {png}" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_simulate_grid_split_tree_spends_the_budget_over_the_rounds(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "simulate", "--kind", "grid", "--dataset", "circles", "--n", "2000",
+                             "--epsilon", "6", "--variant", "tree", "--budget-policy", "split",
+                             "--granularity-level", "3", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["parameters"]["budget_policy"] == "split" and result["parameters"]["variant"] == "tree"
+    assert result["parameters"]["rounds"] == 3 and result["diagnostics"]["granularity_level"] == 3
+    assert result["reports_sent"] == 2000 * 3  # split: every device reports in every round ...
+    assert result["epsilon_per_device"] == pytest.approx(6.0)  # ... with epsilon / 3 each
+    assert result["diagnostics"]["epsilon_per_report"] == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("kind", ["grid", "stemmer", "nettree", "bitvector", "laplace", "ldp_kmeans"])
@@ -280,6 +365,45 @@ def test_simulate_against_a_running_collector(capsys: pytest.CaptureFixture[str]
     assert code == 0, err
     result = json.loads(out)
     assert result["parameters"]["collector"] == server.address and result["stats"]["accepted"] == 4000
+
+
+@pytest.mark.integration
+def test_grid_campaign_commands(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                server: RunningServer, tmp_path: Path) -> None:
+    monkeypatch.setenv("LDP_OPERATOR_TOKEN", TOKEN)
+    remote = ["--collector", server.address]
+    code, out, err = run_cli(capsys, "campaign", "create", *remote, "--kind", "grid", "--dims=-1:1,0:2",
+                             "--epsilon", "3", "--variant", "iterative", "--max-iterations", "2", "--granularity",
+                             "paper", "--cells", "8", "--close-after", "500", "--id", "cli-agc")
+    assert code == 0, err
+    assert "campaign cli-agc (grid)  state COLLECTING" in out and "numeric [-1, 1] x [0, 2]" in out
+    assert "variant ITERATIVE" in out and "granularity PAPER" in out and "initial_cells_per_dimension 8" in out
+    assert "max_iterations 2" in out
+    code, _, err = run_cli(capsys, "plot", *remote, "cli-agc", "--out", str(tmp_path / "early.png"))
+    assert_one_line_error(code, err, "campaign cli-agc is COLLECTING; a grid campaign's clustering is published")
+
+    # A whole grid campaign played against the server, then shown and plotted from there. (Its own seed: the
+    # simulator draws report ids from it, and the server drops ids it stored in another campaign as duplicates.)
+    code, out, err = run_cli(capsys, "simulate", "--kind", "grid", "--dataset", "aniso", "--n", "3000",
+                             "--epsilon", "8", "--variant", "tree", "--seed", "17", "--collector", server.address,
+                             "--json")
+    assert code == 0, err
+    simulated = json.loads(out)
+    campaign_id = simulated["campaign_id"]
+    assert simulated["parameters"]["collector"] == server.address and simulated["stats"]["accepted"] == 3000
+    clusters = int(simulated["clustering"]["clusters"])
+    code, out, err = run_cli(capsys, "campaign", "show", *remote, campaign_id)
+    assert code == 0, err
+    assert f"campaign {campaign_id} (grid)  state FINISHED" in out and "variant TREE" in out
+    assert f"clustering   {clusters} clusters over {simulated['parameters']['final_cells']:,} cells" in out
+    assert "final_cells = " in out
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "agc.png"
+    code, out, err = run_cli(capsys, "plot", *remote, campaign_id, "--out", str(png))
+    assert code == 0, err
+    assert png.read_bytes()[:4] == b"\x89PNG" and f"wrote {png}" in out
+    code, _, err = run_cli(capsys, "plot", *remote, campaign_id, "--round", "1")
+    assert code == 2 and "--round applies to histogram campaigns" in err
 
 
 @pytest.mark.integration

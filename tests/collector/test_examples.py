@@ -36,7 +36,8 @@ def run_example(name: str, *args: str) -> tuple[str, float]:
 
 
 def test_every_example_is_covered() -> None:
-    assert {p.stem for p in EXAMPLES.glob("*.py")} >= {"edge_app", "campaign_operator", "simulate_devices"}
+    assert {p.stem for p in EXAMPLES.glob("*.py")} >= {"edge_app", "campaign_operator", "simulate_devices",
+                                                       "grid_clustering"}
 
 
 def test_edge_app() -> None:
@@ -58,6 +59,20 @@ def test_operator() -> None:
                  "intervals cover the true count"):
         assert line in out, f"missing {line!r} in:\n{out}"
     assert elapsed < TIMEOUT_S
+
+
+def test_grid_clustering() -> None:
+    out, elapsed = run_example("grid_clustering", "--n", "3000")
+    for line in ("1. collector at 127.0.0.1:", "2. created campaign", "grid (iterative), epsilon 6 per rider",
+                 "closes each round at 3,000 reports", "round 1: groups [0]: GridTreeEncoder",
+                 "round 2: groups [0]: CellListEncoder", "round 3: groups [0]: CellListEncoder",
+                 "3,000 reports accepted, 0 rejected", "the round closed itself", "campaign FINISHED: ",
+                 "labels itself from the published clustering: cluster", "same from the kept model: True",
+                 "epsilon spent before 6, after 6", "ARI ",
+                 "every rider's ledger: epsilon spent in [6, 6] (budget 6); reports still in outboxes: 0"):
+        assert line in out, f"missing {line!r} in:\n{out}"
+    assert "round 4" not in out  # split, one merge/split round: calibrate, iterate, aggregate
+    assert elapsed < 20
 
 
 def test_simulate_devices() -> None:

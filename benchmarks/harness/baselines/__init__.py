@@ -10,6 +10,8 @@ dp_quadtree_kmeans     central DP       DPQTk-means, ``papers/001``
 improved_dp_kmeans     central DP (*)   density/AM initialisation + DP Lloyd, ``papers/003``
 laplace_points         LDP              discrete-Laplace points + k-means (floor a)
 oue_grid               LDP              one OUE grid histogram + weighted k-means (floor b)
+grid                   LDP              the collector's GRID campaigns (AGCluster, ``papers/002``):
+                                        UGC, TreeAdaptive, IterAdaptive; labels, no centers
 =====================  ===============  ==========================================================
 
 (*) as published, the initialisation reads raw data without noise (see the module).
@@ -19,6 +21,7 @@ from ._common import Box, Clustering
 from .dbscan import dbscan_baseline
 from .dp_quadtree_kmeans import dp_quadtree_kmeans
 from .dplloyd import dplloyd
+from .grid import grid_clustering
 from .improved_dp_kmeans import density_am_kmeans, improved_dp_kmeans
 from .laplace_points import discrete_laplace_kmeans
 from .nonprivate import kmeans_plus_plus_baseline, standard_kmeans
@@ -32,6 +35,7 @@ __all__ = [
     "discrete_laplace_kmeans",
     "dp_quadtree_kmeans",
     "dplloyd",
+    "grid_clustering",
     "improved_dp_kmeans",
     "kmeans_plus_plus_baseline",
     "oue_grid_kmeans",

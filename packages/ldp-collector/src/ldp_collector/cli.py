@@ -14,11 +14,20 @@ Commands
     A campaign played by simulated devices built on the SDK (:mod:`ldp_collector.simulate`), on an
     in-process collector with a temporary SQLite directory, or on ``--collector``. ``--json``
     prints one JSON object with the parameters, the traffic, epsilon per device, wall time and the
-    estimation error (histograms, heavy hitters) or the clustering scores.
+    estimation error (histograms, heavy hitters) or the clustering scores (ARI, NMI ... against
+    the dataset's labels; a grid clustering labels each point by its cell, ``-1`` = noise).
+    ``--plot FILE`` draws the result: a histogram's estimates, or a grid clustering's final cells
+    coloured by cluster over the points.
 ``demo``
     Embedded end-to-end run over real gRPC (:mod:`ldp_collector.demo`), writes ``ldp-demo.png``.
 ``plot``
-    PNG of a histogram campaign's estimates (needs the ``[plot]`` extra).
+    PNG of a histogram campaign's estimates, or of a grid campaign's published clustering (needs
+    the ``[plot]`` extra).
+
+Grid campaigns (``--kind grid``, AGCluster) take ``--variant uniform|tree|iterative``,
+``--granularity paper|consistent`` (or a fixed ``--granularity-level``), ``--tree-height``,
+``--max-iterations`` and ``--cells`` (the calibration grid's cells per dimension); unset, the
+collector's defaults apply (tree, consistent).
 
 Exit codes: 0 success, 2 usage error, 1 runtime error (one line on stderr, no traceback: SDK,
 collector, configuration, gRPC and file errors), 130 interrupted.
@@ -37,6 +46,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from datetime import timezone
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
@@ -78,11 +88,16 @@ _PROG = "ldp-collector"
 _ORACLES = {"auto": campaigns_pb2.FREQUENCY_ORACLE_UNSPECIFIED, "grr": campaigns_pb2.GRR, "sue": campaigns_pb2.SUE,
             "oue": campaigns_pb2.OUE, "olh": campaigns_pb2.OLH}
 _POLICIES = {"partition": campaigns_pb2.PARTITION, "split": campaigns_pb2.SPLIT}
+_GRID = campaigns_pb2.GridParameters
+_VARIANTS = {"uniform": _GRID.UNIFORM, "tree": _GRID.TREE, "iterative": _GRID.ITERATIVE}
+_GRANULARITIES = {"paper": _GRID.PAPER, "consistent": _GRID.CONSISTENT}
 #: Kinds whose parameters take ``k``.
 _K_KINDS = frozenset({"stemmer", "nettree", "bitvector", "laplace", "ldp_kmeans"})
 _RUNTIME_ERRORS = (LdpError, CollectorError, ConfigError, SimulationError, MatplotlibMissingError, OSError)
 #: Heavy-hitter simulations over numeric data: grid cells per dimension (values) in one or two dimensions.
 _HEAVY_HITTER_CELLS_2D = 32
+#: Kinds whose simulation ``--plot`` draws.
+_PLOTTED_KINDS = frozenset({"histogram", "grid"})
 
 
 class UsageError(Exception):
@@ -181,17 +196,26 @@ def build_campaign_config(kind: str, *, epsilon: float, categories: int | None =
                           max_payload_bits: int | None = None, consistency: bool = False, k: int | None = None,
                           value_bits: int | None = None, bits_per_level: int | None = None,
                           false_positive_rate: float | None = None, max_candidates: int | None = None,
+                          variant: str | None = None, granularity: str | None = None,
+                          granularity_level: int | None = None, tree_height: int | None = None,
+                          max_iterations: int | None = None,
                           budget_policy: str | None = None, min_reports: int | None = None,
                           close_after: int | None = None, round_duration_s: float | None = None,
                           campaign_id: str = "", description: str = "",
                           labels: Sequence[tuple[str, str]] = ()) -> campaigns_pb2.CampaignConfig:
     """An ``ldp.v1.CampaignConfig`` from plain values; the collector validates the ranges.
 
+    Grid campaigns: ``variant`` (``"uniform"``, ``"tree"``, ``"iterative"``), ``granularity``
+    (``"paper"``, ``"consistent"``) or a fixed ``granularity_level``, ``tree_height`` (tree and
+    iterative variants), ``max_iterations`` (iterative) and ``cells`` (the calibration grid's cells
+    per dimension); ``None`` leaves the collector's default.
+
     Raises
     ------
     UsageError
         Options that do not belong to ``kind`` or to the domain (``--cells`` with ``--categories``,
-        ``--oracle`` on a clustering campaign ...), or neither or both domains.
+        ``--oracle`` on a clustering campaign ...), grid options that do not belong to the variant
+        (``--max-iterations`` without ``--variant iterative``), or neither or both domains.
     """
     if (categories is None) == (bounds is None):
         raise UsageError("give exactly one domain: --categories N or --dims lo:hi,...")
@@ -225,6 +249,8 @@ def build_campaign_config(kind: str, *, epsilon: float, categories: int | None =
     only({"heavy_hitters"}, value_bits=value_bits, bits_per_level=bits_per_level,
          false_positive_rate=false_positive_rate, max_candidates=max_candidates)
     only(_K_KINDS, k=k)
+    only({"grid"}, variant=variant, granularity=granularity, granularity_level=granularity_level,
+         tree_height=tree_height, max_iterations=max_iterations)
     if cells is not None and categories is not None:
         raise UsageError("--cells applies to numeric domains (--dims), not to --categories")
     if kind == "histogram":
@@ -241,8 +267,21 @@ def build_campaign_config(kind: str, *, epsilon: float, categories: int | None =
     elif kind == "grid":
         if cells is not None and len(set(cells)) > 1:
             raise UsageError("a grid campaign takes one --cells value (the initial cells per dimension)")
+        # The engine's default variant is tree: say so when a flag needs another one.
+        shown = variant or "tree (the default)"
+        if max_iterations is not None and variant != "iterative":
+            raise UsageError(f"--max-iterations applies to the iterative grid variant (--variant iterative), "
+                             f"not {shown}")
+        if tree_height is not None and variant == "uniform":
+            raise UsageError("--tree-height applies to the tree and iterative grid variants, not uniform")
         config.grid.SetInParent()
-        config.grid.initial_cells_per_dimension = cells[0] if cells else 0
+        params_grid = config.grid
+        params_grid.initial_cells_per_dimension = cells[0] if cells else 0
+        params_grid.variant = _VARIANTS[variant] if variant else _GRID.VARIANT_UNSPECIFIED
+        params_grid.granularity = _GRANULARITIES[granularity] if granularity else _GRID.GRANULARITY_UNSPECIFIED
+        params_grid.granularity_level = granularity_level or 0
+        params_grid.tree_height = tree_height or 0
+        params_grid.max_iterations = max_iterations or 0
     elif kind in _K_KINDS:
         params_k = getattr(config, kind)
         params_k.SetInParent()
@@ -295,8 +334,15 @@ def _parameters_text(config: campaigns_pb2.CampaignConfig) -> str:
         if params.consistency:
             parts.append("consistent")
         return ", ".join(parts)
-    fields = [f"{f.name} {v}" for f, v in params.ListFields()]
-    return ", ".join(fields)
+    return ", ".join(f"{f.name} {_field_value_text(f, v)}" for f, v in params.ListFields())
+
+
+def _field_value_text(field: Any, value: Any) -> str:
+    """An enum value by name (``TREE``), anything else as is."""
+    if field.enum_type is not None:
+        known = field.enum_type.values_by_number.get(value)
+        return str(known.name) if known is not None else str(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _timestamp_text(ts: Any) -> str:
@@ -366,6 +412,8 @@ def _cmd_campaign_create(args: argparse.Namespace) -> int:
         oracle=args.oracle, max_payload_bits=args.max_payload_bits, consistency=args.consistency or False,
         k=args.k, value_bits=args.value_bits, bits_per_level=args.bits_per_level,
         false_positive_rate=args.false_positive_rate, max_candidates=args.max_candidates,
+        variant=args.variant, granularity=args.granularity, granularity_level=args.granularity_level,
+        tree_height=args.tree_height, max_iterations=args.max_iterations,
         budget_policy=args.budget_policy, min_reports=args.min_reports, close_after=args.close_after,
         round_duration_s=args.round_duration, campaign_id=args.id or "", description=args.description or "",
         labels=args.label or ())
@@ -409,6 +457,8 @@ def _cmd_campaign_show(args: argparse.Namespace) -> int:
         _print_estimates(result.estimates, args.top, sys.stdout)
     for hh in list(result.heavy_hitters)[: args.top]:
         sys.stdout.write(f"  heavy hitter {hh.value}: {hh.count:.1f} +- {hh.std_error:.1f}\n")
+    if result.HasField("clustering"):
+        sys.stdout.write(f"  clustering   {_clustering_text(result.clustering)}\n")
     for key, value in sorted(result.diagnostics.items()):
         sys.stdout.write(f"  {key} = {value:g}\n")
     if campaign.state != campaigns_pb2.FAILED:
@@ -435,15 +485,34 @@ def _cmd_campaign_close(args: argparse.Namespace) -> int:
     return 0
 
 
+def _clustering_text(clustering: campaigns_pb2.Clustering) -> str:
+    """``3 clusters over 412 cells (120 noise)`` or ``4 centers in 2-D``."""
+    if clustering.centers:
+        return f"{clustering.k} centers in {clustering.dimension}-D"
+    cell_map = clustering.cell_map
+    noise = sum(1 for label in cell_map.labels if label < 0)
+    return f"{clustering.k} clusters over {len(cell_map.cells):,} cells ({noise:,} noise)"
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from .plotting import plot_estimates, require_matplotlib
+    from .plotting import plot_estimates, plot_grid_clustering, require_matplotlib
 
     require_matplotlib()
+    out = args.out or f"{args.campaign_id}.png"
     with _operator(args) as operator:
         campaign = operator.get_campaign(args.campaign_id)
-        estimates = operator.get_estimates(args.campaign_id, args.round or 0)
-    out = args.out or f"{args.campaign_id}.png"
-    path = plot_estimates(estimates, campaign.config, out)
+        if campaign.config.kind == campaigns_pb2.GRID:
+            if args.round is not None:
+                raise UsageError("--round applies to histogram campaigns; a grid campaign's plot is its result")
+            if campaign.state != campaigns_pb2.FINISHED:
+                raise SimulationError(f"campaign {args.campaign_id} is {_state_name(campaign.state)}; a grid "
+                                      "campaign's clustering is published when it finishes")
+            result = operator.get_result(args.campaign_id)
+            path = plot_grid_clustering(result.clustering.cell_map, out,
+                                        title=f"campaign {args.campaign_id}: {_clustering_text(result.clustering)}")
+        else:
+            estimates = operator.get_estimates(args.campaign_id, args.round or 0)
+            path = plot_estimates(estimates, campaign.config, out)
     sys.stdout.write(f"wrote {path}\n")
     return 0
 
@@ -507,6 +576,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             raise SimulationError(f"kind {kind} is not implemented yet")
     if kind not in CLUSTERING_KINDS and args.k is not None and args.dataset not in ("blobs", "mixture"):
         raise UsageError(f"--k sets the clusters of the blobs and mixture datasets or of clustering kinds, not {kind}")
+    if args.plot is not None:
+        if kind not in _PLOTTED_KINDS:
+            raise UsageError(f"--plot applies to {' and '.join(sorted(_PLOTTED_KINDS))} simulations, not {kind}")
+        from .plotting import require_matplotlib
+
+        require_matplotlib()  # before the campaign runs, not after
+    grid_options: dict[str, Any] = {"variant": args.variant, "granularity": args.granularity,
+                                    "granularity_level": args.granularity_level, "tree_height": args.tree_height,
+                                    "max_iterations": args.max_iterations}
     x, labels, data_info = _load_points(args)
     lower, upper = numeric_bounds(x)
     d = x.shape[1]
@@ -518,16 +596,19 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if cells is None:
             cells = (_HEAVY_HITTER_CELLS_2D if d <= 2 else 4,) * d
         points, size = _value_points(x, lower, upper, tuple(cells))
-        config = build_campaign_config(kind, epsilon=args.epsilon, categories=size)
+        config = build_campaign_config(kind, epsilon=args.epsilon, categories=size, oracle=args.oracle,
+                                       budget_policy=args.budget_policy, **grid_options)
     elif kind == "histogram":
         if cells is None and d == 2:
             cells = (16, 16)
         config = build_campaign_config(kind, epsilon=args.epsilon, bounds=(lower, upper), cells=cells,
-                                       oracle=args.oracle)
+                                       oracle=args.oracle, budget_policy=args.budget_policy, **grid_options)
     else:
         k = args.k or (int(labels.max()) + 1 if labels is not None else None)
         config = build_campaign_config(kind, epsilon=args.epsilon, bounds=(lower, upper),
-                                       k=k if kind in _K_KINDS else None)
+                                       cells=cells if kind == "grid" else None, oracle=args.oracle,
+                                       k=k if kind in _K_KINDS else None, budget_policy=args.budget_policy,
+                                       **grid_options)
     run = _run_simulation(args, config, points)
     parameters: dict[str, Any] = {
         "kind": kind, **data_info, "n": int(len(x)), "d": int(d), "epsilon": args.epsilon, "seed": args.seed,
@@ -541,6 +622,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     elif kind == "heavy_hitters":
         parameters["cells"] = list(cells or ())
         parameters["value_bits"] = final.heavy_hitters.value_bits
+    elif kind == "grid":
+        grid = final.grid
+        parameters["variant"] = _GRID.Variant.Name(grid.variant).lower()
+        parameters["granularity"] = _GRID.Granularity.Name(grid.granularity).lower()
+        parameters["budget_policy"] = campaigns_pb2.BudgetPolicy.Name(final.budget_policy
+                                                                      or campaigns_pb2.PARTITION).lower()
+        parameters["initial_cells_per_dimension"] = grid.initial_cells_per_dimension
+        parameters["final_cells"] = len(run.result.clustering.cell_map.cells)
+        parameters["rounds"] = run.stats.rounds
     output: dict[str, Any] = {
         "campaign_id": run.campaign_id, "parameters": parameters, "reports_sent": run.stats.reports_sent,
         "epsilon_per_device": run.stats.epsilon_per_device, "wall_time_s": run.stats.wall_time_s,
@@ -558,11 +648,25 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         output["clustering"] = {key: _finite(value) for key, value in scores.items()}
     output["warnings"] = list(run.result.warnings)
     output["diagnostics"] = {key: _finite(value) for key, value in run.result.diagnostics.items()}
+    if args.plot is not None:
+        output["plot"] = str(_plot_simulation(args.plot, run, x, parameters))
     if args.json:
         _print_json(output, sys.stdout)
     else:
         _print_simulation(output, sys.stdout)
     return 0
+
+
+def _plot_simulation(out: str, run: CampaignRun, x: NDArray[np.float64], parameters: dict[str, Any]) -> Path:
+    """``--plot``: a histogram's estimates, or a grid clustering's final cells over the points."""
+    from .plotting import plot_estimates, plot_grid_clustering
+
+    source = parameters.get("dataset") or parameters.get("data")
+    title = f"{parameters['kind']} on {source}, n = {parameters['n']:,}, epsilon = {parameters['epsilon']:g}"
+    if parameters["kind"] == "grid":
+        return plot_grid_clustering(run.result.clustering.cell_map, out, points=x, seed=parameters["seed"],
+                                    title=f"{title} ({parameters['variant']}): {_clustering_text(run.result.clustering)}")
+    return plot_estimates(run.result.estimates, run.campaign.config, out, title=title)
 
 
 def _run_simulation(args: argparse.Namespace, config: campaigns_pb2.CampaignConfig, points: Any) -> CampaignRun:
@@ -601,11 +705,16 @@ def _print_simulation(output: dict[str, Any], stream: TextIO) -> None:
     write(f"  reports sent {output['reports_sent']:,} (accepted {stats['accepted']:,}, rejected {stats['rejected']:,}, "
           f"refused {stats['refused']:,}), epsilon per device {output['epsilon_per_device']:g}, "
           f"wall time {output['wall_time_s']:.2f} s ({stats['reports_per_second']:,.0f} reports/s)\n")
+    if p["kind"] == "grid":
+        write(f"  grid: variant {p['variant']}, granularity {p['granularity']}, budget policy {p['budget_policy']}, "
+              f"{p['rounds']} rounds, {p['final_cells']:,} final cells\n")
     for section in ("errors", "clustering"):
         for key, value in output.get(section, {}).items():
             write(f"  {key:<26} {_number_text(value)}\n")
     for warning in output["warnings"]:
         write(f"  warning: {warning}\n")
+    if output.get("plot"):
+        write(f"wrote {output['plot']}\n")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -632,6 +741,20 @@ def _add_remote(parser: argparse.ArgumentParser, *, required: bool = True) -> No
                         help=help_text)
     if required:
         parser.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds per call (default 30)")
+
+
+def _add_grid_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("grid campaigns (--kind grid; default: the collector's)")
+    group.add_argument("--variant", choices=tuple(_VARIANTS),
+                       help="uniform (UGC, no feedback), tree (TreeAdaptive, default) or iterative (IterAdaptive)")
+    group.add_argument("--granularity", choices=tuple(_GRANULARITIES),
+                       help="cell side rule: paper (Theorem 1 as printed) or consistent (default)")
+    group.add_argument("--granularity-level", metavar="LEVEL", type=_positive_int,
+                       help="fix the grid's dyadic level (2^LEVEL cells per dimension) instead of the rule")
+    group.add_argument("--tree-height", type=_positive_int,
+                       help="deepest tree level the refinement may reach (tree and iterative variants)")
+    group.add_argument("--max-iterations", type=_positive_int,
+                       help="most merge/split rounds (iterative variant; default 3)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -666,7 +789,8 @@ def build_parser() -> argparse.ArgumentParser:
     domain.add_argument("--categories", metavar="N", type=_positive_int, help="categorical domain {0, ..., N-1}")
     domain.add_argument("--dims", metavar="LO:HI,...", type=_dims, help="numeric domain bounds per dimension")
     create.add_argument("--epsilon", type=_positive_float, required=True, help="per-device budget")
-    create.add_argument("--cells", metavar="M[,M2...]", type=_cells, help="grid cells per dimension (numeric)")
+    create.add_argument("--cells", metavar="M[,M2...]", type=_cells,
+                        help="grid cells per dimension (histogram; grid: of the calibration round)")
     create.add_argument("--oracle", choices=tuple(_ORACLES), help="frequency oracle (histogram; default auto)")
     create.add_argument("--max-payload-bits", type=_positive_int, help="bit cap per report (histogram)")
     create.add_argument("--consistency", action="store_true", default=None,
@@ -676,6 +800,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--bits-per-level", type=_positive_int, help="prefix bits per level (heavy_hitters)")
     create.add_argument("--false-positive-rate", type=_positive_float, help="family-wise rate (heavy_hitters)")
     create.add_argument("--max-candidates", type=_positive_int, help="prefixes kept per level (heavy_hitters)")
+    _add_grid_options(create)
     create.add_argument("--budget-policy", choices=tuple(_POLICIES), help="default partition")
     create.add_argument("--min-reports", type=_positive_int, help="reports a round needs before it can close")
     create.add_argument("--close-after", type=_positive_int, help="close a round automatically at this many reports")
@@ -720,8 +845,14 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--k", type=_positive_int, help="clusters (blobs, mixture; clustering kinds)")
     simulate.add_argument("--epsilon", type=_positive_float, default=2.0, help="per-device budget (default 2)")
     simulate.add_argument("--cells", metavar="M[,M2...]", type=_cells,
-                          help="grid cells per dimension (histogram: 16 in 2-D, else the collector's default)")
+                          help="grid cells per dimension (histogram: 16 in 2-D, else the collector's default; "
+                               "grid: of the calibration round)")
     simulate.add_argument("--oracle", choices=tuple(_ORACLES), help="frequency oracle (histogram)")
+    simulate.add_argument("--budget-policy", choices=tuple(_POLICIES), help="default partition")
+    simulate.add_argument("--plot", metavar="FILE",
+                          help="write a PNG: a histogram's estimates or a grid clustering over the points "
+                               "(needs the [plot] extra)")
+    _add_grid_options(simulate)
     simulate.add_argument("--seed", type=_non_negative_int, default=0)
     _add_remote(simulate, required=False)
     simulate.add_argument("--mode", choices=("auto", "device", "direct"), default="auto",
@@ -745,10 +876,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(handler=_cmd_demo)
 
-    plot = commands.add_parser("plot", help="PNG of a histogram campaign's estimates")
+    plot = commands.add_parser("plot", help="PNG of a histogram campaign's estimates or a grid campaign's clusters")
     _add_remote(plot)
     plot.add_argument("campaign_id", metavar="CAMPAIGN_ID")
-    plot.add_argument("--round", type=_positive_int, help="round (default: the latest with estimates)")
+    plot.add_argument("--round", type=_positive_int,
+                      help="round (histogram; default: the latest with estimates)")
     plot.add_argument("--out", metavar="FILE", help="default CAMPAIGN_ID.png")
     plot.set_defaults(handler=_cmd_plot)
     return parser

@@ -1,8 +1,14 @@
-"""PNG plots of histogram estimates (the ``[plot]`` extra: matplotlib).
+"""PNG plots of histogram estimates and grid clusterings (the ``[plot]`` extra: matplotlib).
 
 Everything renders off-screen with matplotlib's Agg backend, so it works on servers without a
 display. Estimates are unbiased and therefore sometimes negative; the density maps show them
 clipped at zero (the raw values are in ``ldp-collector campaign show --json``).
+
+A grid clustering (``ldp.v1.CellClusterMap``, a ``GRID`` campaign's result) is drawn as its final
+irregular grid: every cell's rectangle in the data's units
+(:func:`ldp_client.encoders.geometry.tree_cell_bounds`), filled with its cluster's colour, noise
+cells left transparent with a grey outline, over a scatter of (a subsample of) the points when
+they are known (simulations, benchmarks).
 """
 
 from __future__ import annotations
@@ -16,15 +22,25 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldp.v1 import campaigns_pb2
+from ldp_client.encoders.base import NumericDomain
+from ldp_client.encoders.geometry import TreeCell, tree_cell_bounds
 from ldp_client.errors import InvalidParameterError
 
 __all__ = [
     "MatplotlibMissingError",
+    "draw_grid_clustering",
     "estimates_grid",
+    "grid_cell_rectangles",
     "plot_density_comparison",
     "plot_estimates",
+    "plot_grid_clustering",
     "require_matplotlib",
 ]
+
+#: Most points a grid clustering's scatter shows (a seeded subsample above).
+DEFAULT_MAX_POINTS = 5000
+#: Clusters named in the legend (the colours repeat after 10).
+_LEGEND_CLUSTERS = 10
 
 _INSTALL_HINT = 'pip install "ldp-collector[plot]"'
 
@@ -170,6 +186,102 @@ def plot_estimates(estimates: campaigns_pb2.Estimates, config: campaigns_pb2.Cam
             ax.bar(x, counts, width=width * 0.9, yerr=half, capsize=2, color="tab:blue", ecolor="gray")
             ax.set_ylabel(f"estimated count ({estimates.confidence:.0%} interval)")
         ax.set_title(title or f"campaign {estimates.campaign_id}, round {estimates.round}, n = {estimates.reports}")
+        return _save(fig, out)
+    finally:
+        plt.close(fig)
+
+
+def grid_cell_rectangles(cell_map: campaigns_pb2.CellClusterMap) -> NDArray[np.float64]:
+    """Every cell of a 2-D grid clustering as ``(x0, y0, width, height)`` in the domain's units.
+
+    Raises
+    ------
+    InvalidParameterError
+        The map is not two-dimensional, has no cells, or its labels do not match its cells.
+    """
+    lower, upper = tuple(cell_map.domain.lower), tuple(cell_map.domain.upper)
+    if len(lower) != 2 or len(upper) != 2:
+        raise InvalidParameterError(f"grid clustering plots cover 2-D domains, this one has {len(lower)} dimensions")
+    if not cell_map.cells:
+        raise InvalidParameterError("the grid clustering has no cells to plot")
+    if len(cell_map.labels) != len(cell_map.cells):
+        raise InvalidParameterError(f"the grid clustering has {len(cell_map.labels)} labels for "
+                                    f"{len(cell_map.cells)} cells")
+    domain = NumericDomain(lower=lower, upper=upper)
+    out = np.empty((len(cell_map.cells), 4))
+    for i, cell in enumerate(cell_map.cells):
+        (x0, y0), (x1, y1) = tree_cell_bounds(TreeCell(level=cell.level, morton_index=cell.morton_index), 2, domain)
+        out[i] = (x0, y0, x1 - x0, y1 - y0)
+    return out
+
+
+def draw_grid_clustering(ax: Any, cell_map: campaigns_pb2.CellClusterMap, points: ArrayLike | None = None, *,
+                         max_points: int = DEFAULT_MAX_POINTS, seed: int = 0, legend: bool = True) -> None:
+    """Draw a 2-D grid clustering on matplotlib axes ``ax`` (module docstring).
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    cell_map : ldp.v1.CellClusterMap
+        A grid campaign's ``result.clustering.cell_map``.
+    points : array_like, shape (n, 2), optional
+        The clustered points; at most ``max_points`` of them (a subsample seeded by ``seed``) are
+        drawn under the cells.
+    legend : bool
+        Name the clusters (up to 10, one colour each) and the noise.
+    """
+    require_matplotlib()
+    import matplotlib
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Patch, Rectangle
+
+    rectangles = grid_cell_rectangles(cell_map)
+    labels = np.asarray(cell_map.labels, dtype=np.int64)
+    if points is not None:
+        x = np.asarray(points, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != 2:
+            raise InvalidParameterError(f"points must be an (n, 2) array, got shape {x.shape}")
+        if len(x) > max_points:
+            x = x[np.random.default_rng(seed).choice(len(x), size=max_points, replace=False)]
+        ax.scatter(x[:, 0], x[:, 1], s=2, c="black", alpha=0.45, linewidths=0, zorder=1)
+    palette = matplotlib.colormaps["tab10"]
+    faces = np.array([(*palette(int(label) % 10)[:3], 0.5) if label >= 0 else (0.6, 0.6, 0.6, 0.0)
+                      for label in labels.tolist()])
+    patches = [Rectangle((x0, y0), w, h) for x0, y0, w, h in rectangles.tolist()]
+    ax.add_collection(PatchCollection(patches, facecolors=faces, edgecolors=(0.45, 0.45, 0.45, 0.6),
+                                      linewidths=0.3, zorder=2))
+    lower, upper = cell_map.domain.lower, cell_map.domain.upper
+    ax.set_xlim(lower[0], upper[0])
+    ax.set_ylim(lower[1], upper[1])
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    if legend:
+        clusters = sorted(set(labels.tolist()) - {-1})
+        handles = [Patch(facecolor=(*palette(c % 10)[:3], 0.5), edgecolor="grey", label=f"cluster {c}")
+                   for c in clusters[:_LEGEND_CLUSTERS]]
+        if len(clusters) > _LEGEND_CLUSTERS:
+            handles.append(Patch(facecolor="white", edgecolor="white",
+                                 label=f"... {len(clusters) - _LEGEND_CLUSTERS} more"))
+        handles.append(Patch(facecolor="none", edgecolor="grey", label="noise"))
+        ax.legend(handles=handles, fontsize=7, loc="best", framealpha=0.8)
+
+
+def plot_grid_clustering(cell_map: campaigns_pb2.CellClusterMap, out: str | os.PathLike[str], *,
+                         points: ArrayLike | None = None, title: str = "", max_points: int = DEFAULT_MAX_POINTS,
+                         seed: int = 0) -> Path:
+    """Plot a 2-D grid clustering (:func:`draw_grid_clustering`); writes a PNG.
+
+    Raises
+    ------
+    InvalidParameterError
+        Not a 2-D map, no cells, labels that do not match the cells, or points of the wrong shape.
+    """
+    plt = require_matplotlib()
+    fig, ax = plt.subplots(figsize=(6.4, 5.4), layout="constrained")
+    try:
+        draw_grid_clustering(ax, cell_map, points, max_points=max_points, seed=seed)
+        clusters = len(set(cell_map.labels) - {-1})
+        ax.set_title(title or f"{clusters} clusters over {len(cell_map.cells)} cells", fontsize=9)
         return _save(fig, out)
     finally:
         plt.close(fig)

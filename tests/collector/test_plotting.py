@@ -1,0 +1,78 @@
+"""PNG plots (:mod:`ldp_collector.plotting`): the grid clustering drawing and its cell geometry.
+
+The drawing needs matplotlib (the ``[plot]`` extra) and skips without it; the geometry does not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ldp.v1 import campaigns_pb2
+from ldp_client.errors import InvalidParameterError
+from ldp_collector.plotting import grid_cell_rectangles, plot_grid_clustering
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _irregular_map() -> campaigns_pb2.CellClusterMap:
+    """[0, 4] x [10, 12]: three level-1 quadrants, the fourth (Morton 3) split into its four level-2 cells."""
+    cell_map = campaigns_pb2.CellClusterMap()
+    cell_map.domain.lower.extend([0.0, 10.0])
+    cell_map.domain.upper.extend([4.0, 12.0])
+    for index in (0, 1, 2):
+        cell_map.cells.add(level=1, morton_index=index)
+    for index in range(12, 16):
+        cell_map.cells.add(level=2, morton_index=index)
+    cell_map.labels.extend([0, -1, 0, 1, 1, -1, 1])
+    return cell_map
+
+
+def test_grid_cells_are_rectangles_in_the_domain_units() -> None:
+    rects = grid_cell_rectangles(_irregular_map())
+    assert rects.shape == (7, 4)
+    # Morton 0 of level 1 is the lower-left quadrant; level-2 cells are a quarter of its sides.
+    assert rects[0].tolist() == [0.0, 10.0, 2.0, 1.0]
+    assert np.allclose(rects[3:, 2:], [2.0 / 2, 1.0 / 2])
+    # The cells partition the box: areas add up, every cell inside, the split quadrant is the upper right.
+    assert np.sum(rects[:, 2] * rects[:, 3]) == pytest.approx(4.0 * 2.0)
+    assert np.all(rects[:, 0] >= 0.0) and np.all(rects[:, 0] + rects[:, 2] <= 4.0)
+    assert np.all(rects[:, 1] >= 10.0) and np.all(rects[:, 1] + rects[:, 3] <= 12.0)
+    assert np.all(rects[3:, 0] >= 2.0) and np.all(rects[3:, 1] >= 11.0)
+
+
+def test_grid_cells_refuse_what_cannot_be_drawn() -> None:
+    three_d = campaigns_pb2.CellClusterMap()
+    three_d.domain.lower.extend([0.0, 0.0, 0.0])
+    three_d.domain.upper.extend([1.0, 1.0, 1.0])
+    three_d.cells.add(level=0, morton_index=0)
+    three_d.labels.append(0)
+    with pytest.raises(InvalidParameterError, match="2-D domains, this one has 3 dimensions"):
+        grid_cell_rectangles(three_d)
+    mismatched = _irregular_map()
+    mismatched.labels.pop()
+    with pytest.raises(InvalidParameterError, match="6 labels for 7 cells"):
+        grid_cell_rectangles(mismatched)
+    empty = campaigns_pb2.CellClusterMap()
+    empty.domain.lower.extend([0.0, 0.0])
+    empty.domain.upper.extend([1.0, 1.0])
+    with pytest.raises(InvalidParameterError, match="no cells"):
+        grid_cell_rectangles(empty)
+
+
+def test_plot_grid_clustering_renders_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    rng = np.random.default_rng(0)
+    points = np.column_stack([rng.uniform(0.0, 4.0, 20_000), rng.uniform(10.0, 12.0, 20_000)])
+    with_points = plot_grid_clustering(_irregular_map(), tmp_path / "grid.png", points=points, max_points=500,
+                                       title="three clusters")
+    assert with_points == tmp_path / "grid.png"
+    assert with_points.read_bytes()[:8] == PNG_MAGIC
+    alone = plot_grid_clustering(_irregular_map(), tmp_path / "alone.png")  # the published map only
+    assert alone.read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(InvalidParameterError, match=r"points must be an \(n, 2\) array"):
+        plot_grid_clustering(_irregular_map(), tmp_path / "bad.png", points=np.zeros((5, 3)))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        plot_grid_clustering(_irregular_map(), tmp_path / "missing" / "grid.png")
