@@ -139,8 +139,11 @@ def _nearest(x: NDArray[np.float64], centers: NDArray[np.float64]) -> NDArray[np
     return out
 
 
+SETTINGS: tuple[tuple[float, float], ...] = ((1e6, 2.0), (1e5, 4.0))
+
+
 def _rows_acceptance(seeds: int, scale: float) -> Iterator[dict[str, Any]]:
-    for n, epsilon in ((int(1e6 * scale), 2.0), (int(1e5 * scale), 4.0)):
+    for n, epsilon in ((int(n_ * scale), eps_) for n_, eps_ in SETTINGS):
         for dataset, k in (("moons", 2), ("circles", 2), ("aniso", 3)):
             for seed in range(seeds):
                 x, y = make_dataset(dataset, n, seed=seed)
@@ -255,7 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every n (quick looks: 0.1)")
     parser.add_argument("--out", type=Path, default=None, help="directory for <experiment>.json and .md")
+    parser.add_argument("--settings", default=None,
+                        help="acceptance (n, epsilon) pairs, e.g. '1e6:2,1e5:4' (the default)")
     args = parser.parse_args(argv)
+    if args.settings:
+        global SETTINGS
+        SETTINGS = tuple((float(a), float(b)) for a, b in (item.split(":") for item in args.settings.split(",")))
     rows: list[dict[str, Any]] = []
     for row in EXPERIMENTS[args.experiment](args.seeds, args.scale):
         rows.append(row)

@@ -221,13 +221,13 @@ def test_dense_mask_takes_the_larger_threshold() -> None:
     assert dense_mask([100.0, 100.0], [1.0, 1.0], [1 / 16, 1 / 4], n, z=z).tolist() == [True, False]
 
 
-def test_dense_fraction_counts_at_least_one_cell() -> None:
+def test_dense_fraction_is_one_when_nothing_is_dense() -> None:
     level, d, n = 2, 2, 1600.0  # 16 cells, share 100
     counts = grid_counts(level, d, {(0, 0): 500.0, (1, 0): 300.0, (3, 3): 150.0})
     se = np.full(16, 10.0)
     assert dense_fraction(counts, se, n, d, level, z=2.0) == pytest.approx(3 / 16)
-    # Nothing dense (a very noisy estimate): r is one cell's share, never 0.
-    assert dense_fraction(counts, np.full(16, 1000.0), n, d, level, z=2.0) == pytest.approx(1 / 16)
+    # Nothing dense (a very noisy estimate): r is 1 (the coarsest grid), never 0.
+    assert dense_fraction(counts, np.full(16, 1000.0), n, d, level, z=2.0) == 1.0
 
 
 # -- TreeAdaptive -----------------------------------------------------------------------------------------
@@ -640,3 +640,21 @@ def test_uniform_cells_and_volumes() -> None:
     np.testing.assert_array_equal(cell_volumes(cells, 3), np.full(64, 1 / 64))
     assert cell_volumes([cell(1, 0, 0), cell(3, 7, 7)], 2).tolist() == [0.25, 1 / 64]
     assert tree_cell_bounds(cell(3, 7, 7), 2) == ((0.875, 0.875), (1.0, 1.0))
+
+
+def test_aggregate_min_cluster_z_drops_clusters_without_significant_mass() -> None:
+    """Blob A (2 x 2 cells of 400) and blob B (3 x 3 cells of 130): with SE 40 per cell, B's mass 1170
+    is 9.75 SE; A's 1600 is 20 SE. A family-wise z of 10 drops B, of 9 keeps it; A is kept by both."""
+    d, n = 2, 6400.0
+    cells = uniform_cells(3, d)
+    blob_a = {(x, y): 400.0 for x in (0, 1) for y in (0, 1)}
+    blob_b = {(x, y): 130.0 for x in (5, 6, 7) for y in (5, 6, 7)}
+    counts = grid_counts(3, d, {**blob_a, **blob_b})
+    se = np.full(64, 40.0)
+    kept = aggregate_cells(cells, counts, se, n, d, z_dense=0.5, z_core=0.5, border=False, min_cluster_z=9.0)
+    dropped = aggregate_cells(cells, counts, se, n, d, z_dense=0.5, z_core=0.5, border=False, min_cluster_z=10.0)
+    assert kept.clusters == 2 and dropped.clusters == 1
+    labels = {c: int(label) for c, label in zip(cells, dropped.labels)}
+    assert {labels[cell(3, *xy)] for xy in blob_a} == {0}
+    assert {labels[cell(3, *xy)] for xy in blob_b} == {-1}
+    assert dropped.cluster_shares == pytest.approx((1600 / 6400,))

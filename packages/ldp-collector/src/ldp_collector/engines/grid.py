@@ -36,7 +36,9 @@ Budget policies
     so no device's report is wasted.
     ``SPLIT``: every device reports in every round with ``epsilon / R`` (``R`` = 2 for UNIFORM,
     3 for TREE, ``max_iterations + 2`` for ITERATIVE); in the TREE round the devices are split
-    evenly over the levels. An early-stopping iteration leaves the rest of the budget unspent.
+    evenly over the levels. An early-stopping iteration, or a TREE campaign whose granularity is
+    already the finest ``max_cells`` allows (the tree round is skipped), leaves the rest of the
+    budget unspent.
 
 Oracles
     Every round uses the variance-optimal frequency oracle for its grid that fits
@@ -50,6 +52,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Any, ClassVar
 
 import msgpack
@@ -85,6 +88,7 @@ from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, registe
 from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, aggregator_for, estimates_message, round_aggregators
 
 __all__ = [
+    "CLUSTER_FALSE_POSITIVE_RATE",
     "DEFAULT_CALIBRATION_CELLS",
     "DEFAULT_CALIBRATION_SHARE",
     "DEFAULT_CORE_Z",
@@ -108,6 +112,8 @@ DEFAULT_MAX_CELLS = 4096
 DEFAULT_MAX_ITERATIONS = 3
 #: Calibration grid: the finest level with at most this many cells.
 DEFAULT_CALIBRATION_CELLS = 256
+#: Family-wise rate of spurious clusters: a cluster's mass must pass the Bonferroni z over the cells.
+CLUSTER_FALSE_POSITIVE_RATE = 0.05
 #: Most tree levels reported in the TREE round (and subgroups of B).
 MAX_TREE_LEVELS = 3
 #: Largest payload per report the oracle choice allows (OUE up to 1024 cells, local hashing beyond).
@@ -589,6 +595,7 @@ class GridEngine(CampaignEngine):
                                   z_core=float(p.core_threshold), border=not p.no_border_cells,
                                   border_gap=math.ldexp(1.0, -int(state["level0"])) if "level0" in state else None,
                                   region_level=int(state["level0"]) if "level0" in state else None,
+                                  min_cluster_z=NormalDist().inv_cdf(1.0 - CLUSTER_FALSE_POSITIVE_RATE / len(cells)),
                                   adjacency=adjacency)
             labels, densities, density_se = agg.labels, agg.densities, agg.density_std_errors
             clusters, borders, shares = agg.clusters, agg.border_cells, agg.cluster_shares

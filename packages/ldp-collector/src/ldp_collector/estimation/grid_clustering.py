@@ -39,7 +39,11 @@ Aggregation (:func:`aggregate_cells`, the paper's Algorithm 4)
     components of dense cells (touching, across sizes) that contain a core cell; then every
     non-clustered cell touching exactly one cluster joins it as a *border* cell (DBSCAN's border
     points; a cell touching two clusters stays noise, so borders never merge clusters). Everything
-    else is noise, label ``-1``. The paper's distance-based density connection with "child cell
+    else is noise, label ``-1``. Two guards against noise: a cluster whose total estimated count is
+    not significant at a family-wise corrected level is dropped (``min_cluster_z``), and a refined
+    cell inside a dense region of the granularity level counts as dense (``region_level``: a
+    small cell's count is rarely significant on its own, because the oracle's noise per cell does
+    not shrink with the cell). The paper's distance-based density connection with "child cell
     centres" (Definition 9) is, for dyadic cells, exactly "the cells touch": two cells of sides
     m_i > m_j are within m_j of each other's nearest children iff they share a boundary point.
 
@@ -192,12 +196,17 @@ def dense_mask(counts: ArrayLike, std_errors: ArrayLike, volumes: ArrayLike, n: 
 
 def dense_fraction(counts: ArrayLike, std_errors: ArrayLike, n: float, dimension: int, level: int, *,
                    z: float) -> float:
-    """The calibration's ``r``: the share of a uniform level's cells that are dense, at least one cell's share."""
+    """The calibration's ``r``: the share of a uniform level's cells that are dense.
+
+    When no cell is dense the data is either spread over the whole box or drowned in noise; both
+    call for the coarsest grid, so the share is then 1 (not "one cell", which would ask for the
+    finest grid exactly when nothing can be resolved).
+    """
     c = np.asarray(counts, dtype=np.float64)
     cells = int(c.shape[0])
     volumes = np.full(cells, math.ldexp(1.0, -level * dimension))
-    dense = dense_mask(c, std_errors, volumes, n, z=z)
-    return max(float(dense.sum()), 1.0) / float(cells)
+    dense = int(dense_mask(c, std_errors, volumes, n, z=z).sum())
+    return float(dense) / float(cells) if dense else 1.0
 
 
 # -- TreeAdaptive --------------------------------------------------------------------------------
@@ -394,7 +403,7 @@ class CellAggregation:
 
 def aggregate_cells(cells: Sequence[TreeCell], counts: ArrayLike, std_errors: ArrayLike, n: float, dimension: int,
                     *, z_dense: float, z_core: float, border: bool = True, border_gap: float | None = None,
-                    region_level: int | None = None,
+                    region_level: int | None = None, min_cluster_z: float | None = None,
                     adjacency: Sequence[Sequence[int]] | None = None) -> CellAggregation:
     """Dense filter, core cells, density-connected growth and border cells (module docstring).
 
@@ -423,6 +432,10 @@ def aggregate_cells(cells: Sequence[TreeCell], counts: ArrayLike, std_errors: Ar
         cell's count is rarely significant on its own (the oracle's noise per cell does not
         shrink with the cell); without this, a refinement that splits cells inside a cluster by
         mistake would punch holes into it. The grid engine passes the granularity level.
+    min_cluster_z : float, optional
+        Drop clusters whose total estimated count is below this many standard errors (the grid
+        engine passes the Bonferroni z for a family-wise rate of 5% over the cells:
+        ``Phi^-1(1 - 0.05 / cells)``, so pure-noise clusters in empty space are rare).
     adjacency : sequence of sequences of int, optional
         :func:`touching` of ``cells`` when already computed.
 
@@ -468,10 +481,16 @@ def aggregate_cells(cells: Sequence[TreeCell], counts: ArrayLike, std_errors: Ar
                     parent[rj] = ri
     roots_with_core = {find(i) for i in np.flatnonzero(core).tolist()}
     mass: dict[int, float] = {}
+    mass_var: dict[int, float] = {}
     for i in np.flatnonzero(dense).tolist():
         root = find(i)
         if root in roots_with_core:
             mass[root] = mass.get(root, 0.0) + float(c[i])
+            mass_var[root] = mass_var.get(root, 0.0) + float(var[i])
+    if min_cluster_z is not None:
+        # A cluster must hold significantly more than nothing, at a level corrected for the many
+        # cells that could have formed a spurious one (the caller's family-wise z).
+        mass = {root: m for root, m in mass.items() if m >= min_cluster_z * math.sqrt(mass_var[root])}
     order = sorted(mass, key=lambda root: (-mass[root], root))
     label_of_root = {root: k for k, root in enumerate(order)}
     labels = np.full(len(cells), -1, dtype=np.int64)
