@@ -142,15 +142,20 @@ def _nearest(x: NDArray[np.float64], centers: NDArray[np.float64]) -> NDArray[np
 SETTINGS: tuple[tuple[float, float], ...] = ((1e6, 2.0), (1e5, 4.0))
 
 
+DATASETS: tuple[str, ...] = ("moons", "circles", "aniso")
+FLOORS: tuple[str, ...] = ("ldp-laplace-points", "ldp-oue-grid", "kmeans++")
+_K = {"moons": 2, "circles": 2, "aniso": 3}
+
+
 def _rows_acceptance(seeds: int, scale: float) -> Iterator[dict[str, Any]]:
     for n, epsilon in ((int(n_ * scale), eps_) for n_, eps_ in SETTINGS):
-        for dataset, k in (("moons", 2), ("circles", 2), ("aniso", 3)):
+        for dataset, k in ((name, _K[name]) for name in DATASETS):
             for seed in range(seeds):
                 x, y = make_dataset(dataset, n, seed=seed)
                 for variant in VARIANTS:
                     yield {"dataset": dataset, "n": n, "epsilon": epsilon, "method": variant, "seed": seed,
                            **run_grid(x, y, epsilon, variant, seed)}
-                for floor in ("ldp-laplace-points", "ldp-oue-grid", "kmeans++"):
+                for floor in FLOORS:
                     yield {"dataset": dataset, "n": n, "epsilon": epsilon, "method": floor, "seed": seed,
                            **run_floor(floor, x, y, k, epsilon, seed)}
 
@@ -260,7 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="directory for <experiment>.json and .md")
     parser.add_argument("--settings", default=None,
                         help="acceptance (n, epsilon) pairs, e.g. '1e6:2,1e5:4' (the default)")
+    parser.add_argument("--datasets", default=None, help="acceptance data sets, e.g. 'moons,circles'")
+    parser.add_argument("--no-floors", action="store_true", help="acceptance: the grid variants only")
     args = parser.parse_args(argv)
+    global DATASETS, FLOORS
+    if args.datasets:
+        DATASETS = tuple(args.datasets.split(","))
+    if args.no_floors:
+        FLOORS = ()
     if args.settings:
         global SETTINGS
         SETTINGS = tuple((float(a), float(b)) for a, b in (item.split(":") for item in args.settings.split(",")))

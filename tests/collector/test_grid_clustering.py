@@ -658,3 +658,30 @@ def test_aggregate_min_cluster_z_drops_clusters_without_significant_mass() -> No
     assert {labels[cell(3, *xy)] for xy in blob_a} == {0}
     assert {labels[cell(3, *xy)] for xy in blob_b} == {-1}
     assert dropped.cluster_shares == pytest.approx((1600 / 6400,))
+
+
+def test_aggregate_region_level_judges_fine_cells_by_their_region() -> None:
+    """Level-1 grid (4 cells) with cell 0 split into 4 level-2 cells. n = 400: a level-1 region's
+    share is 100; each fine cell holds 30 (SE 20: 1.5 SE, below z_dense = 2 on its own)."""
+    d, n = 2, 400.0
+    fine = [TreeCell(level=2, morton_index=i) for i in range(4)]
+    cells = fine + [TreeCell(level=1, morton_index=i) for i in (1, 2, 3)]
+    counts = np.array([30.0] * 4 + [0.0, 0.0, 0.0])
+    se = np.full(7, 20.0)
+    alone = aggregate_cells(cells, counts, se, n, d, z_dense=2.0, z_core=0.1, border=False)
+    assert not alone.dense[:4].any()
+    # The region pools 120 with SE 40: 3 SE and above its share of 100 -> every fine cell is dense.
+    pooled = aggregate_cells(cells, counts, se, n, d, z_dense=2.0, z_core=0.1, border=False, region_level=1)
+    assert pooled.dense[:4].all() and not pooled.dense[4:].any()
+    # A prior saying the region is empty (0 +- 10) outweighs the cells (120 +- 40): the pooled
+    # estimate (0 / 100 + 120 / 1600) / (1 / 100 + 1 / 1600) = 7.06 is not dense.
+    vetoed = aggregate_cells(cells, counts, se, n, d, z_dense=2.0, z_core=0.1, border=False, region_level=1,
+                             region_priors={0: (0.0, 100.0)})
+    assert not vetoed.dense[:4].any()
+    # Fine cells on their own need the family-wise z over the 4 fine cells (Phi^-1(1 - 0.05 / 4) = 2.24):
+    # 46 = 2.3 SE passes, 44 = 2.2 SE does not (without the region, which a zero prior vetoes).
+    for value, expected in ((46.0, True), (44.0, False)):
+        counts2 = np.array([value, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+        out = aggregate_cells(cells, counts2, se, 40.0, d, z_dense=2.0, z_core=0.1, border=False, region_level=1,
+                              region_priors={0: (0.0, 1e-6)})
+        assert bool(out.dense[0]) is expected, value

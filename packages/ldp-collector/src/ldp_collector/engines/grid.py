@@ -487,6 +487,7 @@ class GridEngine(CampaignEngine):
         first_estimate: FrequencyEstimate | None = None
         first_component: Component | None = None
         prior: list[list[float]] = []
+        region_prior: list[list[float]] = []
         for depth, level in enumerate(levels):
             if not candidates:
                 break
@@ -504,6 +505,8 @@ class GridEngine(CampaignEngine):
                 for cell, c, s_ in zip(candidates, counts.tolist(), se.tolist()):
                     if cell in kept:
                         prior.append([cell.level, cell.morton_index, c / n, (s_ / n) ** 2])
+                    elif depth == 0:  # refined at the granularity level: an estimate of the whole region
+                        region_prior.append([cell.level, cell.morton_index, c / n, (s_ / n) ** 2])
             final.extend(step.final)
             dense_final.extend(c for c, dense in zip(step.final, step.final_dense) if dense)
             diagnostics[f"tree_level_{level}_reports"] = float(n)
@@ -517,11 +520,11 @@ class GridEngine(CampaignEngine):
             warnings.append(f"the tree produced {len(cells)} cells, more than max_cells {p.max_cells}; "
                             f"using the uniform grid at level {levels[0]}")
             cells = list(uniform_cells(levels[0], d))
-            prior = []
+            prior, region_prior = [], []
         assert first_estimate is not None and first_component is not None
         return self._to_aggregate(spec.round + 1, cells, leftover=[], level0=levels[0], diagnostics=diagnostics,
                                   warnings=warnings, estimate=first_estimate, calibrate_component=first_component,
-                                  state_extra={"prior": prior})
+                                  state_extra={"prior": prior, "region_prior": region_prior})
 
     def _close_iterate(self, spec: RoundSpec, aggregators: dict[str, Any], state: dict[str, Any]) -> RoundOutcome:
         d, p = self.dimension, self.params
@@ -595,6 +598,8 @@ class GridEngine(CampaignEngine):
                                   z_core=float(p.core_threshold), border=not p.no_border_cells,
                                   border_gap=math.ldexp(1.0, -int(state["level0"])) if "level0" in state else None,
                                   region_level=int(state["level0"]) if "level0" in state else None,
+                                  region_priors={int(index): (float(p_) * n, float(v) * n * n)
+                                                 for _, index, p_, v in state.get("region_prior", [])},
                                   min_cluster_z=NormalDist().inv_cdf(1.0 - CLUSTER_FALSE_POSITIVE_RATE / len(cells)),
                                   adjacency=adjacency)
             labels, densities, density_se = agg.labels, agg.densities, agg.density_std_errors

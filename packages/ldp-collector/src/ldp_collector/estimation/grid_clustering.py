@@ -57,8 +57,9 @@ Touching
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -75,6 +76,7 @@ from ldp_client.errors import InvalidParameterError
 
 __all__ = [
     "CORNER_TOUCH_MAX_DIMENSION",
+    "FINE_CELL_FALSE_POSITIVE_RATE",
     "CellAggregation",
     "IterationStep",
     "TreeLevelStep",
@@ -93,6 +95,8 @@ __all__ = [
     "uniform_cells",
 ]
 
+#: Family-wise false-positive rate of the own dense test of cells finer than the region level.
+FINE_CELL_FALSE_POSITIVE_RATE = 0.05
 #: Corner contacts count as touching up to this dimension; faces only above it (module docstring).
 CORNER_TOUCH_MAX_DIMENSION = 3
 
@@ -403,7 +407,8 @@ class CellAggregation:
 
 def aggregate_cells(cells: Sequence[TreeCell], counts: ArrayLike, std_errors: ArrayLike, n: float, dimension: int,
                     *, z_dense: float, z_core: float, border: bool = True, border_gap: float | None = None,
-                    region_level: int | None = None, min_cluster_z: float | None = None,
+                    region_level: int | None = None, region_priors: Mapping[int, tuple[float, float]] | None = None,
+                    min_cluster_z: float | None = None,
                     adjacency: Sequence[Sequence[int]] | None = None) -> CellAggregation:
     """Dense filter, core cells, density-connected growth and border cells (module docstring).
 
@@ -426,9 +431,13 @@ def aggregate_cells(cells: Sequence[TreeCell], counts: ArrayLike, std_errors: Ar
         cluster as the uniform grid of that level, whose touching cells are exactly the cells at
         gap 0.
     region_level : int, optional
-        Also call dense every cell finer than this level whose region at this level is dense:
-        the pooled count of all the partition's cells inside the level-``region_level`` ancestor
-        passes the dense test for the ancestor's volume. Refined cells are small, and a small
+        Judge cells finer than this level by their region: such a cell is dense when the pooled
+        count of all the partition's cells inside its level-``region_level`` ancestor passes the
+        dense test for the ancestor's volume, or when its own count passes at a family-wise rate
+        of 5% over all fine cells (:data:`FINE_CELL_FALSE_POSITIVE_RATE`).
+    region_priors : mapping, optional
+        Independent unbiased estimates ``(count, variance)`` of regions, by Morton index (the TREE
+        round's estimate of each refined granularity-level cell), pooled into the region test. Refined cells are small, and a small
         cell's count is rarely significant on its own (the oracle's noise per cell does not
         shrink with the cell); without this, a refinement that splits cells inside a cluster by
         mistake would punch holes into it. The grid engine passes the granularity level.
@@ -453,10 +462,17 @@ def aggregate_cells(cells: Sequence[TreeCell], counts: ArrayLike, std_errors: Ar
         raise InvalidParameterError(f"n must be positive, got {n!r}")
     adj = [tuple(a) for a in (touching(cells, dimension) if adjacency is None else adjacency)]
     volumes = cell_volumes(cells, dimension)
-    dense = dense_mask(c, se, volumes, n, z=z_dense)
     var = se**2
-    if region_level is not None:
-        dense |= _dense_regions(cells, c, var, n, dimension, region_level, z_dense)
+    if region_level is None:
+        dense = dense_mask(c, se, volumes, n, z=z_dense)
+    else:
+        # Cells finer than the region level pass on their own only at a family-wise level over
+        # all of them (there are many, each with the full noise and little signal: at z_dense
+        # their false positives would bridge gaps between clusters); otherwise through their region.
+        fine = np.array([cell.level > region_level for cell in cells], dtype=np.bool_)
+        z_fine = NormalDist().inv_cdf(1.0 - FINE_CELL_FALSE_POSITIVE_RATE / max(1, int(fine.sum())))
+        dense = dense_mask(c, se, volumes, n, z=z_dense) & ~fine | dense_mask(c, se, volumes, n, z=max(z_dense, z_fine)) & fine
+        dense |= _dense_regions(cells, c, var, n, dimension, region_level, z_dense, region_priors)
     core = np.zeros(len(cells), dtype=np.bool_)
     for i in np.flatnonzero(dense).tolist():
         hood = (i, *adj[i])
@@ -542,8 +558,14 @@ def _clusters_within(cells: Sequence[TreeCell], labels: NDArray[np.int64], dimen
 
 
 def _dense_regions(cells: Sequence[TreeCell], counts: NDArray[np.float64], variances: NDArray[np.float64], n: float,
-                   dimension: int, level: int, z: float) -> NDArray[np.bool_]:
-    """Cells finer than ``level`` whose level-``level`` region (all cells inside it pooled) is dense."""
+                   dimension: int, level: int, z: float,
+                   priors: Mapping[int, tuple[float, float]] | None = None) -> NDArray[np.bool_]:
+    """Cells finer than ``level`` whose level-``level`` region (all cells inside it pooled) is dense.
+
+    ``priors`` maps a region's Morton index to an independent unbiased estimate of its count (on
+    the same scale) and that estimate's variance; it is combined with the pooled cells by inverse
+    variance.
+    """
     region_of = [c.morton_index >> ((c.level - level) * dimension) if c.level > level else -1 for c in cells]
     totals: dict[int, list[float]] = {}
     for i, region in enumerate(region_of):
@@ -551,6 +573,12 @@ def _dense_regions(cells: Sequence[TreeCell], counts: NDArray[np.float64], varia
             entry = totals.setdefault(region, [0.0, 0.0])
             entry[0] += float(counts[i])
             entry[1] += float(variances[i])
+    for region, (prior_count, prior_var) in (priors or {}).items():
+        entry = totals.get(region)
+        if entry is not None and prior_var > 0 and entry[1] > 0:
+            w_old, w_new = 1.0 / prior_var, 1.0 / entry[1]
+            entry[0] = (prior_count * w_old + entry[0] * w_new) / (w_old + w_new)
+            entry[1] = 1.0 / (w_old + w_new)
     volume = math.ldexp(1.0, -level * dimension)
     dense_regions = {r for r, (total, var) in totals.items()
                      if total >= max(float(n) * volume, z * math.sqrt(var))}
