@@ -574,11 +574,11 @@ def _dense_regions(cells: Sequence[TreeCell], counts: NDArray[np.float64], varia
             entry[0] += float(counts[i])
             entry[1] += float(variances[i])
     for region, (prior_count, prior_var) in (priors or {}).items():
-        entry = totals.get(region)
-        if entry is not None and prior_var > 0 and entry[1] > 0:
-            w_old, w_new = 1.0 / prior_var, 1.0 / entry[1]
-            entry[0] = (prior_count * w_old + entry[0] * w_new) / (w_old + w_new)
-            entry[1] = 1.0 / (w_old + w_new)
+        pooled = totals.get(region)
+        if pooled is not None and prior_var > 0 and pooled[1] > 0:
+            w_old, w_new = 1.0 / prior_var, 1.0 / pooled[1]
+            pooled[0] = (prior_count * w_old + pooled[0] * w_new) / (w_old + w_new)
+            pooled[1] = 1.0 / (w_old + w_new)
     volume = math.ldexp(1.0, -level * dimension)
     dense_regions = {r for r, (total, var) in totals.items()
                      if total >= max(float(n) * volume, z * math.sqrt(var))}
