@@ -6,11 +6,13 @@ Importing this package registers every engine module in :data:`ENGINES` (``Campa
 
 from __future__ import annotations
 
-from . import grid, heavy_hitters, histogram
+from . import grid, heavy_hitters, histogram, laplace, ldp_kmeans
 from .base import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
 from .grid import GridEngine
 from .heavy_hitters import HeavyHitterEngine
 from .histogram import HistogramEngine
+from .laplace import LaplaceEngine
+from .ldp_kmeans import LdpKmeansEngine
 
 __all__ = [
     "ENGINES",
@@ -18,11 +20,15 @@ __all__ = [
     "GridEngine",
     "HeavyHitterEngine",
     "HistogramEngine",
+    "LaplaceEngine",
+    "LdpKmeansEngine",
     "RoundOutcome",
     "RoundPlan",
     "RoundReports",
     "grid",
     "heavy_hitters",
     "histogram",
+    "laplace",
+    "ldp_kmeans",
     "register_engine",
 ]

@@ -1,0 +1,270 @@
+"""LAPLACE campaigns: one round of discrete-Laplace-noised points, clustered on the server (``papers/004``).
+
+Every device reports once, with the campaign's whole epsilon, its point clamped to the public
+numeric domain and normalized to the unit cube (:class:`~ldp_client.encoders.vectors.UnitCubeEncoder`),
+rounded to a grid of ``2^grid_bits`` steps per coordinate and noised with exact discrete Laplace
+noise (:class:`~ldp_client.mechanisms.discrete_laplace.DiscreteLaplaceParams`). The mechanism
+spends epsilon over the L1 sensitivity ``d N`` of the whole rounded vector, i.e. ``epsilon / d``
+per coordinate (sensitivity N, the coordinate range): the integer noise scale is ``d N / epsilon``,
+``b = d / epsilon`` in unit-cube units. The budget policy makes no difference (one round).
+
+At close the server decodes the reports (the integers over N: unbiased for the rounded points)
+and clusters the noisy points with ``LaplaceParameters.algorithm`` (DESIGN.md §7.6):
+
+``KMEANS``
+    Weighted k-means++ and Lloyd, best of :data:`N_INIT` (:func:`ldp_collector.evaluation.weighted_kmeans`).
+``FCM``
+    Plain fuzzy c-means (squared Euclidean distance).
+``MNFCM`` (default)
+    Fuzzy c-means with the continuous mixed-noise loss (:mod:`ldp_collector.estimation.fuzzy`),
+    the distance scaled by ``1 / (sqrt(d) sigma_0)`` so that the noise floor ``sigma_0`` becomes
+    ``1 / sqrt(d)``. ``sigma_0`` is the Laplace scale of the noise every coordinate carries,
+    ``sqrt(Var / 2)`` with ``Var`` the decoded coordinate's exact variance
+    (:attr:`~ldp_client.mechanisms.discrete_laplace.DiscreteLaplaceParams.noise_variance`; about
+    ``d / epsilon``): Lemma 1's per-point scale ``max(sigma_0, r / sqrt(d))`` then leaves the
+    quadratic regime where a point is farther than ``sqrt(d) b`` from a center, about the norm of
+    the noise vector itself, and beyond it the loss grows only logarithmically.
+
+The true points lie in the unit cube and so do their clusters' means: the fuzzy algorithms keep
+their centers in the cube (clipped after every update) and k-means' centers are clipped into it at
+the end. The published centers are in the domain's original units; the weights are the estimated
+cluster shares (mean memberships for the fuzzy algorithms, which lean towards 1/k when the noise
+dominates; assignment shares for k-means) -- shares of the *noisy* points, so biased towards
+uniform at small epsilon. The server's randomness (k-means++ seeds) is post-processing, seeded
+from the campaign id so that a rerun publishes the same result.
+
+Degenerate rounds finish with a warning and no centers (as the grid engine's empty
+aggregation): no reports, or fewer reports than clusters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable
+from typing import ClassVar
+
+import msgpack
+import numpy as np
+from numpy.typing import NDArray
+
+from ldp.v1 import campaigns_pb2
+from ldp_client.encoders.base import NumericDomain
+from ldp_client.encoders.vectors import UnitCubeEncoder
+from ldp_client.errors import InvalidParameterError, ProtocolError
+from ldp_client.mechanisms.discrete_laplace import MAX_GRID_BITS, DiscreteLaplaceParams
+from ldp_client.payload import Integers
+from ldp_client.spec import Component, GroupTask, RoundSpec
+
+from ..errors import InvalidArgumentError
+from ..estimation.accumulators import decode_report_payloads
+from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_c_means
+from ..evaluation.kmeans import weighted_kmeans
+from ..storage.base import StoredReport
+from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .histogram import MAX_MECHANISM_EPSILON
+
+__all__ = [
+    "DEFAULT_GRID_BITS",
+    "MAX_CLUSTERS",
+    "MAX_ITERATIONS",
+    "N_INIT",
+    "LaplaceEngine",
+    "decode_points",
+]
+
+LAPLACE = campaigns_pb2.LaplaceParameters
+#: Largest k.
+MAX_CLUSTERS = 256
+#: ``grid_bits`` when unset (the mechanism's default; 0 cannot be told from unset in proto3).
+DEFAULT_GRID_BITS = 10
+#: Restarts of every algorithm (fresh k-means++ seeds; the lowest objective wins).
+N_INIT = 3
+#: Iterations per restart.
+MAX_ITERATIONS = 300
+#: Relative tolerance of the center shift (see :func:`ldp_collector.estimation.fuzzy.fuzzy_c_means`).
+TOLERANCE = 1e-6
+#: The wire tag of an ``Integers`` payload (``ldp_client.payload``).
+_INTEGERS_TAG = 4
+
+
+def _algorithm_name(value: int) -> str:
+    return LAPLACE.Algorithm.Name(value)  # type: ignore[arg-type]
+
+
+def decode_points(batches: Iterable[list[StoredReport]], params: DiscreteLaplaceParams) -> NDArray[np.float64]:
+    """The reports' noisy points in unit-cube units, ``(n, d)`` (integers over ``N = 2^grid_bits``).
+
+    Each stored report is msgpack of ``[[4, [z_1 .. z_d]]]`` (one ``Integers`` payload, group 0).
+    A batch is decoded in one go (msgpack, then a single integer array); a batch that does not fit
+    that shape exactly is decoded report by report with the mechanism's own checks, so a bad
+    report raises :class:`~ldp_client.errors.ProtocolError` naming it.
+    """
+    d = params.dimension
+    parts: list[NDArray[np.int64]] = []
+    for batch in batches:
+        if not batch:
+            continue
+        values: NDArray[np.int64] | None = None
+        try:
+            wires = [msgpack.unpackb(r.payloads, raw=False) for r in batch]
+            if all(r.group == 0 for r in batch) and all(len(w) == 1 and w[0][0] == _INTEGERS_TAG for w in wires):
+                arr = np.array([w[0][1] for w in wires])
+                if arr.dtype.kind == "i" and arr.shape == (len(batch), d):
+                    values = arr.astype(np.int64, copy=False)
+        except Exception:  # any surprise: the strict path below names the report
+            values = None
+        if values is None:
+            decoded = decode_report_payloads(batch, {0: (params,)}).get("0:0", [])
+            checked = [params.check_payload(p).values for p in decoded if isinstance(p, Integers)]
+            if len(checked) != len(decoded):
+                raise ProtocolError("discrete_laplace payloads must be Integers")
+            values = np.array(checked, dtype=np.int64).reshape(len(checked), d)
+        parts.append(values)
+    if not parts:
+        return np.zeros((0, d))
+    out: NDArray[np.float64] = np.concatenate(parts).astype(np.float64) / float(params.grid_size)
+    return out
+
+
+@register_engine
+class LaplaceEngine(CampaignEngine):
+    """Engine of ``LAPLACE`` campaigns (module docstring).
+
+    Parameters
+    ----------
+    campaign_id : str
+    config : ldp.v1.CampaignConfig
+        A numeric domain and ``laplace.k``; ``self.config`` is a copy with the defaults filled in
+        (algorithm MNFCM, fuzzifier 2 for the fuzzy algorithms, grid_bits 10).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A categorical domain, epsilon above 20, ``k`` outside [1, 256], a fuzzifier not in
+        (1, 100] (or set for KMEANS), ``grid_bits`` above 30, or an unknown algorithm.
+    """
+
+    KIND: ClassVar[int] = campaigns_pb2.LAPLACE
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
+        normalized = campaigns_pb2.CampaignConfig()
+        normalized.CopyFrom(config)
+        super().__init__(campaign_id, normalized)
+        if normalized.domain.WhichOneof("domain") != "numeric":
+            raise InvalidArgumentError("a laplace campaign needs a numeric domain (points with public bounds)")
+        try:
+            self.domain = NumericDomain(lower=tuple(normalized.domain.numeric.lower),
+                                        upper=tuple(normalized.domain.numeric.upper))
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+        d = self.dimension = self.domain.dimension
+        epsilon = normalized.epsilon
+        if not (math.isfinite(epsilon) and 0.0 < epsilon <= MAX_MECHANISM_EPSILON):
+            raise InvalidArgumentError(
+                f"a laplace campaign spends its whole epsilon in one report, so epsilon must be in "
+                f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+        p = normalized.laplace  # an unset oneof member reads as defaults; writing sets it
+        if not 1 <= p.k <= MAX_CLUSTERS:
+            raise InvalidArgumentError(f"laplace.k must be in [1, {MAX_CLUSTERS}], got {p.k}")
+        if p.algorithm == LAPLACE.ALGORITHM_UNSPECIFIED:
+            p.algorithm = LAPLACE.MNFCM
+        if p.algorithm not in (LAPLACE.KMEANS, LAPLACE.FCM, LAPLACE.MNFCM):
+            raise InvalidArgumentError(f"laplace.algorithm {p.algorithm} is not a known algorithm "
+                                       f"(KMEANS, FCM or MNFCM)")
+        if p.algorithm == LAPLACE.KMEANS:
+            if p.fuzzifier != 0:
+                raise InvalidArgumentError(
+                    f"laplace.fuzzifier applies to the FCM and MNFCM algorithms only, got {p.fuzzifier:g} for KMEANS")
+        else:
+            if p.fuzzifier == 0:
+                p.fuzzifier = DEFAULT_FUZZIFIER
+            if not (math.isfinite(p.fuzzifier) and 1.0 < p.fuzzifier <= MAX_FUZZIFIER):
+                raise InvalidArgumentError(f"laplace.fuzzifier must be in (1, {MAX_FUZZIFIER:g}], got {p.fuzzifier:g}")
+        if p.grid_bits == 0:
+            p.grid_bits = DEFAULT_GRID_BITS
+        if not 1 <= p.grid_bits <= MAX_GRID_BITS:
+            raise InvalidArgumentError(
+                f"laplace.grid_bits must be in [1, {MAX_GRID_BITS}] (0 = the default {DEFAULT_GRID_BITS}), "
+                f"got {p.grid_bits}")
+        try:
+            mechanism = DiscreteLaplaceParams(dimension=d, epsilon=epsilon, grid_bits=int(p.grid_bits))
+            self.component = Component(encoder=UnitCubeEncoder(domain=self.domain), mechanism=mechanism)
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"laplace: {exc}") from None
+        self.mechanism = mechanism
+        self.params = p
+
+    @property
+    def noise_scale(self) -> float:
+        """``sigma_0``: the Laplace scale of one decoded coordinate's noise, in unit-cube units."""
+        return math.sqrt(self.mechanism.noise_variance / 2.0)
+
+    def first_round(self) -> RoundPlan:
+        """Round 1 (the only one): everyone reports its noised, normalized point with the whole epsilon."""
+        spec = RoundSpec(
+            campaign_id=self.campaign_id, round=1, group_weights=(1,),
+            tasks=(GroupTask(groups=(0,), components=(self.component,)),),
+            campaign_epsilon=self.config.epsilon, max_reports_per_device=1, kind="laplace")
+        return RoundPlan(spec=spec)
+
+    def _seed(self) -> int:
+        return int.from_bytes(hashlib.sha256(f"laplace:{self.campaign_id}".encode()).digest()[:8], "little")
+
+    def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
+        """Decode the noisy points, cluster them and finish the campaign."""
+        component = spec.tasks[0].components[0]
+        mechanism = component.mechanism
+        if not isinstance(mechanism, DiscreteLaplaceParams):
+            raise ProtocolError(f"a laplace round must use discrete_laplace, got {mechanism.KIND}")
+        points = decode_points(reports.batches(), mechanism)
+        n, d = points.shape
+        p = self.params
+        k = int(p.k)
+        fuzzy = p.algorithm != LAPLACE.KMEANS
+        sigma0 = math.sqrt(mechanism.noise_variance / 2.0)
+        warnings: list[str] = []
+        diagnostics: dict[str, float] = {
+            "reports": float(n), "epsilon": float(mechanism.epsilon),
+            "epsilon_per_coordinate": float(mechanism.epsilon) / d, "noise_scale": sigma0,
+            "noise_std": math.sqrt(mechanism.noise_variance), "grid_bits": float(mechanism.grid_bits),
+            "algorithm": float(p.algorithm), "k": float(k),
+        }
+        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED)
+        clustering = result.clustering
+        clustering.dimension = d
+        if n < k:
+            warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters: no centers published"
+                            if n else "the round received no reports: no centers published")
+            result.warnings.extend(warnings)
+            clustering.k = 0
+            return RoundOutcome(result=result, diagnostics=diagnostics)
+        if n < 10 * k:
+            warnings.append(f"only {n} reports for k = {k} clusters: the centers are unreliable")
+        rng = np.random.default_rng(self._seed())
+        cube = (np.zeros(d), np.ones(d))
+        if fuzzy:
+            distance: Distance = "mixed" if p.algorithm == LAPLACE.MNFCM else "euclidean"
+            fit = fuzzy_c_means(points, k, rng, distance=distance, fuzzifier=float(p.fuzzifier),
+                                noise_scale=sigma0, max_iter=MAX_ITERATIONS, tol=TOLERANCE, n_init=N_INIT,
+                                bounds=cube)
+            centers, shares = fit.centers, fit.shares
+            diagnostics.update(iterations=float(fit.iterations), objective=float(fit.objective),
+                               converged=float(fit.converged))
+            if not fit.converged:
+                warnings.append(f"{_algorithm_name(p.algorithm)} stopped after {MAX_ITERATIONS} iterations "
+                                f"without converging")
+            clustering.fuzzifier = float(p.fuzzifier)
+        else:
+            km = weighted_kmeans(points, k, rng, n_init=N_INIT, max_iter=MAX_ITERATIONS, tol=TOLERANCE)
+            centers = np.clip(km.centers, 0.0, 1.0)
+            shares = np.bincount(km.labels, minlength=k).astype(np.float64) / n
+            diagnostics.update(iterations=float(km.iterations), objective=float(km.cost))
+        lower = np.asarray(self.domain.lower, dtype=np.float64)
+        upper = np.asarray(self.domain.upper, dtype=np.float64)
+        original = lower + centers * (upper - lower)
+        clustering.k = k
+        clustering.centers.extend(original.reshape(-1).tolist())
+        clustering.weights.extend(shares.tolist())
+        result.warnings.extend(warnings)
+        return RoundOutcome(result=result, diagnostics=diagnostics)
