@@ -39,7 +39,7 @@ from numpy.typing import NDArray
 from ldp.v1 import campaigns_pb2
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
-from ldp_collector.engines.grid import GridEngine
+from ldp_collector.engines.grid import DEFAULT_MAX_CELLS, GridEngine
 from ldp_collector.evaluation import adjusted_rand_index
 from ldp_collector.simulate import evaluate_clustering, numeric_bounds, run_campaign
 from ldp_collector.storage import open_store
@@ -160,8 +160,11 @@ def _rows_acceptance(seeds: int, scale: float) -> Iterator[dict[str, Any]]:
                            **run_floor(floor, x, y, k, epsilon, seed)}
 
 
+GRANULARITY_EPSILONS: tuple[float, ...] = (4.0, 2.0, 1.0)
+
+
 def _rows_granularity(seeds: int, scale: float) -> Iterator[dict[str, Any]]:
-    for n, epsilon in ((int(1e5 * scale), 4.0), (int(1e5 * scale), 2.0), (int(1e5 * scale), 1.0)):
+    for n, epsilon in ((int(1e5 * scale), eps) for eps in GRANULARITY_EPSILONS):
         for dataset in ("moons", "circles", "aniso"):
             for seed in range(seeds):
                 x, y = make_dataset(dataset, n, seed=seed)
@@ -171,7 +174,8 @@ def _rows_granularity(seeds: int, scale: float) -> Iterator[dict[str, Any]]:
                 yield {"dataset": dataset, "n": n, "epsilon": epsilon, "method": "ugc paper rule", "seed": seed,
                        **run_grid(x, y, epsilon, "ugc", seed, granularity="PAPER")}
                 base = int(rule["level"])
-                for level in range(max(1, base - 2), base + 3):
+                top = int(math.floor(math.log2(DEFAULT_MAX_CELLS) / x.shape[1] + 1e-12))
+                for level in range(max(1, base - 2), min(base + 2, top) + 1):
                     if level == base:
                         continue
                     yield {"dataset": dataset, "n": n, "epsilon": epsilon, "method": f"ugc level {level}",
@@ -267,8 +271,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="acceptance (n, epsilon) pairs, e.g. '1e6:2,1e5:4' (the default)")
     parser.add_argument("--datasets", default=None, help="acceptance data sets, e.g. 'moons,circles'")
     parser.add_argument("--no-floors", action="store_true", help="acceptance: the grid variants only")
+    parser.add_argument("--epsilons", default=None, help="granularity: epsilons, e.g. '4,2,1' (the default)")
     args = parser.parse_args(argv)
-    global DATASETS, FLOORS
+    global DATASETS, FLOORS, GRANULARITY_EPSILONS
+    if args.epsilons:
+        GRANULARITY_EPSILONS = tuple(float(e) for e in args.epsilons.split(","))
     if args.datasets:
         DATASETS = tuple(args.datasets.split(","))
     if args.no_floors:

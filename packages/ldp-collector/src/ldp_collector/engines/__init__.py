@@ -6,8 +6,9 @@ Importing this package registers every engine module in :data:`ENGINES` (``Campa
 
 from __future__ import annotations
 
-from . import grid, heavy_hitters, histogram, laplace, ldp_kmeans
+from . import bitvector, grid, heavy_hitters, histogram, laplace, ldp_kmeans
 from .base import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .bitvector import BitVectorEngine
 from .grid import GridEngine
 from .heavy_hitters import HeavyHitterEngine
 from .histogram import HistogramEngine
@@ -16,6 +17,7 @@ from .ldp_kmeans import LdpKmeansEngine
 
 __all__ = [
     "ENGINES",
+    "BitVectorEngine",
     "CampaignEngine",
     "GridEngine",
     "HeavyHitterEngine",
@@ -25,6 +27,7 @@ __all__ = [
     "RoundOutcome",
     "RoundPlan",
     "RoundReports",
+    "bitvector",
     "grid",
     "heavy_hitters",
     "histogram",

@@ -1,0 +1,239 @@
+"""BITVECTOR campaigns: kCluster bit-vector clustering in one round (DESIGN.md section 7.5).
+
+Every device reports once, with the campaign's whole epsilon (the budget policy makes no
+difference with a single round): its point encoded against public pivots
+(:class:`~ldp_client.encoders.bitvector.BitVectorEncoder`) and randomized bit by bit
+(:class:`~ldp_client.mechanisms.bitwise_randomized_response.BitwiseRRParams`) with sensitivity
+``Delta`` = the encoder's exact largest Hamming distance, so each bit flips with probability
+``1 / (1 + e^(epsilon / Delta))`` and the whole report is epsilon-LDP. Closing the round clusters
+the debiased bit vectors in the encoded space (k-means by default, or DBSCAN) and decodes the
+centers to the original units (:mod:`ldp_collector.estimation.bitvector`).
+
+Public pivots and half-widths
+    Per attribute ``j`` with range ``[lo_j, hi_j]`` and ``T`` = ``pivots_per_attribute``: the
+    ``T`` bin centers ``r_(j,t) = lo_j + (t + 1/2) s_j``, ``s_j = (hi_j - lo_j) / T``, and
+    ``theta_j = HALF_WIDTH_FACTOR * s_j`` with :data:`HALF_WIDTH_FACTOR` = 63/64. Each pivot's
+    window ``[r - theta, r + theta]`` then overlaps each neighbour's by almost half its length:
+    a point sets the bits of the one or two pivots nearest to it (two except within ``s / 64``
+    of a pivot), so the Hamming distance of two points grows with their distance up to about
+    ``2 s``, while an attribute contributes at most 4 to ``Delta`` (``Delta = 4 d``). A factor of
+    exactly 1 would let a point sitting on a pivot also set both neighbours, raising ``Delta``
+    to 6 per attribute for no gain; larger factors lengthen the linear range but raise
+    ``Delta``, and the bit noise variance grows about as ``Delta^2``.
+    The pivots depend on the public bounds only.
+
+Parameters (``BitVectorParameters``)
+    ``k`` in [2, 256] (required; for DBSCAN, the largest number of clusters published);
+    ``pivots_per_attribute`` in [2, 64] with at most :data:`MAX_REPORT_BITS` bits in total
+    (default :data:`DEFAULT_PIVOTS_PER_ATTRIBUTE`, chosen by ``benchmarks/bitvector_clustering.py``;
+    fewer when the dimension would exceed the bit cap); ``algorithm`` KMEANS (default) or DBSCAN.
+
+Result
+    ``clustering``: the centers in the original units (row-major), each cluster's share of the
+    reports as ``weights``. Diagnostics: the Hamming sensitivity, the flip probability, bits per
+    report, the per-bit noise variance, the encoded-space cost. Clustering randomness (k-means++
+    seeding, DBSCAN subsample) is post-processing, seeded from the campaign id so a close is
+    reproducible.
+
+Cost
+    Reads every raw report once at close; memory n x B bytes for the unpacked bits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import ClassVar
+
+import numpy as np
+
+from ldp.v1 import campaigns_pb2
+from ldp_client.encoders.base import NumericDomain
+from ldp_client.encoders.bitvector import BitVectorEncoder
+from ldp_client.errors import InvalidParameterError
+from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
+from ldp_client.spec import Component, GroupTask, RoundSpec
+
+from ..errors import InvalidArgumentError
+from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
+from ..estimation.bitvector import (
+    BitVectorClustering,
+    BitVectorLayout,
+    dbscan_encoded,
+    decode_centers,
+    kmeans_encoded,
+    public_pivots,
+    unpack_bit_payloads,
+)
+from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+
+__all__ = [
+    "DEFAULT_PIVOTS_PER_ATTRIBUTE",
+    "HALF_WIDTH_FACTOR",
+    "MAX_K",
+    "MAX_MECHANISM_EPSILON",
+    "MAX_PIVOTS_PER_ATTRIBUTE",
+    "MAX_REPORT_BITS",
+    "MIN_PIVOTS_PER_ATTRIBUTE",
+    "BitVectorEngine",
+    "layout_of",
+]
+
+log = logging.getLogger(__name__)
+
+#: One report spends the whole epsilon, and one mechanism takes at most this epsilon.
+MAX_MECHANISM_EPSILON = 20.0
+#: Largest number of clusters.
+MAX_K = 256
+#: Pivots per attribute: allowed range and default. Measured with benchmarks/bitvector_clustering.py
+#: (mixture, k = 4, n = 1e5, one seed; ARI / cost ratio at epsilon 1, 2, 4), d = 2:
+#: T = 4: 0.61/11.4, 0.97/6.4, 1.00/1.8; T = 8: 0.48/25, 1.00/1.3, 1.00/1.1; T = 16: 0.65/30, 0.61/18, 1.00/1.0.
+#: d = 10 (Delta = 40) is noise-bound for every T (ARI 0.46-0.92). 8 is the best at epsilon 2 and
+#: close to the best at 4; coarser grids only help at epsilon 1, where no setting is good.
+MIN_PIVOTS_PER_ATTRIBUTE = 2
+MAX_PIVOTS_PER_ATTRIBUTE = 64
+DEFAULT_PIVOTS_PER_ATTRIBUTE = 8
+#: Largest report (bits = dimension x pivots per attribute): 512 bytes, and n x 4096 bytes at close.
+MAX_REPORT_BITS = 4096
+#: theta_j / s_j (module docstring).
+HALF_WIDTH_FACTOR = 63 / 64
+
+_KMEANS = campaigns_pb2.BitVectorParameters.KMEANS
+_DBSCAN = campaigns_pb2.BitVectorParameters.DBSCAN
+
+
+def layout_of(encoder: BitVectorEncoder) -> BitVectorLayout:
+    """The estimation layout of a published encoder (what the devices really used)."""
+    return BitVectorLayout(lower=tuple(float(v) for v in encoder.domain.lower),
+                           upper=tuple(float(v) for v in encoder.domain.upper),
+                           pivots=encoder.attribute_pivots, half_widths=encoder.half_widths)
+
+
+@register_engine
+class BitVectorEngine(CampaignEngine):
+    """Engine of ``BITVECTOR`` campaigns (module docstring).
+
+    Parameters
+    ----------
+    campaign_id : str
+    config : ldp.v1.CampaignConfig
+        A numeric domain and ``bitvector`` parameters with ``k``; ``self.config`` is a copy with
+        the defaults filled in (pivots per attribute, algorithm KMEANS).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A categorical domain, epsilon outside (0, 20], ``k`` outside [2, 256],
+        ``pivots_per_attribute`` outside [2, 64] or above 4096 bits in total, an unknown algorithm.
+    """
+
+    KIND: ClassVar[int] = campaigns_pb2.BITVECTOR
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
+        normalized = campaigns_pb2.CampaignConfig()
+        normalized.CopyFrom(config)
+        super().__init__(campaign_id, normalized)
+        if normalized.domain.WhichOneof("domain") != "numeric":
+            raise InvalidArgumentError("a bitvector campaign needs a numeric domain (points with public bounds)")
+        try:
+            domain = NumericDomain(lower=tuple(normalized.domain.numeric.lower),
+                                   upper=tuple(normalized.domain.numeric.upper))
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+        epsilon = normalized.epsilon
+        if not 0.0 < epsilon <= MAX_MECHANISM_EPSILON:
+            raise InvalidArgumentError(
+                f"a bitvector campaign spends its whole epsilon in one report, so epsilon must be in "
+                f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+        params = normalized.bitvector  # an unset oneof member reads as defaults; writing sets it
+        if not 2 <= params.k <= MAX_K:
+            raise InvalidArgumentError(f"bitvector.k must be in [2, {MAX_K}], got {params.k}")
+        d = domain.dimension
+        cap = MAX_REPORT_BITS // d
+        if params.pivots_per_attribute == 0:
+            params.pivots_per_attribute = min(DEFAULT_PIVOTS_PER_ATTRIBUTE, cap)
+        high = min(MAX_PIVOTS_PER_ATTRIBUTE, cap)
+        if not MIN_PIVOTS_PER_ATTRIBUTE <= params.pivots_per_attribute <= high:
+            raise InvalidArgumentError(
+                f"bitvector.pivots_per_attribute must be in [{MIN_PIVOTS_PER_ATTRIBUTE}, {high}] "
+                f"(at most {MAX_PIVOTS_PER_ATTRIBUTE}, and at most {MAX_REPORT_BITS} bits in {d} dimensions), "
+                f"got {params.pivots_per_attribute}")
+        if params.algorithm == campaigns_pb2.BitVectorParameters.ALGORITHM_UNSPECIFIED:
+            params.algorithm = _KMEANS
+        if params.algorithm not in (_KMEANS, _DBSCAN):
+            raise InvalidArgumentError(f"bitvector.algorithm {params.algorithm} is not KMEANS or DBSCAN")
+        self.params = params
+        layout = public_pivots(domain.lower, domain.upper, params.pivots_per_attribute, HALF_WIDTH_FACTOR)
+        try:
+            encoder = BitVectorEncoder(domain=domain, pivots=tuple(p for ps in layout.pivots for p in ps),
+                                       pivots_per_attribute=(params.pivots_per_attribute,) * d,
+                                       half_widths=layout.half_widths)
+            mechanism = BitwiseRRParams(length=encoder.output_size, epsilon=epsilon,
+                                        sensitivity=max(1, encoder.max_hamming_distance))
+            self.component = Component(encoder=encoder, mechanism=mechanism)
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"bitvector: {exc}") from None
+
+    def first_round(self) -> RoundPlan:
+        """Round 1: group 0 (everyone) reports its randomized bit vector with the campaign's epsilon."""
+        spec = RoundSpec(
+            campaign_id=self.campaign_id, round=1, group_weights=(1,),
+            tasks=(GroupTask(groups=(0,), components=(self.component,)),),
+            campaign_epsilon=self.config.epsilon, max_reports_per_device=1, kind="bitvector")
+        return RoundPlan(spec=spec)
+
+    def _seed(self) -> int:
+        return int.from_bytes(hashlib.sha256(self.campaign_id.encode()).digest()[:8], "little")
+
+    def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
+        """Cluster the debiased reports in the encoded space, decode the centers, finish the campaign."""
+        component = spec.tasks[0].components[0]
+        encoder, mechanism = component.encoder, component.mechanism
+        if not isinstance(encoder, BitVectorEncoder) or not isinstance(mechanism, BitwiseRRParams):
+            raise TypeError(f"round {spec.round} of a bitvector campaign has a {encoder.KIND}/{mechanism.KIND} component")
+        params_by_group = component_params_from_spec(spec)
+        parts = [unpack_bit_payloads(decode_report_payloads(batch, params_by_group).get("0:0", []),
+                                     mechanism.length) for batch in reports.batches()]
+        bits = np.concatenate(parts) if parts else np.zeros((0, mechanism.length), dtype=np.uint8)
+        n = len(bits)
+        layout = layout_of(encoder)
+        k = int(self.params.k)
+        warnings: list[str] = []
+        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED)
+        clustering = result.clustering
+        clustering.dimension = layout.dimension
+        diagnostics = {
+            "reports": float(n),
+            "epsilon": float(mechanism.epsilon),
+            "realized_epsilon": float(mechanism.realized_epsilon),
+            "hamming_sensitivity": float(mechanism.sensitivity),
+            "flip_probability": float(mechanism.p_flip),
+            "bits_per_report": float(mechanism.length),
+            "bit_variance": float(mechanism.bit_variance),
+            "pivots_per_attribute": float(self.params.pivots_per_attribute),
+            "half_width_factor": float(HALF_WIDTH_FACTOR),
+        }
+        if n == 0:
+            warnings.append("the round received no reports: no clustering")
+            clustering.k = 0
+        else:
+            if n < k:
+                warnings.append(f"only {n} reports for k = {k} clusters: clustering into {n}")
+            fit: BitVectorClustering
+            if self.params.algorithm == _DBSCAN:
+                fit = dbscan_encoded(bits, min(k, n), p_flip=mechanism.p_flip, p_keep=mechanism.p_keep,
+                                     rng=self._seed())
+            else:
+                fit = kmeans_encoded(bits, min(k, n), p_flip=mechanism.p_flip, p_keep=mechanism.p_keep,
+                                     rng=self._seed())
+            keep = fit.sizes > 0
+            centers = decode_centers(fit.centers[keep], layout)
+            clustering.k = len(centers)
+            clustering.centers.extend(centers.ravel().tolist())
+            clustering.weights.extend((fit.sizes[keep] / n).tolist())
+            diagnostics["encoded_cost"] = fit.cost
+            diagnostics["encoded_cost_per_report"] = fit.cost / n
+            diagnostics["iterations"] = float(fit.iterations)
+            diagnostics["clusters"] = float(len(centers))
+        result.warnings.extend(warnings)
+        return RoundOutcome(result=result, diagnostics=diagnostics)
