@@ -24,9 +24,11 @@ default, or with ``via_grpc`` a real collector reached over gRPC
 (:func:`ldp_collector.service.start_server` on ``127.0.0.1`` port 0) and hands its address to the
 worker processes (:func:`configure_remote`); used alone, an adapter starts its own.
 
-Collector-backed protocols: the OUE grid floor (a ``HISTOGRAM`` campaign) and the grid clustering
-campaigns (``GRID``, AGCluster): ``ugc``, ``agc-tree`` and ``agc-iter``. The other clustering
-campaign kinds (stemmer, nettree ...) are not implemented yet: their adapters come with their issues.
+Collector-backed protocols: the OUE grid floor (a ``HISTOGRAM`` campaign), the grid clustering
+campaigns (``GRID``, AGCluster): ``ugc``, ``agc-tree`` and ``agc-iter``, and the center-publishing
+campaigns (:mod:`harness.baselines.center_campaigns`): ``kcluster`` (``BITVECTOR``), ``mnfcm`` and
+``fcm-laplace`` (``LAPLACE``) and ``ldp-kmeans`` (``LDP_KMEANS``). The other clustering campaign
+kinds (stemmer, nettree ...) are not implemented yet: their adapters come with their issues.
 
 Data kinds
     ``"2d"``: two-dimensional points only (the quadtree of ``papers/001``); ``"nd"``: numeric
@@ -34,8 +36,9 @@ Data kinds
 ``epsilon``
     ``None`` for methods without a budget (``uses_epsilon = False``); ``math.inf`` asks the
     private methods for their documented no-noise bypass. A method without one
-    (``noiseless_bypass = False``: the grid clusterings, whose granularity follows the noise) is
-    left out of the suites' ``inf`` column and refuses ``inf``.
+    (``noiseless_bypass = False``: the grid clusterings, whose granularity follows the noise, and
+    the center campaigns, whose engines refuse ``inf``) is left out of the suites' ``inf`` column
+    and refuses ``inf``.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from ldp_collector.simulate import CollectorBackend
 
 from .baselines import (
     Clustering,
+    center_campaign,
     dbscan_baseline,
     density_am_kmeans,
     discrete_laplace_kmeans,
@@ -317,7 +321,7 @@ class ImprovedDPKMeans(ProtocolAdapter):
 class DiscreteLaplaceFloor(ProtocolAdapter):
     name = "ldp-laplace-points"
     description = ("LDP floor: SDK discrete-Laplace point per device + k-means on the noisy points "
-                   "(no laplace engine yet: not through a collector)")
+                   "(no collector: the laplace campaign kind is the collector-backed version)")
     privacy = "ldp"
     data_kinds = frozenset({"nd"})
 
@@ -390,3 +394,54 @@ class IterativeAdaptiveGridClustering(_GridClustering):
     name = "agc-iter"
     description = "LDP grid clustering with feedback, merge/split rounds (AGCluster IterAdaptive, papers/002)"
     variant = "iterative"
+
+
+class _CenterCampaign(ProtocolAdapter):
+    """A center-publishing campaign (:mod:`harness.baselines.center_campaigns`): centers, no ``inf`` bypass."""
+
+    privacy = "ldp"
+    data_kinds = frozenset({"nd"})
+    uses_collector = True
+    noiseless_bypass = False
+    #: The harness method (:data:`harness.baselines.center_campaigns.METHODS`).
+    method: ClassVar[str]
+
+    def run(self, x: NDArray[np.float64], k: int, epsilon: float | None, seed: int,
+            via_grpc: bool = False) -> Clustering:
+        eps = _epsilon(epsilon, self.name)
+        if math.isinf(eps):
+            raise ValueError(f"{self.name} has no no-noise bypass (epsilon = inf): its engine refuses it")
+        with collector_backend(via_grpc) as backend:
+            out = center_campaign(x, k, eps, method=self.method, seed=seed, backend=backend)
+        out.diagnostics["via_grpc"] = float(via_grpc)
+        return out
+
+
+@register_adapter
+class KCluster(_CenterCampaign):
+    name = "kcluster"
+    description = ("LDP kCluster: one BITVECTOR campaign (public pivots, bitwise RR at the Hamming bound), "
+                   "k-means on the debiased bit vectors, centers decoded")
+    method = "kcluster"
+
+
+@register_adapter
+class MNFCMLaplace(_CenterCampaign):
+    name = "mnfcm"
+    description = "LDP discrete-Laplace points, one LAPLACE campaign, mnFCM (mixed-noise fuzzy c-means) on the server"
+    method = "mnfcm"
+
+
+@register_adapter
+class FCMLaplace(_CenterCampaign):
+    name = "fcm-laplace"
+    description = "LDP discrete-Laplace points, one LAPLACE campaign, plain fuzzy c-means (mnFCM's loss ablation)"
+    method = "fcm-laplace"
+
+
+@register_adapter
+class LDPKMeans(_CenterCampaign):
+    name = "ldp-kmeans"
+    description = ("LDP interactive k-means (Xia et al. 2020): one LDP_KMEANS campaign, perturbed vectors, then "
+                   "rounds of broadcast centers and GRR labels (default iterations)")
+    method = "ldp-kmeans"

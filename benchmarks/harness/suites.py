@@ -18,6 +18,12 @@ The papers' own kinds of data
     (scikit-learn's shapes), at finite epsilon only (they have no epsilon = inf bypass), and from
     the standard suite on also on the k-means data. They publish labels, not centers: ARI, NMI,
     F-measure ... apply, the cost ratio does not.
+The collector's center-publishing campaigns
+    ``kcluster`` (BITVECTOR), ``mnfcm`` and ``fcm-laplace`` (LAPLACE, ``papers/004``) and
+    ``ldp-kmeans`` (LDP_KMEANS, Xia et al. 2020) publish centers, so every metric applies. They
+    run from the standard suite on (not in ``smoke``: CI time), beside the floors and the grid
+    protocols, at finite epsilon only (their engines refuse epsilon = inf: no bypass). kcluster is
+    the slow one (about 10 s per run at n = 20 000 on one core, linear in n).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["GRID_PROTOCOLS", "SUITES", "Block", "Bound", "Claim", "DatasetCase", "Suite", "epsilon_label", "get_suite"]
+__all__ = ["CENTER_CAMPAIGNS", "GRID_PROTOCOLS", "SUITES", "Block", "Bound", "Claim", "DatasetCase", "Suite", "epsilon_label", "get_suite"]
 
 INF = math.inf
 
@@ -135,6 +141,9 @@ NONPRIVATE = ("kmeans++", "kmeans-random", "density-am-kmeans", "dbscan")
 EVERYTHING = NONPRIVATE + ALL_CENTRAL + FLOORS
 #: The collector's grid clustering campaigns (papers/002): uniform grid, grid tree, iterative merge/split.
 GRID_PROTOCOLS = ("ugc", "agc-tree", "agc-iter")
+#: The collector's center-publishing campaigns: kCluster bit vectors, Laplace points with mnFCM and plain
+#: FCM, interactive LDP k-means. Not in smoke (CI time); no epsilon = inf bypass.
+CENTER_CAMPAIGNS = ("kcluster", "mnfcm", "fcm-laplace", "ldp-kmeans")
 
 BLOBS_2D = DatasetCase(name="blobs", d=2, k=4)
 #: Like Franti's "unbalance" (papers/001): 8 well-separated 2-D clusters, sizes 20:1 from largest to smallest.
@@ -236,10 +245,10 @@ STANDARD = Suite(
     name="standard",
     description="the README's picture: epsilon sweep at n = 20 000, n sweep at epsilon = 1, the papers' data",
     blocks=(
-        Block(protocols=EVERYTHING, datasets=_STANDARD_2D + (GOOGLE_10D,), epsilons=_STANDARD_EPS, ns=(20_000,),
-              seeds=(0, 1, 2)),
-        Block(protocols=EVERYTHING, datasets=(BLOBS_2D, MIXTURE_2D), epsilons=(1.0,), ns=(2_000, 100_000),
-              seeds=(0, 1, 2)),
+        Block(protocols=EVERYTHING + CENTER_CAMPAIGNS, datasets=_STANDARD_2D + (GOOGLE_10D,), epsilons=_STANDARD_EPS,
+              ns=(20_000,), seeds=(0, 1, 2)),
+        Block(protocols=EVERYTHING + CENTER_CAMPAIGNS, datasets=(BLOBS_2D, MIXTURE_2D), epsilons=(1.0,),
+              ns=(2_000, 100_000), seeds=(0, 1, 2)),
         Block(protocols=("kmeans-random", "density-am-kmeans", "improved-dp-kmeans", "dplloyd", "dpqt-kmeans"),
               datasets=(S_LIKE, S3_LIKE), epsilons=(1.0, 4.0), ns=(5000,), seeds=tuple(range(10))),
         # The real data sets at their own size, as in the paper (no upsampling).
@@ -249,8 +258,9 @@ STANDARD = Suite(
               datasets=(WINE,), epsilons=(1.0, 4.0), ns=(178,), seeds=tuple(range(10))),
         # Grid clustering: the epsilon sweep on the shapes beside the non-private references (k-means
         # cannot separate them, DBSCAN can), two epsilons on the k-means data, then n = 100 000.
-        Block(protocols=GRID_PROTOCOLS + ("kmeans++", "dbscan"), datasets=SHAPES_2D, epsilons=_GRID_EPS,
-              ns=(20_000,), seeds=(0, 1, 2)),
+        # The center campaigns beside them: centers cut the shapes with straight lines, like k-means.
+        Block(protocols=GRID_PROTOCOLS + ("kmeans++", "dbscan") + CENTER_CAMPAIGNS, datasets=SHAPES_2D,
+              epsilons=_GRID_EPS, ns=(20_000,), seeds=(0, 1, 2)),
         Block(protocols=GRID_PROTOCOLS, datasets=(BLOBS_2D, MIXTURE_2D), epsilons=(1.0, 4.0), ns=(20_000,),
               seeds=(0, 1, 2)),
         Block(protocols=GRID_PROTOCOLS, datasets=SHAPES_2D, epsilons=(1.0, 4.0), ns=(100_000,), seeds=(0, 1, 2)),
@@ -273,13 +283,16 @@ FULL = Suite(
         Block(protocols=EVERYTHING, datasets=(BLOBS_2D, MIXTURE_2D), epsilons=(0.5, 1.0, 2.0, INF),
               ns=(1_000_000,), seeds=(0, 1, 2)),
         Block(protocols=("kmeans++", "kmeans-random", "density-am-kmeans", "dplloyd", "improved-dp-kmeans")
-              + FLOORS, datasets=(DatasetCase(name="google", d=50, k=16), DatasetCase(name="mixture", d=20, k=16),
+              + FLOORS + CENTER_CAMPAIGNS, datasets=(DatasetCase(name="google", d=50, k=16), DatasetCase(name="mixture", d=20, k=16),
                                   DatasetCase(name="digits"), DatasetCase(name="breast_cancer")),
               epsilons=(1.0, 4.0, INF), ns=(50_000,), seeds=(0, 1, 2)),
-        Block(protocols=EVERYTHING, datasets=_STANDARD_2D, epsilons=_STANDARD_EPS, ns=(20_000,),
+        Block(protocols=EVERYTHING + CENTER_CAMPAIGNS, datasets=_STANDARD_2D, epsilons=_STANDARD_EPS, ns=(20_000,),
               seeds=(3, 4, 5, 6, 7)),
         # About 3 minutes per grid run at n = 1e6: epsilon 1 only (it extends the standard suite's n sweep).
         Block(protocols=GRID_PROTOCOLS, datasets=SHAPES_2D, epsilons=(1.0,), ns=(1_000_000,), seeds=(0, 1, 2)),
+        # kcluster takes some 8 minutes a run at n = 1e6: the center campaigns at epsilon 1 only there too.
+        Block(protocols=CENTER_CAMPAIGNS, datasets=(BLOBS_2D, MIXTURE_2D), epsilons=(1.0,), ns=(1_000_000,),
+              seeds=(0, 1, 2)),
     ),
     claims=STANDARD.claims,
     bounds=STANDARD.bounds,

@@ -406,3 +406,32 @@ def test_grid_clustering_has_no_infinite_epsilon_bypass() -> None:
     with pytest.raises(ValueError, match="variant must be one of uniform, tree, iterative"):
         grid_config(Box.of(x), 1.0, "quadtree")
     assert grid_config(Box.of(x), 1.0, "iterative").grid.variant == 3
+
+
+# -- the collector's center-publishing campaigns ---------------------------------------------------------
+
+def test_center_campaign_configs_set_the_kind_k_and_algorithm() -> None:
+    from harness.baselines.center_campaigns import METHODS, center_campaign, center_campaign_config
+
+    from ldp.v1 import campaigns_pb2
+
+    x, _ = blobs(200)
+    box = Box.of(x)
+    kcluster = center_campaign_config("kcluster", box, 4, 1.0)
+    assert kcluster.kind == campaigns_pb2.BITVECTOR and kcluster.bitvector.k == 4
+    assert kcluster.bitvector.algorithm == campaigns_pb2.BitVectorParameters.KMEANS
+    assert kcluster.bitvector.pivots_per_attribute == 0  # the engine's default
+    mnfcm = center_campaign_config("mnfcm", box, 4, 1.0)
+    assert mnfcm.kind == campaigns_pb2.LAPLACE and mnfcm.laplace.algorithm == campaigns_pb2.LaplaceParameters.MNFCM
+    assert center_campaign_config("fcm-laplace", box, 4, 1.0).laplace.algorithm == campaigns_pb2.LaplaceParameters.FCM
+    ldp_kmeans = center_campaign_config("ldp-kmeans", box, 4, 1.0)
+    assert ldp_kmeans.kind == campaigns_pb2.LDP_KMEANS and ldp_kmeans.ldp_kmeans.k == 4
+    assert ldp_kmeans.ldp_kmeans.iterations == 0  # the engine's default
+    assert list(kcluster.domain.numeric.lower) == box.lower.tolist()
+    assert len({tag for _, tag in METHODS.values()}) == len(METHODS)
+    with pytest.raises(ValueError, match="method must be one of"):
+        center_campaign_config("nettree", box, 4, 1.0)
+    with pytest.raises(ValueError, match="no no-noise bypass"):
+        center_campaign(x, 4, math.inf, method="mnfcm", seed=0, backend=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="k >= 2"):
+        center_campaign(x, 1, 1.0, method="kcluster", seed=0, backend=None)  # type: ignore[arg-type]

@@ -13,7 +13,17 @@ from harness import adapters, runner
 from harness.adapters import ADAPTERS, ProtocolAdapter, get_adapter, register_adapter
 from harness.baselines import Clustering
 from harness.runner import Cell, RunRecord, Task, aggregate, build_tasks, check_bounds, check_claims
-from harness.suites import SUITES, Block, Bound, Claim, DatasetCase, Suite, epsilon_label
+from harness.suites import (
+    CENTER_CAMPAIGNS,
+    GRID_PROTOCOLS,
+    SUITES,
+    Block,
+    Bound,
+    Claim,
+    DatasetCase,
+    Suite,
+    epsilon_label,
+)
 
 TINY = DatasetCase(name="blobs", d=2, k=3)
 TINY_3D = DatasetCase(name="blobs", d=3, k=3)
@@ -51,7 +61,8 @@ def _suite(blocks: tuple[Block, ...], **kwargs: object) -> Suite:
 
 def test_every_baseline_is_registered_once_with_valid_metadata() -> None:
     expected = {"kmeans++", "kmeans-random", "dbscan", "density-am-kmeans", "dplloyd", "dpqt-kmeans",
-                "improved-dp-kmeans", "ldp-laplace-points", "ldp-oue-grid", "ugc", "agc-tree", "agc-iter"}
+                "improved-dp-kmeans", "ldp-laplace-points", "ldp-oue-grid", "ugc", "agc-tree", "agc-iter",
+                *CENTER_CAMPAIGNS}
     assert expected <= set(ADAPTERS)
     for name, cls in ADAPTERS.items():
         assert cls.name == name
@@ -63,7 +74,42 @@ def test_every_baseline_is_registered_once_with_valid_metadata() -> None:
         grid = ADAPTERS[name]
         assert grid.privacy == "ldp" and grid.data_kinds == frozenset({"nd"}) and grid.uses_collector
         assert not grid.has_centers and not grid.noiseless_bypass and grid.max_dimension == 12
-    assert all(cls.noiseless_bypass for name, cls in ADAPTERS.items() if name not in ("ugc", "agc-tree", "agc-iter"))
+    for name in CENTER_CAMPAIGNS:
+        campaign = ADAPTERS[name]
+        assert campaign.privacy == "ldp" and campaign.data_kinds == frozenset({"nd"}) and campaign.uses_collector
+        assert campaign.has_centers and not campaign.noiseless_bypass and campaign.max_dimension is None
+    no_bypass = {"ugc", "agc-tree", "agc-iter", *CENTER_CAMPAIGNS}
+    assert all(cls.noiseless_bypass for name, cls in ADAPTERS.items() if name not in no_bypass)
+
+
+@pytest.mark.parametrize("name", CENTER_CAMPAIGNS)
+def test_center_campaign_adapters_run_through_the_in_process_collector(name: str, in_process: None) -> None:
+    from ldp_collector.datasets import make_dataset
+
+    x, _ = make_dataset("blobs", 300, seed=0, d=2, k=3)
+    out = get_adapter(name).run(x, 3, 2.0, seed=0)
+    assert out.labels is None and out.centers is not None and out.centers.shape == (3, 2)
+    assert np.isfinite(out.centers).all()
+    lower, upper = x.min(axis=0), x.max(axis=0)
+    assert ((out.centers >= lower - 1e-9) & (out.centers <= upper + 1e-9)).all()  # original units, in the box
+    assert out.diagnostics["reports"] == out.diagnostics["accepted"] >= 300
+    assert out.diagnostics["epsilon_per_device"] == pytest.approx(2.0)
+    assert out.diagnostics["via_grpc"] == 0.0
+    with pytest.raises(ValueError, match="no no-noise bypass"):
+        get_adapter(name).run(x, 3, math.inf, seed=0)
+
+
+def test_center_campaigns_are_in_standard_and_full_but_not_smoke() -> None:
+    for suite, present in (("smoke", False), ("standard", True), ("full", True)):
+        tasks = build_tasks(SUITES[suite])
+        protocols = {t.protocol for t in tasks}
+        assert set(CENTER_CAMPAIGNS) <= protocols if present else not set(CENTER_CAMPAIGNS) & protocols
+        assert not any(t.protocol in CENTER_CAMPAIGNS and t.epsilon is not None and math.isinf(t.epsilon)
+                       for t in tasks)
+    standard = build_tasks(SUITES["standard"])
+    for dataset in ("blobs(d=2,k=4)", "moons", "circles"):  # beside the grid protocols and, where centers apply, the floors
+        cells = {t.protocol for t in standard if t.dataset.label == dataset and t.epsilon == 1.0 and t.n == 20_000}
+        assert set(CENTER_CAMPAIGNS) | set(GRID_PROTOCOLS) <= cells, dataset
 
 
 def test_registering_a_second_adapter_under_a_taken_name_fails() -> None:

@@ -11,8 +11,7 @@ TREE and ITERATIVE variants, the labels, and every device's ledger (exactly epsi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -22,11 +21,12 @@ from ldp_client import Device, DevicePolicy, RoundSpec, SeededRng
 from ldp_client.clusters import CellClusterModel
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
 from ldp_client.errors import ProtocolError
-from ldp_client.grpc import CollectorClient, OutcomeStatus
+from ldp_client.grpc import CollectorClient
 from ldp_collector.config import CollectorConfig
 from ldp_collector.datasets import make_dataset
 from ldp_collector.service import RunningServer, start_server
 from ldp_collector.simulate import OperatorClient, _cell_labels, evaluate_clustering
+from support.grpc_campaigns import Played, play_round
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,6 @@ TOKEN = "grid-grpc-operator-token-0123456789"
 N = 3000
 #: Split over 3 rounds: 2 per report, exactly representable, so every ledger sums to exactly 6.
 EPSILON = 6.0
-BATCH = 1000
 GRID = campaigns_pb2.GridParameters
 #: The box every campaign publishes (fixed before any data is seen).
 LOWER, UPPER = (-6.0, -11.0), (8.0, 9.0)
@@ -65,29 +64,6 @@ def grid_config(campaign_id: str, variant: int, **grid: int) -> campaigns_pb2.Ca
     for key, value in grid.items():
         setattr(config.grid, key, value)
     return config
-
-
-@dataclass
-class Played:
-    campaign_id: str
-    specs: list[RoundSpec]
-    devices: list[Device]
-    points: list[tuple[float, ...]]
-
-
-def play_round(client: CollectorClient, spec: RoundSpec, devices: Sequence[Device],
-               points: Sequence[tuple[float, ...]]) -> int:
-    """Every device participates in ``spec``; the reports go in batches; returns the reports accepted."""
-    reports = [(device, device.participate(spec, point)) for device, point in zip(devices, points)]
-    sent = [(device, report) for device, report in reports if report is not None]
-    accepted = 0
-    for start in range(0, len(sent), BATCH):
-        batch = sent[start:start + BATCH]
-        outcomes = client.submit_packed([report for _, report in batch])
-        accepted += sum(o.status is OutcomeStatus.ACCEPTED for o in outcomes)
-        for (device, report), _ in zip(batch, outcomes):
-            device.acknowledge([report.report_id])
-    return accepted
 
 
 def play(server: RunningServer, operator: OperatorClient, config: campaigns_pb2.CampaignConfig,

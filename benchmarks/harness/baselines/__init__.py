@@ -12,12 +12,15 @@ laplace_points         LDP              discrete-Laplace points + k-means (floor
 oue_grid               LDP              one OUE grid histogram + weighted k-means (floor b)
 grid                   LDP              the collector's GRID campaigns (AGCluster, ``papers/002``):
                                         UGC, TreeAdaptive, IterAdaptive; labels, no centers
+center_campaigns       LDP              the collector's BITVECTOR (kCluster), LAPLACE (mnFCM, FCM)
+                                        and LDP_KMEANS campaigns; centers
 =====================  ===============  ==========================================================
 
 (*) as published, the initialisation reads raw data without noise (see the module).
 """
 
 from ._common import Box, Clustering
+from .center_campaigns import center_campaign
 from .dbscan import dbscan_baseline
 from .dp_quadtree_kmeans import dp_quadtree_kmeans
 from .dplloyd import dplloyd
@@ -30,6 +33,7 @@ from .oue_grid import oue_grid_kmeans
 __all__ = [
     "Box",
     "Clustering",
+    "center_campaign",
     "dbscan_baseline",
     "density_am_kmeans",
     "discrete_laplace_kmeans",

@@ -62,6 +62,10 @@ Budget policies
         epsilon_device = epsilon_data + T * epsilon_label
                        = (T + 1) * epsilon_data / (T + 1) + T * (1 - data_share) * epsilon / T = epsilon
 
+    (in real numbers; the per-round charges are floats, so the ledger's sum can differ from
+    epsilon in the last bit, e.g. 4/3 + 10/3 + 10/3 = 7.999999999999999 for epsilon = 8, T = 2,
+    well within the ledger's 1e-12 relative tolerance).
+
     ``PARTITION`` (the collector's default policy): ``T + 1`` equally weighted groups; group 0
     reports only in round 1 (its vector with the whole epsilon), group ``t`` only in label round
     ``t + 1`` (its GRR label with ``(1 - data_share) * epsilon`` and its fresh vector with
