@@ -14,11 +14,15 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ldp.v1 import campaigns_pb2
+from ldp_client.encoders.base import NumericDomain
+from ldp_client.errors import InvalidParameterError
 from ldp_client.spec import RoundSpec
 
+from ..errors import InvalidArgumentError
 from ..storage.base import AccumulateFn, StoredReport
 
-__all__ = ["ENGINES", "CampaignEngine", "RoundOutcome", "RoundPlan", "RoundReports", "register_engine"]
+__all__ = ["ENGINES", "CampaignEngine", "RoundOutcome", "RoundPlan", "RoundReports", "numeric_domain",
+           "register_engine"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,3 +93,19 @@ def register_engine(cls: type[CampaignEngine]) -> type[CampaignEngine]:
         raise RuntimeError(f"two engines for campaign kind {cls.KIND}")
     ENGINES[cls.KIND] = cls
     return cls
+
+
+def numeric_domain(config: campaigns_pb2.CampaignConfig, kind: str) -> NumericDomain:
+    """The campaign's numeric domain, for kinds whose devices hold points with public bounds.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A categorical (or missing) domain, or bounds the SDK refuses (``domain.numeric: ...``).
+    """
+    if config.domain.WhichOneof("domain") != "numeric":
+        raise InvalidArgumentError(f"a {kind} campaign needs a numeric domain (points with public bounds)")
+    try:
+        return NumericDomain(lower=tuple(config.domain.numeric.lower), upper=tuple(config.domain.numeric.upper))
+    except InvalidParameterError as exc:
+        raise InvalidArgumentError(f"domain.numeric: {exc}") from None

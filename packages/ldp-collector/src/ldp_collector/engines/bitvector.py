@@ -48,7 +48,6 @@ from typing import ClassVar
 import numpy as np
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.bitvector import BitVectorEncoder
 from ldp_client.errors import InvalidParameterError
 from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
@@ -65,7 +64,7 @@ from ..estimation.bitvector import (
     public_pivots,
     unpack_bit_payloads,
 )
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
 
 __all__ = [
     "DEFAULT_PIVOTS_PER_ATTRIBUTE",
@@ -133,13 +132,7 @@ class BitVectorEngine(CampaignEngine):
         normalized = campaigns_pb2.CampaignConfig()
         normalized.CopyFrom(config)
         super().__init__(campaign_id, normalized)
-        if normalized.domain.WhichOneof("domain") != "numeric":
-            raise InvalidArgumentError("a bitvector campaign needs a numeric domain (points with public bounds)")
-        try:
-            domain = NumericDomain(lower=tuple(normalized.domain.numeric.lower),
-                                   upper=tuple(normalized.domain.numeric.upper))
-        except InvalidParameterError as exc:
-            raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+        domain = numeric_domain(normalized, "bitvector")
         epsilon = normalized.epsilon
         if not 0.0 < epsilon <= MAX_MECHANISM_EPSILON:
             raise InvalidArgumentError(

@@ -60,7 +60,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.geometry import TreeCell, max_tree_level
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
@@ -84,7 +83,7 @@ from ..estimation.grid_clustering import (
     uniform_cells,
 )
 from ..storage.base import AccumulateFn
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
 from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, aggregator_for, estimates_message, round_aggregators
 
 __all__ = [
@@ -171,13 +170,7 @@ class GridEngine(CampaignEngine):
         normalized = campaigns_pb2.CampaignConfig()
         normalized.CopyFrom(config)
         super().__init__(campaign_id, normalized)
-        if normalized.domain.WhichOneof("domain") != "numeric":
-            raise InvalidArgumentError("a grid campaign needs a numeric domain (points with public bounds)")
-        try:
-            self.domain = NumericDomain(lower=tuple(normalized.domain.numeric.lower),
-                                        upper=tuple(normalized.domain.numeric.upper))
-        except InvalidParameterError as exc:
-            raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+        self.domain = numeric_domain(normalized, "grid")
         d = self.dimension = self.domain.dimension
         p = normalized.grid
         if p.variant == campaigns_pb2.GridParameters.VARIANT_UNSPECIFIED:

@@ -49,7 +49,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.vectors import UnitCubeEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms.discrete_laplace import MAX_GRID_BITS, DiscreteLaplaceParams
@@ -61,7 +60,7 @@ from ..estimation.accumulators import decode_report_payloads
 from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_c_means
 from ..evaluation.kmeans import weighted_kmeans
 from ..storage.base import StoredReport
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
 from .histogram import MAX_MECHANISM_EPSILON
 
 __all__ = [
@@ -151,13 +150,7 @@ class LaplaceEngine(CampaignEngine):
         normalized = campaigns_pb2.CampaignConfig()
         normalized.CopyFrom(config)
         super().__init__(campaign_id, normalized)
-        if normalized.domain.WhichOneof("domain") != "numeric":
-            raise InvalidArgumentError("a laplace campaign needs a numeric domain (points with public bounds)")
-        try:
-            self.domain = NumericDomain(lower=tuple(normalized.domain.numeric.lower),
-                                        upper=tuple(normalized.domain.numeric.upper))
-        except InvalidParameterError as exc:
-            raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+        self.domain = numeric_domain(normalized, "laplace")
         d = self.dimension = self.domain.dimension
         epsilon = normalized.epsilon
         if not (math.isfinite(epsilon) and 0.0 < epsilon <= MAX_MECHANISM_EPSILON):

@@ -135,7 +135,7 @@ from ..estimation.accumulators import component_params_from_spec, decode_report_
 from ..estimation.frequency import GRRAggregator
 from ..evaluation.kmeans import weighted_kmeans
 from ..storage.base import AccumulateFn
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
 from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, estimates_message
 
 __all__ = [
@@ -331,13 +331,7 @@ class LdpKmeansEngine(CampaignEngine):
         normalized = campaigns_pb2.CampaignConfig()
         normalized.CopyFrom(config)
         super().__init__(campaign_id, normalized)
-        if normalized.domain.WhichOneof("domain") != "numeric":
-            raise InvalidArgumentError("an ldp_kmeans campaign needs a numeric domain (points with public bounds)")
-        try:
-            self.domain = NumericDomain(lower=tuple(normalized.domain.numeric.lower),
-                                        upper=tuple(normalized.domain.numeric.upper))
-        except InvalidParameterError as exc:
-            raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+        self.domain = numeric_domain(normalized, "ldp_kmeans")
         p = normalized.ldp_kmeans  # an unset oneof member reads as defaults; writing sets it
         if not MIN_K <= p.k <= MAX_K:
             raise InvalidArgumentError(f"ldp_kmeans.k must be in [{MIN_K}, {MAX_K}], got {p.k}")
