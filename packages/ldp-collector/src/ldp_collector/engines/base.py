@@ -9,20 +9,22 @@ the database directly, so it is unit-testable with the in-process simulator.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
+
+import msgpack
 
 from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import NumericDomain
-from ldp_client.errors import InvalidParameterError
+from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.spec import RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..storage.base import AccumulateFn, StoredReport
 
-__all__ = ["ENGINES", "CampaignEngine", "RoundOutcome", "RoundPlan", "RoundReports", "numeric_domain",
-           "register_engine"]
+__all__ = ["ENGINES", "CampaignEngine", "RoundOutcome", "RoundPlan", "RoundReports", "load_state", "numeric_domain",
+           "pack_state", "register_engine"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,3 +111,22 @@ def numeric_domain(config: campaigns_pb2.CampaignConfig, kind: str) -> NumericDo
         return NumericDomain(lower=tuple(config.domain.numeric.lower), upper=tuple(config.domain.numeric.upper))
     except InvalidParameterError as exc:
         raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+
+
+def pack_state(phase: str, **fields: Any) -> bytes:
+    """A multi-round engine's state between rounds: msgpack of ``{"phase": phase, **fields}``."""
+    packed: bytes = msgpack.packb({"phase": phase, **fields}, use_bin_type=True)
+    return packed
+
+
+def load_state(blob: bytes, kind: str, phases: Collection[str] | None = None) -> dict[str, Any]:
+    """Read a :func:`pack_state` blob; ``ProtocolError`` when it is unreadable or its phase is not in ``phases``."""
+    try:
+        state = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several exception types on corrupt input
+        raise ProtocolError(f"unreadable {kind} engine state: {exc}") from None
+    if not isinstance(state, dict) or "phase" not in state:
+        raise ProtocolError(f"unreadable {kind} engine state: no phase")
+    if phases is not None and state["phase"] not in phases:
+        raise ProtocolError(f"unreadable {kind} engine state: no known phase")
+    return state

@@ -83,7 +83,16 @@ from ..estimation.grid_clustering import (
     uniform_cells,
 )
 from ..storage.base import AccumulateFn
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
+from .base import (
+    CampaignEngine,
+    RoundOutcome,
+    RoundPlan,
+    RoundReports,
+    load_state,
+    numeric_domain,
+    pack_state,
+    register_engine,
+)
 from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, aggregator_for, estimates_message, round_aggregators
 
 __all__ = [
@@ -299,18 +308,11 @@ class GridEngine(CampaignEngine):
 
     @staticmethod
     def _state(phase: str, **fields: Any) -> bytes:
-        packed: bytes = msgpack.packb({"phase": phase, **fields}, use_bin_type=True)
-        return packed
+        return pack_state(phase, **fields)
 
     @staticmethod
     def _load_state(blob: bytes) -> dict[str, Any]:
-        try:
-            state = msgpack.unpackb(blob, raw=False, strict_map_key=False)
-        except Exception as exc:  # msgpack raises several exception types on corrupt input
-            raise ProtocolError(f"unreadable grid engine state: {exc}") from None
-        if not isinstance(state, dict) or "phase" not in state:
-            raise ProtocolError("unreadable grid engine state: no phase")
-        return state
+        return load_state(blob, "grid", None)
 
     # -- rounds ----------------------------------------------------------------------------------
 

@@ -135,7 +135,16 @@ from ..estimation.accumulators import component_params_from_spec, decode_report_
 from ..estimation.frequency import GRRAggregator
 from ..evaluation.kmeans import weighted_kmeans
 from ..storage.base import AccumulateFn
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
+from .base import (
+    CampaignEngine,
+    RoundOutcome,
+    RoundPlan,
+    RoundReports,
+    load_state,
+    numeric_domain,
+    pack_state,
+    register_engine,
+)
 from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, estimates_message
 
 __all__ = [
@@ -388,18 +397,11 @@ class LdpKmeansEngine(CampaignEngine):
 
     @staticmethod
     def _state(phase: str, **fields: Any) -> bytes:
-        packed: bytes = msgpack.packb({"phase": phase, **fields}, use_bin_type=True)
-        return packed
+        return pack_state(phase, **fields)
 
     @staticmethod
     def _load_state(blob: bytes) -> dict[str, Any]:
-        try:
-            state = msgpack.unpackb(blob, raw=False, strict_map_key=False)
-        except Exception as exc:  # msgpack raises several exception types on corrupt input
-            raise ProtocolError(f"unreadable ldp_kmeans engine state: {exc}") from None
-        if not isinstance(state, dict) or state.get("phase") not in (_PHASE_INIT, _PHASE_LABEL):
-            raise ProtocolError("unreadable ldp_kmeans engine state: no known phase")
-        return state
+        return load_state(blob, "ldp_kmeans", (_PHASE_INIT, _PHASE_LABEL))
 
     def _seed(self) -> int:
         """Seed of the server-side k-means (post-processing: reproducible, needs no secret)."""
