@@ -110,7 +110,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -119,20 +118,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.encoders.base import Encoder, NumericDomain
 from ldp_client.encoders.nearest import NearestCandidateEncoder
-from ldp_client.encoders.vectors import SymmetricBoxEncoder, UnitBallEncoder, UnitCubeEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms import GRRParams
-from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
-from ldp_client.mechanisms.vector_box import VectorBoxParams
-from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
-from ldp_client.payload import Floats, Integers
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads, make_accumulate_fn
 from ..estimation.frequency import GRRAggregator
+from ..estimation.vectors import vector_component, vector_estimates
 from ..evaluation.kmeans import weighted_kmeans
 from ..storage.base import AccumulateFn
 from .base import (
@@ -169,90 +163,8 @@ MAX_ITERATIONS = 20
 MIN_COUNT_Z = 2.0
 #: Restarts of the round-1 k-means on the noisy vectors.
 INIT_RESTARTS = 3
-#: Grid of the discrete-Laplace candidate (its default).
-_LAPLACE_GRID_BITS = 10
-#: Relative variance difference below which two mechanisms count as tied.
-_TIE = 1e-9
 _PHASE_INIT = "init"
 _PHASE_LABEL = "label"
-
-_VectorMechanism = VectorL2BallParams | VectorBoxParams | DiscreteLaplaceParams
-
-
-def _normalized_variance(params: _VectorMechanism) -> float:
-    """Worst-case variance of one decoded coordinate, in units of the domain side ([0, 1])."""
-    if isinstance(params, VectorL2BallParams):
-        # t = (sqrt(d) x + 1) / 2 with Var[x_j] <= B^2 / d.
-        return params.variance_bound * params.dimension / 4.0
-    if isinstance(params, VectorBoxParams):
-        return params.variance_bound / 4.0  # t = (x + 1) / 2 with Var[x_j] <= B^2
-    rounding = math.ldexp(1.0, -(params.grid_bits + 1))  # decode is unbiased for the rounded point
-    return params.noise_variance + rounding * rounding
-
-
-def vector_component(domain: NumericDomain, epsilon: float) -> Component:
-    """The encoder and vector randomizer of least per-coordinate variance at ``epsilon``.
-
-    Candidates: the SDK's l2-ball, box and grid discrete-Laplace randomizers, each with its
-    encoder (module docstring). Ties go to the smaller payload.
-
-    Raises
-    ------
-    InvalidParameterError
-        ``epsilon`` outside what the mechanisms accept.
-    """
-    d = domain.dimension
-    candidates: list[tuple[_VectorMechanism, Encoder]] = [
-        (VectorL2BallParams(dimension=d, epsilon=epsilon), UnitBallEncoder(domain=domain)),
-        (VectorBoxParams(dimension=d, epsilon=epsilon), SymmetricBoxEncoder(domain=domain)),
-        (DiscreteLaplaceParams(dimension=d, epsilon=epsilon, grid_bits=_LAPLACE_GRID_BITS),
-         UnitCubeEncoder(domain=domain)),
-    ]
-    best_variance = min(_normalized_variance(p) for p, _ in candidates)
-    tied = [(p, e) for p, e in candidates if _normalized_variance(p) <= best_variance * (1 + _TIE)]
-    params, encoder = min(tied, key=lambda pe: pe[0].payload_bits)
-    return Component(encoder=encoder, mechanism=params)
-
-
-def vector_estimates(params: Any, payloads: Sequence[Any]) -> NDArray[np.float64]:
-    """Unbiased estimates of the reporting devices' points in normalized units (rows of ``[0, 1]^d``).
-
-    Parameters
-    ----------
-    params : VectorL2BallParams, VectorBoxParams or DiscreteLaplaceParams
-    payloads : sequence of payloads
-        Decoded payloads of that mechanism (already checked at ingestion; shapes are re-checked).
-
-    Raises
-    ------
-    ProtocolError
-        A payload of the wrong type or shape.
-    """
-    d = int(params.dimension)
-    n = len(payloads)
-    if n == 0:
-        return np.zeros((0, d))
-    if isinstance(params, VectorL2BallParams):
-        if not all(isinstance(p, Floats) and len(p.values) == d for p in payloads):
-            raise ProtocolError(f"vector_l2_ball payloads must be Floats of {d} values")
-        w = np.array([p.values for p in payloads], dtype=np.float64).reshape(n, d)
-        out: NDArray[np.float64] = (params.scale * math.sqrt(d) * w + 1.0) / 2.0
-        return out
-    if isinstance(params, VectorBoxParams):
-        width = (d + 7) // 8
-        if not all(isinstance(p, bytes) and len(p) == width for p in payloads):
-            raise ProtocolError(f"vector_box payloads must be {width} bytes")
-        raw = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(n, width)
-        bits = np.unpackbits(raw, axis=1, bitorder="little")[:, :d].astype(np.float64)
-        out = (params.scale * (2.0 * bits - 1.0) + 1.0) / 2.0
-        return out
-    if isinstance(params, DiscreteLaplaceParams):
-        if not all(isinstance(p, Integers) and len(p.values) == d for p in payloads):
-            raise ProtocolError(f"discrete_laplace payloads must be Integers of {d} values")
-        z = np.array([p.values for p in payloads], dtype=np.float64).reshape(n, d)
-        out = z / float(params.grid_size)
-        return out
-    raise TypeError(f"{type(params).__name__} is not a vector mechanism")
 
 
 @dataclass(frozen=True, kw_only=True)
