@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from ldp_client.encoders import (
     ENCODERS,
     BitVectorEncoder,
+    BucketedVectorEncoder,
     CategoricalEncoder,
     CellListEncoder,
     Encoder,
@@ -79,7 +80,9 @@ NUMERIC_ENCODERS: list[Encoder] = [
     SymmetricBoxEncoder(domain=DOMAIN3),
     UnitBallEncoder(domain=DOMAIN3),
 ]
-ALL_ENCODERS: list[Encoder] = [CategoricalEncoder(domain_size=17), *NUMERIC_ENCODERS]
+ALL_ENCODERS: list[Encoder] = [
+    CategoricalEncoder(domain_size=17), *NUMERIC_ENCODERS,
+    BucketedVectorEncoder(domain=DOMAIN3, shifted_grid=ShiftedGridEncoder(domain=DOMAIN3, level=4, seed=11))]
 
 coordinate = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 
@@ -96,7 +99,7 @@ def _ids(encoders: list[Encoder]) -> list[str]:
 def test_every_kind_is_registered_and_covered() -> None:
     assert set(ENCODERS.kinds()) == {
         "categorical", "uniform_grid", "grid_tree", "cell_list", "simhash", "shifted_grid",
-        "nearest_candidate", "bit_vector", "unit_cube", "symmetric_box", "unit_ball"}
+        "nearest_candidate", "bit_vector", "unit_cube", "symmetric_box", "unit_ball", "bucketed_vector"}
     assert {e.KIND for e in ALL_ENCODERS} == set(ENCODERS.kinds())
 
 

@@ -51,6 +51,8 @@ MECHANISM_EXAMPLES: dict[str, Any] = {
     "discrete_laplace": mech.DiscreteLaplace(dimension=3, epsilon=3.0, grid_bits=8),
     "vector_l2_ball": mech.VectorL2Ball(dimension=4, epsilon=1.0),
     "vector_box": mech.VectorBox(dimension=4, epsilon=1.0),
+    "bucketized_vector": mech.BucketizedVector(bucket_bits=6, dimension=3, epsilon=1.0,
+                                               shape=mech.BucketizedVector.BOX),
 }
 ENCODER_EXAMPLES: dict[str, Any] = {
     "categorical": enc.CategoricalEncoder(domain_size=7),
@@ -71,6 +73,8 @@ ENCODER_EXAMPLES: dict[str, Any] = {
     "unit_cube": enc.UnitCubeEncoder(domain=DOMAIN_2D),
     "symmetric_box": enc.SymmetricBoxEncoder(domain=DOMAIN_2D),
     "unit_ball": enc.UnitBallEncoder(domain=DOMAIN_2D),
+    "bucketed_vector": enc.BucketedVectorEncoder(domain=DOMAIN_2D,
+                                                 simhash=enc.SimHashEncoder(domain=DOMAIN_2D, bits=6, seed=3)),
 }
 
 

@@ -9,9 +9,12 @@ RR, box vector
 local hashing             :class:`HashedValue`           ``hashed``
 discrete Laplace          :class:`Integers`              ``integers``
 l2-ball vector            :class:`Floats`                ``floats``
+bucketized vector         :class:`SignedVector`          ``signed_vector``
 ========================  =============================  ==========================
 
-Bits are packed little-endian within bytes: bit ``i`` is ``(data[i // 8] >> (i % 8)) & 1``.
+Bits are packed little-endian within bytes: bit ``i`` is ``(data[i // 8] >> (i % 8)) & 1``. A
+:class:`SignedVector` wraps the output of the box (``bytes``) or l2-ball (:class:`Floats`)
+randomizer with the report's 32-bit sign seed.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ __all__ = [
     "HashedValue",
     "Integers",
     "Payload",
+    "SignedVector",
     "get_bit",
     "pack_bits",
     "payload_from_wire",
@@ -53,9 +57,16 @@ class Floats(NamedTuple):
     values: tuple[float, ...]
 
 
-Payload = Union[int, bytes, HashedValue, Integers, Floats]
+class SignedVector(NamedTuple):
+    """Bucketized vector output: the 32-bit sign seed and the inner box (``bytes``) or l2-ball report."""
 
-_HASHED, _INTEGERS, _FLOATS = 3, 4, 5
+    seed: int
+    inner: bytes | Floats
+
+
+Payload = Union[int, bytes, HashedValue, Integers, Floats, SignedVector]
+
+_HASHED, _INTEGERS, _FLOATS, _SIGNED_VECTOR = 3, 4, 5, 6
 _MAX_U64 = 2**64 - 1
 _MAX_U32 = 2**32 - 1
 _MAX_S64 = 2**63 - 1
@@ -84,7 +95,8 @@ def payload_to_wire(payload: Payload) -> Any:
 
     An index travels as a bare msgpack integer and packed bits as a bare msgpack binary (the two
     most common payloads, kept minimal); the others as ``[tag, ...]`` with tag = the
-    ``ldp.v1.Payload`` field number.
+    ``ldp.v1.Payload`` field number. A :class:`SignedVector` is ``[6, seed, inner]`` with ``inner``
+    the wire form of its inner payload (bare binary for signs, ``[5, float32 bytes]`` for floats).
     """
     if isinstance(payload, bool):
         raise ProtocolError("payload must not be a bool")
@@ -98,6 +110,10 @@ def payload_to_wire(payload: Payload) -> Any:
         return [_INTEGERS, list(payload.values)]
     if isinstance(payload, Floats):
         return [_FLOATS, struct.pack(f"<{len(payload.values)}f", *payload.values)]
+    if isinstance(payload, SignedVector):
+        if not isinstance(payload.inner, (bytes, Floats)):
+            raise ProtocolError(f"signed vector inner payload must be bytes or Floats, got {type(payload.inner).__name__}")
+        return [_SIGNED_VECTOR, payload.seed, payload_to_wire(payload.inner)]
     raise ProtocolError(f"unsupported payload type {type(payload).__name__}")
 
 
@@ -121,4 +137,12 @@ def payload_from_wire(data: Any, where: str = "payload") -> Payload:
             return Integers(tuple(int(v) for v in data[1]))
     if tag == _FLOATS and len(data) == 2 and isinstance(data[1], (bytes, bytearray)) and len(data[1]) % 4 == 0:
         return Floats(struct.unpack(f"<{len(data[1]) // 4}f", data[1]))
+    if tag == _SIGNED_VECTOR and len(data) == 3 and _is_int(data[1], 0, _MAX_U32):
+        inner = data[2]
+        if isinstance(inner, (bytes, bytearray)):
+            return SignedVector(int(data[1]), bytes(inner))
+        if isinstance(inner, (list, tuple)) and inner and inner[0] == _FLOATS:
+            floats = payload_from_wire(inner, f"{where}.inner")
+            assert isinstance(floats, Floats)
+            return SignedVector(int(data[1]), floats)
     raise ProtocolError(f"{where}: malformed payload (tag {tag!r}, {len(data)} items)")

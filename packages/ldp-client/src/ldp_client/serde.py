@@ -18,8 +18,8 @@ its default value and refused otherwise (the wire only grows; an old device must
 ignore a setting it cannot honour).
 
 Reports map to ``ldp.v1.Report`` with one ``Payload`` per component (``index``, ``bits``,
-``hashed``, ``integers``, ``floats``; see :mod:`ldp_client.payload`). A collector decodes the
-reports of a request with :func:`report_columns_from_proto`: the same reports as
+``hashed``, ``integers``, ``floats``, ``signed_vector``; see :mod:`ldp_client.payload`). A collector
+decodes the reports of a request with :func:`report_columns_from_proto`: the same reports as
 :func:`report_from_proto`, in a :class:`~ldp_client.report.ReportColumns`.
 
 A published clustering (``ldp.v1.Result.clustering``) becomes a local labelling model with
@@ -55,7 +55,7 @@ from .clusters import CellClusterModel, CenterModel, ClusterModel
 from .encoders.base import ENCODERS, Encoder
 from .errors import InvalidParameterError, ProtocolError
 from .mechanisms.base import MECHANISMS, MechanismParams
-from .payload import Floats, HashedValue, Integers, Payload
+from .payload import Floats, HashedValue, Integers, Payload, SignedVector
 from .report import Report, ReportColumns
 from .spec import RoundSpec
 
@@ -292,7 +292,27 @@ def _payload_to_proto(payload: Payload) -> reports_pb2.Payload:
         return reports_pb2.Payload(integers=reports_pb2.SignedIntegers(values=payload.values))
     if isinstance(payload, Floats):
         return reports_pb2.Payload(floats=reports_pb2.Floats(values=payload.values))
+    if isinstance(payload, SignedVector):
+        return reports_pb2.Payload(signed_vector=_signed_vector_to_proto(payload))
     raise ProtocolError(f"unsupported payload type {type(payload).__name__}")
+
+
+def _signed_vector_to_proto(payload: SignedVector) -> reports_pb2.SignedVector:
+    inner = payload.inner
+    if isinstance(inner, bytes):
+        return reports_pb2.SignedVector(seed=payload.seed, bits=inner)
+    if isinstance(inner, Floats):
+        return reports_pb2.SignedVector(seed=payload.seed, floats=reports_pb2.Floats(values=inner.values))
+    raise ProtocolError(f"signed vector inner payload must be bytes or Floats, got {type(inner).__name__}")
+
+
+def _signed_vector_from_proto(message: reports_pb2.SignedVector, where: str) -> SignedVector:
+    kind = message.WhichOneof("inner")
+    if kind == "bits":
+        return SignedVector(message.seed, bytes(message.bits))
+    if kind == "floats":
+        return SignedVector(message.seed, Floats(tuple(message.floats.values)))
+    raise ProtocolError(f"{where}.signed_vector: no inner value is set")
 
 
 def report_from_proto(message: reports_pb2.Report, *, where: str = "report") -> Report:
@@ -311,6 +331,8 @@ def report_from_proto(message: reports_pb2.Report, *, where: str = "report") -> 
             payloads.append(Integers(tuple(p.integers.values)))
         elif kind == "floats":
             payloads.append(Floats(tuple(p.floats.values)))
+        elif kind == "signed_vector":
+            payloads.append(_signed_vector_from_proto(p.signed_vector, f"{where}.payloads[{i}]"))
         else:
             raise ProtocolError(f"{where}.payloads[{i}]: no payload value is set")
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from .base import BALL, BITS, BOX, ENCODERS, INDEX, UNIT_CUBE, Encoder, NumericDomain, as_point
+from .base import BALL, BITS, BOX, BUCKET_VECTOR, ENCODERS, INDEX, UNIT_CUBE, Encoder, NumericDomain, as_point
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (import cost on devices)
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # loaded on first use (PEP 562): a device imports only what i
     from typing import Any
 
     from .bitvector import BitVectorEncoder
+    from .bucketed import BucketedVectorEncoder
     from .categorical import CategoricalEncoder
     from .geometry import CellLocator, TreeCell, cell_adjacency, cells_touch, check_partition, contact_dimension
     from .grid import CellListEncoder, GridTreeEncoder, UniformGridEncoder
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # loaded on first use (PEP 562): a device imports only what i
 
 _LAZY = {
     "BitVectorEncoder": "bitvector",
+    "BucketedVectorEncoder": "bucketed",
     "CategoricalEncoder": "categorical",
     "CellLocator": "geometry",
     "TreeCell": "geometry",
@@ -50,10 +52,12 @@ __all__ = [
     "BALL",
     "BITS",
     "BOX",
+    "BUCKET_VECTOR",
     "ENCODERS",
     "INDEX",
     "UNIT_CUBE",
     "BitVectorEncoder",
+    "BucketedVectorEncoder",
     "CategoricalEncoder",
     "CellListEncoder",
     "CellLocator",

@@ -26,12 +26,15 @@ ENCODERS = SpecRegistry("encoder", "ldp_client.encoders", {
     "unit_cube": "vectors",
     "symmetric_box": "vectors",
     "unit_ball": "vectors",
+    "bucketed_vector": "bucketed",
 })
 
 #: Kinds of encoded values, which decide the mechanisms an encoder can feed: an index in
 #: [0, size), a 0/1 tuple of length size, or a float tuple of dimension size in [0,1]^d
 #: (unit cube), [-1,1]^d (box) or the unit l2 ball (ball).
 INDEX, BITS, UNIT_CUBE, BOX, BALL = "index", "bits", "unit_cube", "box", "ball"
+#: A pair ``(bucket, vector)``: an LSH bucket index and a float tuple of dimension size in [-1,1]^d.
+BUCKET_VECTOR = "bucket_vector"
 
 MAX_DIMENSION = 4096
 
@@ -106,7 +109,8 @@ def as_point(point: Any, dimension: int) -> list[float]:
 class Encoder(Spec, abc.ABC):
     """Base of every frozen encoder dataclass: a pure function of the point and public parameters."""
 
-    #: What :meth:`encode` returns: one of ``index``, ``bits``, ``unit_cube``, ``box``, ``ball``.
+    #: What :meth:`encode` returns: one of ``index``, ``bits``, ``unit_cube``, ``box``, ``ball``,
+    #: ``bucket_vector``.
     VALUE_KIND: ClassVar[str] = INDEX
 
     @abc.abstractmethod
@@ -116,4 +120,4 @@ class Encoder(Spec, abc.ABC):
     @property
     @abc.abstractmethod
     def output_size(self) -> int:
-        """Domain size (index), vector length (bits) or dimension (the vector kinds)."""
+        """Domain size (index), vector length (bits) or dimension (the vector kinds, bucket_vector)."""

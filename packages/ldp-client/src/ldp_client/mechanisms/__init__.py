@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # loaded on first use (PEP 562): a device imports only what i
     from typing import Any
 
     from .bitwise_randomized_response import BitwiseRRParams
+    from .bucketized_vector import BucketizedVectorParams, VectorShape
     from .discrete_laplace import DiscreteLaplaceParams
     from .local_hashing import LocalHashingParams
     from .oracle_choice import choose_frequency_oracle
@@ -22,6 +23,8 @@ if TYPE_CHECKING:  # loaded on first use (PEP 562): a device imports only what i
 
 _LAZY = {
     "BitwiseRRParams": "bitwise_randomized_response",
+    "BucketizedVectorParams": "bucketized_vector",
+    "VectorShape": "bucketized_vector",
     "DiscreteLaplaceParams": "discrete_laplace",
     "LocalHashingParams": "local_hashing",
     "choose_frequency_oracle": "oracle_choice",
@@ -37,6 +40,7 @@ _LAZY = {
 __all__ = [
     "MECHANISMS",
     "BitwiseRRParams",
+    "BucketizedVectorParams",
     "DiscreteLaplaceParams",
     "GRRParams",
     "LocalHashingParams",
@@ -45,6 +49,7 @@ __all__ = [
     "UnaryVariant",
     "VectorBoxParams",
     "VectorL2BallParams",
+    "VectorShape",
     "choose_frequency_oracle",
     "oue",
     "sue",

@@ -28,6 +28,7 @@ MECHANISMS = SpecRegistry("mechanism", "ldp_client.mechanisms", {
     "discrete_laplace": "discrete_laplace",
     "vector_l2_ball": "vector_l2_ball",
     "vector_box": "vector_box",
+    "bucketized_vector": "bucketized_vector",
 })
 
 
@@ -42,7 +43,8 @@ class MechanismParams(Spec, abc.ABC):
     epsilon: float
     #: Name of the ``ldp.v1.Payload`` field this mechanism's output travels in.
     PAYLOAD_FIELD: ClassVar[str] = ""
-    #: Kind of value it randomizes (``ldp_client.encoders.base``: index, bits, unit_cube, box, ball).
+    #: Kind of value it randomizes (``ldp_client.encoders.base``: index, bits, unit_cube, box, ball,
+    #: bucket_vector).
     INPUT_KIND: ClassVar[str] = ""
 
     @property

@@ -369,12 +369,23 @@ class NetTreeParameters(_message.Message):
     NODE_MAP_FIELD_NUMBER: _builtins.int
     MAX_NODES_PER_LEVEL_FIELD_NUMBER: _builtins.int
     CLUSTER_IN_PROJECTED_SPACE_FIELD_NUMBER: _builtins.int
+    BITS_PER_LEVEL_FIELD_NUMBER: _builtins.int
+    NODE_SHARE_FIELD_NUMBER: _builtins.int
+    FALSE_POSITIVE_RATE_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     projection_dimension: _builtins.int
     depth: _builtins.int
     node_map: Global___NetTreeParameters.NodeMap.ValueType
     max_nodes_per_level: _builtins.int
     cluster_in_projected_space: _builtins.bool
+    bits_per_level: _builtins.int
+    """SimHash hyperplanes per tree level (0 = from k and depth; ignored by the shifted grid,
+    whose nodes have 2^projection_dimension children).
+    """
+    node_share: _builtins.float
+    """Share of epsilon spent on the node report; the rest goes to the bucketized vector (0 = 0.5)."""
+    false_positive_rate: _builtins.float
+    """Family-wise false-positive rate of the node thresholds per level (0 = 0.05)."""
     def __init__(
         self,
         *,
@@ -384,10 +395,13 @@ class NetTreeParameters(_message.Message):
         node_map: Global___NetTreeParameters.NodeMap.ValueType = ...,
         max_nodes_per_level: _builtins.int = ...,
         cluster_in_projected_space: _builtins.bool = ...,
+        bits_per_level: _builtins.int = ...,
+        node_share: _builtins.float = ...,
+        false_positive_rate: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_in_projected_space", b"cluster_in_projected_space", "depth", b"depth", "k", b"k", "max_nodes_per_level", b"max_nodes_per_level", "node_map", b"node_map", "projection_dimension", b"projection_dimension"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "cluster_in_projected_space", b"cluster_in_projected_space", "depth", b"depth", "false_positive_rate", b"false_positive_rate", "k", b"k", "max_nodes_per_level", b"max_nodes_per_level", "node_map", b"node_map", "node_share", b"node_share", "projection_dimension", b"projection_dimension"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -406,6 +406,39 @@ class UnitBallEncoder(_message.Message):
 Global___UnitBallEncoder: _TypeAlias = UnitBallEncoder  # noqa: Y015
 
 @_typing.final
+class BucketedVectorEncoder(_message.Message):
+    """A point's LSH bucket together with its box vector (2t - 1, 1) in [-1,1]^(d+1), t the clamped
+    point normalized to [0,1]^d (for the bucketized vector sum). The bucket is the node of exactly
+    one of `simhash` or `shifted_grid`, whose domain must equal `domain`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOMAIN_FIELD_NUMBER: _builtins.int
+    SIMHASH_FIELD_NUMBER: _builtins.int
+    SHIFTED_GRID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def domain(self) -> Global___NumericDomain: ...
+    @_builtins.property
+    def simhash(self) -> Global___SimHashEncoder: ...
+    @_builtins.property
+    def shifted_grid(self) -> Global___ShiftedGridEncoder: ...
+    def __init__(
+        self,
+        *,
+        domain: Global___NumericDomain | None = ...,
+        simhash: Global___SimHashEncoder | None = ...,
+        shifted_grid: Global___ShiftedGridEncoder | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "shifted_grid", b"shifted_grid", "simhash", b"simhash"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "shifted_grid", b"shifted_grid", "simhash", b"simhash"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BucketedVectorEncoder: _TypeAlias = BucketedVectorEncoder  # noqa: Y015
+
+@_typing.final
 class EncoderSpec(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -420,6 +453,7 @@ class EncoderSpec(_message.Message):
     UNIT_CUBE_FIELD_NUMBER: _builtins.int
     SYMMETRIC_BOX_FIELD_NUMBER: _builtins.int
     UNIT_BALL_FIELD_NUMBER: _builtins.int
+    BUCKETED_VECTOR_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def categorical(self) -> Global___CategoricalEncoder: ...
     @_builtins.property
@@ -442,6 +476,8 @@ class EncoderSpec(_message.Message):
     def symmetric_box(self) -> Global___SymmetricBoxEncoder: ...
     @_builtins.property
     def unit_ball(self) -> Global___UnitBallEncoder: ...
+    @_builtins.property
+    def bucketed_vector(self) -> Global___BucketedVectorEncoder: ...
     def __init__(
         self,
         *,
@@ -456,12 +492,13 @@ class EncoderSpec(_message.Message):
         unit_cube: Global___UnitCubeEncoder | None = ...,
         symmetric_box: Global___SymmetricBoxEncoder | None = ...,
         unit_ball: Global___UnitBallEncoder | None = ...,
+        bucketed_vector: Global___BucketedVectorEncoder | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["bit_vector", b"bit_vector", "categorical", b"categorical", "cell_list", b"cell_list", "encoder", b"encoder", "grid_tree", b"grid_tree", "nearest_candidate", b"nearest_candidate", "shifted_grid", b"shifted_grid", "simhash", b"simhash", "symmetric_box", b"symmetric_box", "uniform_grid", b"uniform_grid", "unit_ball", b"unit_ball", "unit_cube", b"unit_cube"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bit_vector", b"bit_vector", "bucketed_vector", b"bucketed_vector", "categorical", b"categorical", "cell_list", b"cell_list", "encoder", b"encoder", "grid_tree", b"grid_tree", "nearest_candidate", b"nearest_candidate", "shifted_grid", b"shifted_grid", "simhash", b"simhash", "symmetric_box", b"symmetric_box", "uniform_grid", b"uniform_grid", "unit_ball", b"unit_ball", "unit_cube", b"unit_cube"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bit_vector", b"bit_vector", "categorical", b"categorical", "cell_list", b"cell_list", "encoder", b"encoder", "grid_tree", b"grid_tree", "nearest_candidate", b"nearest_candidate", "shifted_grid", b"shifted_grid", "simhash", b"simhash", "symmetric_box", b"symmetric_box", "uniform_grid", b"uniform_grid", "unit_ball", b"unit_ball", "unit_cube", b"unit_cube"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bit_vector", b"bit_vector", "bucketed_vector", b"bucketed_vector", "categorical", b"categorical", "cell_list", b"cell_list", "encoder", b"encoder", "grid_tree", b"grid_tree", "nearest_candidate", b"nearest_candidate", "shifted_grid", b"shifted_grid", "simhash", b"simhash", "symmetric_box", b"symmetric_box", "uniform_grid", b"uniform_grid", "unit_ball", b"unit_ball", "unit_cube", b"unit_cube"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_encoder: _TypeAlias = _typing.Literal["categorical", "uniform_grid", "grid_tree", "cell_list", "simhash", "shifted_grid", "nearest_candidate", "bit_vector", "unit_cube", "symmetric_box", "unit_ball"]  # noqa: Y015
+    _WhichOneofReturnType_encoder: _TypeAlias = _typing.Literal["categorical", "uniform_grid", "grid_tree", "cell_list", "simhash", "shifted_grid", "nearest_candidate", "bit_vector", "unit_cube", "symmetric_box", "unit_ball", "bucketed_vector"]  # noqa: Y015
     _WhichOneofArgType_encoder: _TypeAlias = _typing.Literal["encoder", b"encoder"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_encoder) -> _WhichOneofReturnType_encoder | None: ...
 

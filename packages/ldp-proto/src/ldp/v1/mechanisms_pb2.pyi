@@ -234,6 +234,61 @@ class VectorBox(_message.Message):
 Global___VectorBox: _TypeAlias = VectorBox  # noqa: Y015
 
 @_typing.final
+class BucketizedVector(_message.Message):
+    """Bucketized vector sum: the device holds a bucket b in [0, 2^bucket_bits) and a vector v of the
+    box [-1, 1]^dimension; it draws a fresh 32-bit seed s, takes the public sign
+    sigma = 1 - 2 H(s, b) (the local-hashing hash with g = 2) and randomizes sigma v with the
+    box (one sign bit per coordinate) or l2-ball (v / sqrt(dimension), float directions) vector
+    randomizer at `epsilon`. The report is (s, inner payload); the collector estimates the sum of
+    v over ANY bucket c it chooses afterwards as sum_i sigma_i(c) z_i.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Shape:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ShapeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[BucketizedVector._Shape.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        SHAPE_UNSPECIFIED: BucketizedVector._Shape.ValueType  # 0
+        L2_BALL: BucketizedVector._Shape.ValueType  # 1
+        """The l2-ball randomizer (VectorL2Ball) on v / sqrt(dimension)."""
+        BOX: BucketizedVector._Shape.ValueType  # 2
+        """The box randomizer (VectorBox) on v."""
+
+    class Shape(_Shape, metaclass=_ShapeEnumTypeWrapper): ...
+    SHAPE_UNSPECIFIED: BucketizedVector.Shape.ValueType  # 0
+    L2_BALL: BucketizedVector.Shape.ValueType  # 1
+    """The l2-ball randomizer (VectorL2Ball) on v / sqrt(dimension)."""
+    BOX: BucketizedVector.Shape.ValueType  # 2
+    """The box randomizer (VectorBox) on v."""
+
+    BUCKET_BITS_FIELD_NUMBER: _builtins.int
+    DIMENSION_FIELD_NUMBER: _builtins.int
+    EPSILON_FIELD_NUMBER: _builtins.int
+    SHAPE_FIELD_NUMBER: _builtins.int
+    bucket_bits: _builtins.int
+    dimension: _builtins.int
+    epsilon: _builtins.float
+    shape: Global___BucketizedVector.Shape.ValueType
+    def __init__(
+        self,
+        *,
+        bucket_bits: _builtins.int = ...,
+        dimension: _builtins.int = ...,
+        epsilon: _builtins.float = ...,
+        shape: Global___BucketizedVector.Shape.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket_bits", b"bucket_bits", "dimension", b"dimension", "epsilon", b"epsilon", "shape", b"shape"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BucketizedVector: _TypeAlias = BucketizedVector  # noqa: Y015
+
+@_typing.final
 class MechanismSpec(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -244,6 +299,7 @@ class MechanismSpec(_message.Message):
     DISCRETE_LAPLACE_FIELD_NUMBER: _builtins.int
     VECTOR_L2_BALL_FIELD_NUMBER: _builtins.int
     VECTOR_BOX_FIELD_NUMBER: _builtins.int
+    BUCKETIZED_VECTOR_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def grr(self) -> Global___GeneralizedRandomizedResponse: ...
     @_builtins.property
@@ -258,6 +314,8 @@ class MechanismSpec(_message.Message):
     def vector_l2_ball(self) -> Global___VectorL2Ball: ...
     @_builtins.property
     def vector_box(self) -> Global___VectorBox: ...
+    @_builtins.property
+    def bucketized_vector(self) -> Global___BucketizedVector: ...
     def __init__(
         self,
         *,
@@ -268,12 +326,13 @@ class MechanismSpec(_message.Message):
         discrete_laplace: Global___DiscreteLaplace | None = ...,
         vector_l2_ball: Global___VectorL2Ball | None = ...,
         vector_box: Global___VectorBox | None = ...,
+        bucketized_vector: Global___BucketizedVector | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["bitwise_rr", b"bitwise_rr", "discrete_laplace", b"discrete_laplace", "grr", b"grr", "local_hashing", b"local_hashing", "mechanism", b"mechanism", "unary_encoding", b"unary_encoding", "vector_box", b"vector_box", "vector_l2_ball", b"vector_l2_ball"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bitwise_rr", b"bitwise_rr", "bucketized_vector", b"bucketized_vector", "discrete_laplace", b"discrete_laplace", "grr", b"grr", "local_hashing", b"local_hashing", "mechanism", b"mechanism", "unary_encoding", b"unary_encoding", "vector_box", b"vector_box", "vector_l2_ball", b"vector_l2_ball"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitwise_rr", b"bitwise_rr", "discrete_laplace", b"discrete_laplace", "grr", b"grr", "local_hashing", b"local_hashing", "mechanism", b"mechanism", "unary_encoding", b"unary_encoding", "vector_box", b"vector_box", "vector_l2_ball", b"vector_l2_ball"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitwise_rr", b"bitwise_rr", "bucketized_vector", b"bucketized_vector", "discrete_laplace", b"discrete_laplace", "grr", b"grr", "local_hashing", b"local_hashing", "mechanism", b"mechanism", "unary_encoding", b"unary_encoding", "vector_box", b"vector_box", "vector_l2_ball", b"vector_l2_ball"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_mechanism: _TypeAlias = _typing.Literal["grr", "unary_encoding", "local_hashing", "bitwise_rr", "discrete_laplace", "vector_l2_ball", "vector_box"]  # noqa: Y015
+    _WhichOneofReturnType_mechanism: _TypeAlias = _typing.Literal["grr", "unary_encoding", "local_hashing", "bitwise_rr", "discrete_laplace", "vector_l2_ball", "vector_box", "bucketized_vector"]  # noqa: Y015
     _WhichOneofArgType_mechanism: _TypeAlias = _typing.Literal["mechanism", b"mechanism"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_mechanism) -> _WhichOneofReturnType_mechanism | None: ...
 

@@ -194,6 +194,39 @@ class Floats(_message.Message):
 Global___Floats: _TypeAlias = Floats  # noqa: Y015
 
 @_typing.final
+class SignedVector(_message.Message):
+    """Bucketized vector: the public 32-bit sign seed and the inner vector randomizer's output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEED_FIELD_NUMBER: _builtins.int
+    BITS_FIELD_NUMBER: _builtins.int
+    FLOATS_FIELD_NUMBER: _builtins.int
+    seed: _builtins.int
+    bits: _builtins.bytes
+    """Box shape: the signs packed little-endian within bytes (as Payload.bits)."""
+    @_builtins.property
+    def floats(self) -> Global___Floats:
+        """l2-ball shape: the reported unit direction."""
+
+    def __init__(
+        self,
+        *,
+        seed: _builtins.int = ...,
+        bits: _builtins.bytes = ...,
+        floats: Global___Floats | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bits", b"bits", "floats", b"floats", "inner", b"inner"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits", b"bits", "floats", b"floats", "inner", b"inner", "seed", b"seed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_inner: _TypeAlias = _typing.Literal["bits", "floats"]  # noqa: Y015
+    _WhichOneofArgType_inner: _TypeAlias = _typing.Literal["inner", b"inner"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_inner) -> _WhichOneofReturnType_inner | None: ...
+
+Global___SignedVector: _TypeAlias = SignedVector  # noqa: Y015
+
+@_typing.final
 class Payload(_message.Message):
     """A mechanism's output, and nothing else."""
 
@@ -204,6 +237,7 @@ class Payload(_message.Message):
     HASHED_FIELD_NUMBER: _builtins.int
     INTEGERS_FIELD_NUMBER: _builtins.int
     FLOATS_FIELD_NUMBER: _builtins.int
+    SIGNED_VECTOR_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     """GRR: the reported index."""
     bits: _builtins.bytes
@@ -222,6 +256,10 @@ class Payload(_message.Message):
     def floats(self) -> Global___Floats:
         """l2-ball vector: the reported unit direction."""
 
+    @_builtins.property
+    def signed_vector(self) -> Global___SignedVector:
+        """Bucketized vector: (seed, signed box or l2-ball vector report)."""
+
     def __init__(
         self,
         *,
@@ -230,12 +268,13 @@ class Payload(_message.Message):
         hashed: Global___HashedValue | None = ...,
         integers: Global___SignedIntegers | None = ...,
         floats: Global___Floats | None = ...,
+        signed_vector: Global___SignedVector | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["bits", b"bits", "floats", b"floats", "hashed", b"hashed", "index", b"index", "integers", b"integers", "value", b"value"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bits", b"bits", "floats", b"floats", "hashed", b"hashed", "index", b"index", "integers", b"integers", "signed_vector", b"signed_vector", "value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits", b"bits", "floats", b"floats", "hashed", b"hashed", "index", b"index", "integers", b"integers", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits", b"bits", "floats", b"floats", "hashed", b"hashed", "index", b"index", "integers", b"integers", "signed_vector", b"signed_vector", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["index", "bits", "hashed", "integers", "floats"]  # noqa: Y015
+    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["index", "bits", "hashed", "integers", "floats", "signed_vector"]  # noqa: Y015
     _WhichOneofArgType_value: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_value) -> _WhichOneofReturnType_value | None: ...
 

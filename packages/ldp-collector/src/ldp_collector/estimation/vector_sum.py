@@ -1,0 +1,265 @@
+"""Per-bucket vector sums from bucketized vector reports (numpy, vectorized, chunked).
+
+Each report of :class:`~ldp_client.mechanisms.bucketized_vector.BucketizedVectorParams` is a
+:class:`~ldp_client.payload.SignedVector` ``(s_i, y_i)``: a public sign seed and the inner vector
+randomizer's output on ``sigma_{s_i}(b_i) v_i``. For ANY bucket c chosen after the fact, the
+estimate of the sum of ``v`` over the devices in c is
+
+    S_c = sum_i sigma_{s_i}(c) z_i,    sigma_s(c) = 1 - 2 H(s, c, 2),
+
+with ``z_i`` the unbiased decoding of ``y_i`` in box units (:func:`decode_signed`) and H the
+local-hashing hash (:func:`~ldp_collector.estimation.olh_hash.hash_values`, bit-identical to the
+SDK). With vectors from :class:`~ldp_client.encoders.bucketed.BucketedVectorEncoder`,
+``v = (2t - 1, 1)``: the first ``d`` coordinates sum the centred normalized points, the last one
+counts the bucket's devices.
+
+Variance
+    With M = ``params.report_second_moment`` (B^2 for the box, B'^2 for the l2 ball; the SDK
+    module docstring derives both), the exact variance of coordinate j of S_c over n reports is
+    ``n M - sum_{i in c} v_ij^2`` (ideal sign hash), at most ``n M`` =
+    :attr:`BucketSums.variance_bound`. :attr:`BucketSums.variances` holds the plug-in
+    ``sum_i z_ij^2``, an unbiased estimate of ``n M`` (so of the bound; it overstates the exact
+    variance by the bucket's ``sum v_ij^2``, at most its device count). For the box every
+    ``z_ij^2`` is ``B^2``, so the plug-in equals the bound exactly; for the ball it is random.
+Cost
+    One hash and ``D`` multiply-adds per (report, bucket) pair, about 12 ns per pair on one core
+    (1e6 box reports of D = 11 x 500 buckets: about 6 s). Reports are decoded in chunks of at most
+    2^16 reports (and 2^22 floats), and their signs are computed in cache-sized blocks of about
+    2^15 (report, bucket) pairs (at most 2^22 for huge bucket lists), so the scratch is a few MiB
+    whatever n and m: 1e6 reports x 500 buckets stay far below 1 GiB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ldp_client.errors import ProtocolError
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, VectorShape
+from ldp_client.mechanisms.local_hashing import SEED_BITS
+from ldp_client.payload import Floats, SignedVector
+
+from .olh_hash import hash_values
+
+__all__ = ["BucketSums", "analytic_variance", "bucket_sums", "decode_signed"]
+
+#: (reports x buckets) pairs per sign block: about 256 KiB of uint64, so a block stays in cache.
+_BLOCK_PAIRS = 1 << 15
+#: Fewest reports per sign block (amortizes the per-call overhead when there are many buckets) ...
+_MIN_BLOCK_ROWS = 64
+#: ... unless that exceeds this many pairs (32 MiB of uint64 per scratch array).
+_MAX_BLOCK_PAIRS = 1 << 22
+#: Reports decoded at once, and decoded floats per chunk (bound the chunk's n x D floats).
+_CHUNK_REPORTS = 1 << 16
+_CHUNK_FLOATS = 1 << 22
+#: The bits of the float64 1.0; with bit 63 set they are -1.0.
+_ONE_BITS = np.uint64(0x3FF0000000000000)
+_SIGN_SHIFT = np.uint64(63)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class BucketSums:
+    """Estimated per-bucket vector sums, in box units.
+
+    Attributes
+    ----------
+    buckets : numpy.ndarray of uint64, shape (m,)
+        The buckets asked for, in order.
+    sums : numpy.ndarray of float64, shape (m, D)
+        Row k: the unbiased estimate of the sum of ``v`` over the devices in ``buckets[k]``.
+    variances : numpy.ndarray of float64, shape (m, D)
+        The plug-in variance ``sum_i z_ij^2`` of each entry of ``sums`` (the same for every bucket):
+        an unbiased estimate of ``n M`` (module docstring), conservative by the bucket's
+        ``sum v_ij^2``.
+    variance_bound : float
+        The analytic bound ``n M`` on the variance of every entry of ``sums``.
+    reports : int
+        n, the number of reports summed.
+    """
+
+    buckets: NDArray[np.uint64]
+    sums: NDArray[np.float64]
+    variances: NDArray[np.float64]
+    variance_bound: float
+    reports: int
+
+    @property
+    def std_errors(self) -> NDArray[np.float64]:
+        """``sqrt(variances)``."""
+        out: NDArray[np.float64] = np.sqrt(self.variances)
+        return out
+
+    @property
+    def counts(self) -> NDArray[np.float64]:
+        """The last coordinate of ``sums``: the bucket's device counts for ``(2t - 1, 1)`` vectors."""
+        out: NDArray[np.float64] = self.sums[:, -1]
+        return out
+
+
+def _check_params(params: Any) -> BucketizedVectorParams:
+    if not isinstance(params, BucketizedVectorParams):
+        raise TypeError(f"params must be BucketizedVectorParams, got {type(params).__name__}")
+    return params
+
+
+def _seeds(payloads: Sequence[Any]) -> NDArray[np.uint64]:
+    """The seeds of checked-type payloads, as uint64; a seed out of [0, 2^32) raises ProtocolError."""
+    seeds = [p.seed for p in payloads]
+    if set(map(type, seeds)) - {int}:
+        raise ProtocolError("bucketized_vector seeds must be ints")
+    if seeds and (min(seeds) < 0 or max(seeds) >= 2**SEED_BITS):
+        raise ProtocolError(f"bucketized_vector seeds must be in [0, 2^{SEED_BITS})")
+    return np.array(seeds, dtype=np.uint64)
+
+
+def decode_signed(params: BucketizedVectorParams,
+                  payloads: Sequence[Any]) -> tuple[NDArray[np.uint64], NDArray[np.float64]]:
+    """The seeds and unbiased decodings ``z_i`` (box units, sign not applied) of bucketized vector reports.
+
+    Parameters
+    ----------
+    params : BucketizedVectorParams
+    payloads : sequence of SignedVector
+        Decoded payloads of that mechanism (already checked at ingestion; shapes are re-checked).
+
+    Returns
+    -------
+    (numpy.ndarray of uint64, numpy.ndarray of float64)
+        ``seeds`` of shape (n,) and ``z`` of shape (n, D), with ``E[z_i] = sigma_{s_i}(b_i) v_i``.
+
+    Raises
+    ------
+    ProtocolError
+        A payload that is not a SignedVector, a seed out of range, or an inner payload of the wrong
+        type or shape (packed signs of the wrong length or with bits beyond D; floats of the wrong
+        count or not finite).
+    """
+    params = _check_params(params)
+    d = params.dimension
+    n = len(payloads)
+    if set(map(type, payloads)) - {SignedVector}:
+        raise ProtocolError("bucketized_vector payloads must be SignedVector")
+    seeds = _seeds(payloads)
+    if n == 0:
+        return seeds, np.zeros((0, d))
+    inners = [p.inner for p in payloads]
+    if params.shape == VectorShape.BOX:
+        width = (d + 7) // 8
+        if set(map(type, inners)) != {bytes} or set(map(len, inners)) != {width}:
+            raise ProtocolError(f"bucketized_vector (box) inner payloads must be {width} bytes of packed signs")
+        raw = np.frombuffer(b"".join(inners), dtype=np.uint8).reshape(n, width)
+        if d % 8 and bool((raw[:, -1] >> (d % 8)).any()):
+            raise ProtocolError(f"bucketized_vector (box) inner payloads have bits set beyond the dimension {d}")
+        bits = np.unpackbits(raw, axis=1, count=d, bitorder="little")
+        z: NDArray[np.float64] = np.where(bits.astype(bool), params.decode_scale, -params.decode_scale)
+        return seeds, z
+    if set(map(type, inners)) != {Floats} or set(map(len, (f.values for f in inners))) != {d}:
+        raise ProtocolError(f"bucketized_vector (l2 ball) inner payloads must be Floats of {d} values")
+    try:
+        w = np.array([f.values for f in inners], dtype=np.float64).reshape(n, d)
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"bucketized_vector (l2 ball) inner payloads must hold floats: {exc}") from None
+    if not np.isfinite(w).all():
+        raise ProtocolError("bucketized_vector (l2 ball) inner payloads must be finite")
+    z = params.decode_scale * w
+    return seeds, z
+
+
+def _bucket_array(params: BucketizedVectorParams, buckets: ArrayLike) -> NDArray[np.uint64]:
+    """``buckets`` as a 1-D uint64 array of buckets in ``[0, 2^bucket_bits)``."""
+    arr = np.asarray(buckets)
+    if arr.dtype.kind == "f" and not isinstance(buckets, np.ndarray):
+        # numpy turns Python ints below and above 2^63 mixed in one list into (inexact) floats.
+        arr = np.asarray(buckets, dtype=object)
+    if arr.ndim != 1:
+        raise ValueError(f"buckets must be a 1-D array, got shape {arr.shape}")
+    limit = 2**params.bucket_bits
+    if arr.dtype == object:  # Python ints beyond int64
+        values = arr.tolist()
+        if any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) for b in values):
+            raise TypeError("buckets must be integers")
+        if values and not 0 <= min(values) <= max(values) < limit:
+            raise ValueError(f"buckets must be in [0, 2^{params.bucket_bits})")
+        return np.array(values, dtype=np.uint64)
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.uint64)
+        raise TypeError(f"buckets must be integers, got dtype {arr.dtype}")
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= limit):
+        raise ValueError(f"buckets must be in [0, 2^{params.bucket_bits}), got {int(arr.min())} to {int(arr.max())}")
+    return arr.astype(np.uint64)
+
+
+def bucket_sums(params: BucketizedVectorParams, payloads: Sequence[SignedVector], buckets: ArrayLike) -> BucketSums:
+    """Unbiased estimates of the per-bucket sums of the devices' vectors, for any buckets.
+
+    Parameters
+    ----------
+    params : BucketizedVectorParams
+        The mechanism of the reports.
+    payloads : sequence of SignedVector
+        The reports' decoded payloads.
+    buckets : array_like of int, shape (m,)
+        Buckets in ``[0, 2^params.bucket_bits)``; repeats are allowed.
+
+    Returns
+    -------
+    BucketSums
+        ``sums[k]`` estimates the sum of ``v`` over the devices in ``buckets[k]`` (box units:
+        ``(2t - 1, 1)`` for :class:`~ldp_client.encoders.bucketed.BucketedVectorEncoder` vectors),
+        with the plug-in and analytic variances (module docstring).
+
+    Raises
+    ------
+    ProtocolError
+        A malformed payload (:func:`decode_signed`).
+    TypeError, ValueError
+        ``params`` of another mechanism, or buckets that are not integers of the bucket range.
+
+    Notes
+    -----
+    Memory: the decoded floats of one chunk of reports and a few (report, bucket) blocks of about
+    2^15 entries (module docstring), besides the output.
+    """
+    params = _check_params(params)
+    cells = _bucket_array(params, buckets)
+    payloads = list(payloads)
+    d = params.dimension
+    m = cells.shape[0]
+    n = len(payloads)
+    sums = np.zeros((m, d))
+    squares = np.zeros(d)
+    chunk = max(1, min(_CHUNK_REPORTS, _CHUNK_FLOATS // d))
+    for r0 in range(0, n, chunk):
+        seeds, z = decode_signed(params, payloads[r0:r0 + chunk])
+        squares += np.einsum("ij,ij->j", z, z)
+        if m:
+            _add_signed_sums(seeds, z, cells, sums)
+    variances = np.broadcast_to(squares, (m, d)).copy()
+    return BucketSums(buckets=cells, sums=sums, variances=variances,
+                      variance_bound=n * params.report_second_moment, reports=n)
+
+
+def _add_signed_sums(seeds: NDArray[np.uint64], z: NDArray[np.float64], cells: NDArray[np.uint64],
+                     sums: NDArray[np.float64]) -> None:
+    """Add ``sum_i sigma_{s_i}(c) z_i`` to ``sums[k]`` for every bucket ``c = cells[k]``, block by block."""
+    m = cells.shape[0]
+    rows = max(1, min(max(_MIN_BLOCK_ROWS, _BLOCK_PAIRS // m), _MAX_BLOCK_PAIRS // m))
+    columns = cells[None, :]
+    for r0 in range(0, seeds.shape[0], rows):
+        # H(s, c, 2) in {0, 1}; sigma = 1 - 2 H is the float64 1.0 with H as its sign bit (exact).
+        h = hash_values(seeds[r0:r0 + rows, None], columns, 2)
+        h <<= _SIGN_SHIFT
+        h |= _ONE_BITS
+        sums += h.view(np.float64).T @ z[r0:r0 + rows]
+
+
+def analytic_variance(params: BucketizedVectorParams, reports: int) -> float:
+    """``n M``: the bound on the variance of every coordinate of a bucket's estimated sum (also
+    :attr:`BucketSums.variance_bound`); its square root is the worst-case standard error."""
+    return float(reports) * _check_params(params).report_second_moment
+

@@ -1,0 +1,398 @@
+"""Bucketized vector sums at the collector: exactness against the SDK, statistics, ingestion and storage.
+
+* the vectorized signs and decodings equal the SDK's ``sign`` / ``decode`` / ``estimate`` bit for bit
+  (64-bit buckets included), whatever the chunking;
+* statistics, with devices randomized by the real SDK (seeded): every coordinate of every bucket's
+  estimated sum -- nonempty and empty buckets -- lies within 4.5 standard errors of the truth, the
+  standard error being the exact analytic one, sqrt(n M - sum_{i in c} v_ij^2); a chi-square check of
+  the standardized errors over repeated runs (too small or too large a spread both fail); the
+  signs of distinct buckets are uncorrelated over the seeds;
+* bad payloads are ``ProtocolError``, bad bucket lists ``TypeError``/``ValueError``;
+* a campaign whose round carries the mechanism: reports go through the collector's submit path
+  (Report lists, protobuf columns and packed batches), bad ones are rejected with the reason, the
+  stored reports decode to the same payloads and give the same sums, the accumulators equal a rebuild.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from ldp.v1 import campaigns_pb2
+from ldp_client import serde
+from ldp_client.encoders import BucketedVectorEncoder, NumericDomain, ShiftedGridEncoder, SimHashEncoder
+from ldp_client.errors import ProtocolError
+from ldp_client.mechanisms import BucketizedVectorParams, VectorShape
+from ldp_client.mechanisms.bucketized_vector import sign
+from ldp_client.payload import Floats, HashedValue, SignedVector
+from ldp_client.report import Report, pack_batch, unpack_batch_columns
+from ldp_client.rng import SeededRng
+from ldp_client.spec import Component, GroupTask, RoundSpec
+from ldp_collector.core import Collector
+from ldp_collector.engines import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
+from ldp_collector.estimation import vector_sum
+from ldp_collector.estimation.accumulators import (
+    component_params_from_spec,
+    decode_report_payloads,
+    make_accumulate_fn,
+    rebuild,
+)
+from ldp_collector.estimation.olh_hash import hash_values
+from ldp_collector.estimation.vector_sum import BucketSums, analytic_variance, bucket_sums, decode_signed
+from ldp_collector.storage.base import Outcome
+from ldp_collector.storage.sqlite import SqliteReportStore
+from support.stats import FALSE_FAILURE_RATE, chi2_sf
+
+DOMAIN = NumericDomain.unit(2)
+#: |estimate - truth| <= Z standard errors (6.8e-6 per check, two-sided).
+Z = 4.5
+
+
+def _params(shape: VectorShape, bucket_bits: int = 16, dimension: int = 3, epsilon: float = 2.0) -> BucketizedVectorParams:
+    return BucketizedVectorParams(bucket_bits=bucket_bits, dimension=dimension, epsilon=epsilon, shape=shape)
+
+
+def _random_payloads(params: BucketizedVectorParams, n: int, seed: int) -> tuple[list[SignedVector], list[int]]:
+    """Real SDK reports of random box vectors in random buckets."""
+    rng = SeededRng(seed)
+    payloads, buckets = [], []
+    for _ in range(n):
+        bucket = rng.randbits(params.bucket_bits)
+        vector = [2.0 * rng.uniform() - 1.0 for _ in range(params.dimension)]
+        payloads.append(params.randomize((bucket, vector), rng=rng))
+        buckets.append(bucket)
+    return payloads, buckets
+
+
+# ------------------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("shape", list(VectorShape))
+def test_sums_equal_the_sdk_estimates_bit_for_bit(shape: VectorShape) -> None:
+    params = _params(shape, bucket_bits=64, dimension=5)
+    payloads, own = _random_payloads(params, 40, seed=int(shape))
+    rng = SeededRng(3)
+    cells = own[:5] + [rng.randbits(64) for _ in range(20)] + [0, 2**64 - 1, 2**63]
+    seeds, z = decode_signed(params, payloads)
+    assert seeds.dtype == np.uint64 and seeds.tolist() == [p.seed for p in payloads]
+    assert z.tolist() == [params.decode(p) for p in payloads]
+    for k, payload in enumerate(payloads[:6]):  # one report: S_c is that report's estimate
+        single = bucket_sums(params, [payload], cells)
+        assert single.sums.tolist() == [params.estimate(payload, c) for c in cells], k
+    total = bucket_sums(params, payloads, cells)
+    expected = [[math.fsum(col) for col in zip(*(params.estimate(p, c) for p in payloads))] for c in cells]
+    np.testing.assert_allclose(total.sums, expected, rtol=1e-12, atol=1e-9)
+    assert total.buckets.tolist() == cells and total.reports == 40
+    assert total.counts.tolist() == total.sums[:, -1].tolist()
+
+
+def test_signs_are_the_sdk_signs_and_hash_values() -> None:
+    rng = SeededRng(11)
+    seeds = [rng.randbits(32) for _ in range(300)]
+    buckets = [rng.randbits(64) for _ in range(300)]
+    h = hash_values(np.array(seeds, dtype=np.uint64), np.array(buckets, dtype=np.uint64), 2)
+    assert [1 - 2 * int(x) for x in h] == [sign(s, b) for s, b in zip(seeds, buckets)]
+
+
+@pytest.mark.parametrize("shape", list(VectorShape))
+def test_chunking_does_not_change_the_sums(shape: VectorShape, monkeypatch: pytest.MonkeyPatch) -> None:
+    params = _params(shape, bucket_bits=10, dimension=4)
+    payloads, own = _random_payloads(params, 300, seed=7)
+    cells = np.array(sorted(set(own))[:40] + [1023, 0], dtype=np.int64)
+    reference = bucket_sums(params, payloads, cells)
+    monkeypatch.setattr(vector_sum, "_CHUNK_REPORTS", 7)
+    monkeypatch.setattr(vector_sum, "_BLOCK_PAIRS", 16)
+    monkeypatch.setattr(vector_sum, "_MIN_BLOCK_ROWS", 1)
+    chunked = bucket_sums(params, tuple(payloads), cells)
+    np.testing.assert_allclose(chunked.sums, reference.sums, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(chunked.variances, reference.variances, rtol=1e-12)
+    monkeypatch.setattr(vector_sum, "_MAX_BLOCK_PAIRS", 8)  # fewer pairs than buckets: one report per block
+    np.testing.assert_allclose(bucket_sums(params, payloads, cells).sums, reference.sums, rtol=1e-12, atol=1e-9)
+
+
+def test_empty_inputs() -> None:
+    params = _params(VectorShape.BOX)
+    none = bucket_sums(params, [], [1, 2, 3])
+    assert none.sums.shape == none.variances.shape == (3, 3) and not none.sums.any() and none.reports == 0
+    assert none.variance_bound == 0.0
+    payloads, _ = _random_payloads(params, 5, seed=1)
+    no_buckets = bucket_sums(params, payloads, [])
+    assert no_buckets.sums.shape == (0, 3) and no_buckets.reports == 5
+    seeds, z = decode_signed(params, [])
+    assert seeds.shape == (0,) and z.shape == (0, 3)
+
+
+def test_variance_fields() -> None:
+    box, ball = _params(VectorShape.BOX), _params(VectorShape.L2_BALL)
+    for params in (box, ball):
+        payloads, _ = _random_payloads(params, 2000, seed=5)
+        result = bucket_sums(params, payloads, [1, 2])
+        assert result.variance_bound == analytic_variance(params, 2000) == 2000 * params.report_second_moment
+        assert (result.variances[0] == result.variances[1]).all()
+        np.testing.assert_allclose(result.std_errors, np.sqrt(result.variances))
+        if params is box:  # every z_ij^2 is B^2: the plug-in is the bound
+            np.testing.assert_allclose(result.variances, result.variance_bound, rtol=1e-12)
+        else:  # sum_i z_ij^2 has mean n M; its relative sd is about 0.9 / sqrt(n) = 2% here
+            np.testing.assert_allclose(result.variances, result.variance_bound, rtol=0.12)
+    with pytest.raises(TypeError, match="BucketizedVectorParams"):
+        analytic_variance(HashedValue(1, 1), 3)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------- validation
+
+
+def test_bad_payloads_are_protocol_errors() -> None:
+    box, ball = _params(VectorShape.BOX), _params(VectorShape.L2_BALL, dimension=2)
+    good_box = box.randomize((3, [0.0, 0.0, 1.0]), rng=SeededRng(1))
+    good_ball = ball.randomize((3, [0.0, 1.0]), rng=SeededRng(1))
+    cases: list[tuple[BucketizedVectorParams, Any, str]] = [
+        (box, HashedValue(1, 2), "must be SignedVector"),
+        (box, (1, b"\x00"), "must be SignedVector"),
+        (box, SignedVector(2**32, b"\x00"), r"seeds must be in \[0, 2\^32\)"),
+        (box, SignedVector(-1, b"\x00"), r"seeds must be in \[0, 2\^32\)"),
+        (box, SignedVector(True, b"\x00"), "seeds must be ints"),
+        (box, SignedVector(1.0, b"\x00"), "seeds must be ints"),
+        (box, SignedVector(1, b"\x00\x00"), "1 bytes of packed signs"),
+        (box, SignedVector(1, Floats((1.0, 0.0, 0.0))), "1 bytes of packed signs"),
+        (box, SignedVector(1, b"\x08"), "bits set beyond the dimension 3"),
+        (ball, SignedVector(1, b"\x00"), "Floats of 2 values"),
+        (ball, SignedVector(1, Floats((1.0,))), "Floats of 2 values"),
+        (ball, SignedVector(1, Floats((math.nan, 1.0))), "must be finite"),
+        (ball, SignedVector(1, Floats(("a", 1.0))), "must hold floats"),  # type: ignore[arg-type]
+    ]
+    for params, bad, message in cases:
+        good = good_box if params is box else good_ball
+        with pytest.raises(ProtocolError, match=message):
+            bucket_sums(params, [good, bad, good], [0, 3])
+        with pytest.raises(ProtocolError, match=message):
+            decode_signed(params, [bad])
+
+
+def test_bad_arguments() -> None:
+    params = _params(VectorShape.BOX, bucket_bits=4)
+    payloads, _ = _random_payloads(params, 3, seed=2)
+    with pytest.raises(ValueError, match=r"buckets must be in \[0, 2\^4\), got 0 to 16"):
+        bucket_sums(params, payloads, [0, 16])
+    with pytest.raises(ValueError, match=r"buckets must be in \[0, 2\^4\)"):
+        bucket_sums(params, payloads, [-1, 3])
+    with pytest.raises(ValueError, match="1-D"):
+        bucket_sums(params, payloads, [[1, 2]])
+    with pytest.raises(TypeError, match="buckets must be integers"):
+        bucket_sums(params, payloads, [1.0, 2.0])
+    with pytest.raises(TypeError, match="buckets must be integers"):
+        bucket_sums(params, payloads, np.array([1, "a"], dtype=object))
+    with pytest.raises(ValueError, match=r"buckets must be in \[0, 2\^4\)"):
+        bucket_sums(params, payloads, np.array([2**70], dtype=object))
+    with pytest.raises(TypeError, match="params must be BucketizedVectorParams"):
+        bucket_sums(HashedValue(1, 2), payloads, [1])  # type: ignore[arg-type]
+    assert bucket_sums(params, payloads, np.array([], dtype=np.float64)).sums.shape == (0, 3)
+
+
+# ------------------------------------------------------------------------------------- statistics
+
+
+def _clustered_points(rng: SeededRng, n: int) -> list[tuple[float, float]]:
+    """n points in three tight clusters (sizes 1/2, 3/10, 1/5 of n), some clamped at the border."""
+    centers = [(0.21, 0.33), (0.74, 0.52), (0.45, 0.88)]
+    sizes = [n // 2, 3 * n // 10, n - n // 2 - 3 * n // 10]
+    points = []
+    for (cx, cy), size in zip(centers, sizes):
+        for _ in range(size):
+            points.append((cx + 0.01 * rng.gauss(), cy + 0.01 * rng.gauss()))
+    return points
+
+
+def _truth(encoder: BucketedVectorEncoder, points: list[tuple[float, float]]) -> dict[int, np.ndarray]:
+    """Per bucket: the sum of v and the sum of v_j^2, from the encoder itself."""
+    out: dict[int, np.ndarray] = {}
+    for point in points:
+        bucket, vector = encoder.encode(point)
+        v = np.array(vector)
+        acc = out.setdefault(bucket, np.zeros((2, v.size)))
+        acc[0] += v
+        acc[1] += v * v
+    return out
+
+
+def _empty_buckets(params: BucketizedVectorParams, taken: set[int], count: int) -> list[int]:
+    top = 2**params.bucket_bits
+    return [b for b in (0, top - 1, top // 3, top // 2 + 1, 5) if b not in taken][:count]
+
+
+@pytest.mark.parametrize("shape", list(VectorShape))
+@pytest.mark.parametrize("lsh", ["simhash", "shifted_grid"])
+def test_sums_are_within_their_analytic_standard_errors(shape: VectorShape, lsh: str) -> None:
+    """20 000 devices in three clusters, real SDK randomization; nonempty and empty buckets."""
+    n = 20_000
+    if lsh == "simhash":
+        encoder = BucketedVectorEncoder(domain=DOMAIN, simhash=SimHashEncoder(domain=DOMAIN, bits=12, seed=21))
+    else:
+        encoder = BucketedVectorEncoder(domain=DOMAIN, shifted_grid=ShiftedGridEncoder(domain=DOMAIN, level=4, seed=21))
+    params = _params(shape, bucket_bits=encoder.bucket_bits, dimension=3, epsilon=2.0)
+    component = Component(encoder=encoder, mechanism=params)
+    rng = SeededRng(1000 + int(shape) + 10 * len(lsh))
+    points = _clustered_points(rng, n)
+    payloads = [component.run(p, rng=rng) for p in points]
+    truth = _truth(encoder, points)
+    assert 3 <= len(truth) <= 8  # three clusters, a few of them cut by a bucket border
+    cells = sorted(truth) + _empty_buckets(params, set(truth), 2)
+    result = bucket_sums(params, payloads, cells)
+    assert isinstance(result, BucketSums) and result.reports == n
+    for k, cell in enumerate(cells):
+        true_sum, true_squares = truth.get(cell, np.zeros((2, 3)))
+        for j in range(3):
+            se = math.sqrt(params.sum_variance(n, float(true_squares[j])))
+            error = result.sums[k, j] - true_sum[j]
+            assert abs(error) <= Z * se, (cell, j, result.sums[k, j], true_sum[j], error / se)
+            assert se <= result.std_errors[k, j] * 1.15  # the plug-in is conservative (up to noise)
+    # The counts really are resolved: the largest bucket's count is far above the noise.
+    biggest = max(truth, key=lambda c: truth[c][0][-1])
+    assert result.counts[cells.index(biggest)] > 5 * math.sqrt(result.variance_bound)
+
+
+@pytest.mark.parametrize("shape", list(VectorShape))
+def test_standardized_errors_have_unit_variance_over_repeated_runs(shape: VectorShape) -> None:
+    """Chi-square of (S_cj - truth) / sd over 40 runs x 64 buckets (2 populated), per coordinate, both tails.
+
+    Different buckets' sums are uncorrelated (sigma_s(c) sigma_s(c') has mean 0 over the seed and
+    z_ij^2 does not depend on it), so the 2560 standardized errors of a coordinate are asymptotically
+    independent standard normals: a variance off by 15% moves the statistic by about 5 of its sds.
+    """
+    params = _params(shape, bucket_bits=6, dimension=3, epsilon=1.0)
+    runs, sizes = 40, {17: 300, 50: 200}
+    vectors = {17: (0.5, -0.25, 1.0), 50: (-1.0, 0.75, 1.0)}
+    cells = list(range(64))
+    n = sum(sizes.values())
+    squares: list[list[float]] = [[], [], []]
+    for run in range(runs):
+        rng = SeededRng(50_000 + 100 * int(shape) + run)
+        payloads = [params.randomize((c, list(vectors[c])), rng=rng) for c, size in sizes.items() for _ in range(size)]
+        result = bucket_sums(params, payloads, cells)
+        for k, cell in enumerate(cells):
+            v = np.array(vectors.get(cell, (0.0, 0.0, 0.0)))
+            size = sizes.get(cell, 0)
+            for j in range(3):
+                sd = math.sqrt(params.sum_variance(n, size * v[j] ** 2))
+                squares[j].append(((result.sums[k, j] - size * v[j]) / sd) ** 2)
+    for j in range(3):
+        dof = len(squares[j])
+        upper = chi2_sf(math.fsum(squares[j]), dof)
+        alpha = FALSE_FAILURE_RATE / 6  # two tails x three coordinates
+        assert alpha <= upper <= 1.0 - alpha, (j, math.fsum(squares[j]) / dof, dof, upper)
+
+
+def test_signs_of_distinct_buckets_are_uncorrelated_over_the_seeds() -> None:
+    """E_s[sigma_s(b) sigma_s(c)] ~ 0 for b != c (the unbiasedness assumption), over 2^20 seeds."""
+    seeds = np.arange(2**20, dtype=np.uint64)
+    buckets = np.array([0, 1, 2, 3, 255, 256, 2**32, 2**63, 2**64 - 1], dtype=np.uint64)
+    signs = 1.0 - 2.0 * hash_values(seeds[:, None], buckets[None, :], 2).astype(np.float64)
+    correlation = signs.T @ signs / seeds.size
+    off = correlation[~np.eye(buckets.size, dtype=bool)]
+    # Each mean of 2^20 independent +-1 has sd 2^-10; 72 entries (36 pairs), two-sided at 5.5 sd.
+    assert np.abs(off).max() <= 5.5 * 2.0**-10
+    assert np.abs(signs.mean(axis=0)).max() <= 5.5 * 2.0**-10
+
+
+# ------------------------------------------------------------------------------------- collector path
+
+ROUND = 1
+BOX_ENCODER = BucketedVectorEncoder(domain=DOMAIN, shifted_grid=ShiftedGridEncoder(domain=DOMAIN, level=3, seed=8))
+BALL_ENCODER = BucketedVectorEncoder(domain=DOMAIN, simhash=SimHashEncoder(domain=DOMAIN, bits=6, seed=8))
+BOX = Component(encoder=BOX_ENCODER, mechanism=_params(VectorShape.BOX, bucket_bits=6, epsilon=1.5))
+BALL = Component(encoder=BALL_ENCODER, mechanism=_params(VectorShape.L2_BALL, bucket_bits=6, epsilon=1.5))
+CELLS = list(range(64))
+
+
+def _spec(campaign_id: str) -> RoundSpec:
+    return RoundSpec(campaign_id=campaign_id, round=ROUND, group_weights=(1, 1), campaign_epsilon=4.0,
+                     tasks=(GroupTask(groups=(0,), components=(BOX,)), GroupTask(groups=(1,), components=(BALL,))))
+
+
+class _VectorEngine(CampaignEngine):
+    """One round of bucketized vectors (box in group 0, ball in group 1); closing sums every bucket."""
+
+    KIND = campaigns_pb2.HISTOGRAM
+    sums: ClassVar[dict[str, dict[int, BucketSums]]] = {}
+
+    def first_round(self) -> RoundPlan:
+        return RoundPlan(spec=_spec(self.campaign_id))
+
+    def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
+        by_group = component_params_from_spec(spec)
+        payloads: dict[str, list[Any]] = {}
+        for batch in reports.batches(batch_size=50):
+            for key, values in decode_report_payloads(batch, by_group).items():
+                payloads.setdefault(key, []).extend(values)
+        self.sums[self.campaign_id] = {
+            group: bucket_sums(by_group[group][0], payloads.get(f"{group}:0", []), CELLS)  # type: ignore[arg-type]
+            for group in (0, 1)}
+        return RoundOutcome(result=campaigns_pb2.Result())
+
+    def accumulate_fn(self, spec: RoundSpec) -> Any:
+        return make_accumulate_fn(component_params_from_spec(spec))
+
+
+def _report(rng: SeededRng, group: int, payload: Any) -> Report:
+    return Report(report_id=rng.token_bytes(16), campaign_id="vec", round=ROUND, group=group, payloads=(payload,))
+
+
+def test_reports_go_through_submit_storage_and_estimation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(ENGINES, campaigns_pb2.HISTOGRAM, _VectorEngine)
+    collector = Collector(SqliteReportStore(tmp_path / "store"))
+    try:
+        collector.create_campaign(campaigns_pb2.CampaignConfig(
+            campaign_id="vec", kind=campaigns_pb2.HISTOGRAM, epsilon=4.0,
+            domain=campaigns_pb2.Domain(categorical_size=6)))
+        spec, _ = collector.get_round_spec("vec")
+        assert spec == _spec("vec")
+        rng = SeededRng(77)
+        points = [(rng.uniform(), rng.uniform()) for _ in range(600)]
+        good = [_report(rng, i % 2, (BOX if i % 2 == 0 else BALL).run(p, rng=rng)) for i, p in enumerate(points)]
+        box_payload = good[0].payloads[0]
+        ball_payload = good[1].payloads[0]
+        bad = {
+            0: _report(rng, 0, SignedVector(1, b"\x08")),  # a sign beyond D = 3
+            1: _report(rng, 0, ball_payload),  # a ball report in the box group
+            2: _report(rng, 1, SignedVector(2**32, ball_payload.inner)),  # type: ignore[union-attr]
+            3: _report(rng, 1, box_payload.inner),  # a bare vector_box payload
+            4: _report(rng, 1, SignedVector(3, Floats((0.5, 0.5, 0.5)))),  # not a unit direction
+        }
+        reasons = {0: "payload 0: bucketized_vector inner payload: vector_box payload has bits set beyond the dimension 3",
+                   1: "payload 0: bucketized_vector inner payload: vector_box payload must be 1 bytes",
+                   2: r"payload 0: bucketized_vector seed must be in [0, 2^32)",
+                   3: "payload 0: bucketized_vector payload must be a SignedVector, got bytes",
+                   4: "payload 0: bucketized_vector inner payload: vector_l2_ball payload must be a unit vector"}
+        # Three request forms: Report objects, protobuf columns (the service), packed msgpack columns.
+        first = [*good[:200], *bad.values()]
+        outcomes = collector.submit("a", first)
+        assert outcomes[:200] == [(Outcome.ACCEPTED, "")] * 200
+        for k, reason in reasons.items():
+            outcome, text = outcomes[200 + k]
+            assert outcome == Outcome.REJECTED and text.startswith(reason.split(" got")[0]), text
+        columns = serde.report_columns_from_proto([serde.report_to_proto(r) for r in good[200:400]])
+        assert collector.submit("b", columns) == [(Outcome.ACCEPTED, "")] * 200
+        _, packed = unpack_batch_columns(pack_batch("c", good[300:600]))  # 100 duplicates
+        assert collector.submit("c", packed) == [(Outcome.DUPLICATE, "")] * 100 + [(Outcome.ACCEPTED, "")] * 200
+        assert collector.store.count_reports("vec", ROUND) == 600
+        stored = [r for batch in collector.store.iter_reports("vec", ROUND) for r in batch]
+        by_group = component_params_from_spec(_spec("vec"))
+        decoded = decode_report_payloads(stored, by_group)
+        assert decoded["0:0"] == [r.payloads[0] for r in good if r.group == 0]
+        assert decoded["1:0"] == [r.payloads[0] for r in good if r.group == 1]
+        assert collector.store.load_accumulators("vec", ROUND) == rebuild(stored, by_group)
+        collector.close_round("vec", ROUND)
+        sums = _VectorEngine.sums["vec"]
+        for group in (0, 1):
+            direct = bucket_sums(by_group[group][0], [r.payloads[0] for r in good if r.group == group],  # type: ignore[arg-type]
+                                 CELLS)
+            assert sums[group].reports == 300
+            np.testing.assert_array_equal(sums[group].sums, direct.sums)
+            # 300 devices over 64 buckets: the total count over every bucket is unbiased for 300.
+            sd = math.sqrt(64 * direct.variance_bound)
+            assert abs(direct.counts.sum() - 300) <= Z * sd
+    finally:
+        collector.store.close()
