@@ -27,8 +27,7 @@ worker processes (:func:`configure_remote`); used alone, an adapter starts its o
 Collector-backed protocols: the OUE grid floor (a ``HISTOGRAM`` campaign), the grid clustering
 campaigns (``GRID``, AGCluster): ``ugc``, ``agc-tree`` and ``agc-iter``, and the center-publishing
 campaigns (:mod:`harness.baselines.center_campaigns`): ``kcluster`` (``BITVECTOR``), ``mnfcm`` and
-``fcm-laplace`` (``LAPLACE``) and ``ldp-kmeans`` (``LDP_KMEANS``). The other clustering campaign
-kinds (stemmer, nettree ...) are not implemented yet: their adapters come with their issues.
+``fcm-laplace`` (``LAPLACE``), ``ldp-kmeans`` (``LDP_KMEANS``) and ``nettree`` (``NETTREE``).
 
 Data kinds
     ``"2d"``: two-dimensional points only (the quadtree of ``papers/001``); ``"nd"``: numeric
@@ -445,3 +444,11 @@ class LDPKMeans(_CenterCampaign):
     description = ("LDP interactive k-means (Xia et al. 2020): one LDP_KMEANS campaign, perturbed vectors, then "
                    "rounds of broadcast centers and GRR labels (default iterations)")
     method = "ldp-kmeans"
+
+
+@register_adapter
+class NetTree(_CenterCampaign):
+    name = "nettree"
+    description = ("LDP one-round net-tree k-means: one NETTREE campaign (node reports at T tree levels and one "
+                   "bucketized vector sum per device), weighted coreset k-means")
+    method = "nettree"

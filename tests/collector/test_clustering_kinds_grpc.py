@@ -1,4 +1,4 @@
-"""BITVECTOR, LAPLACE and LDP_KMEANS campaigns through a real collector over gRPC.
+"""BITVECTOR, LAPLACE, LDP_KMEANS and NETTREE campaigns through a real collector over gRPC.
 
 Real SDK devices (``Device.in_memory``) fetch each round's ``RoundSpec`` with
 :class:`~ldp_client.grpc.CollectorClient`, participate and submit; nobody calls ``CloseRound``:
@@ -39,12 +39,12 @@ T = 2
 #: A public box, fixed before any data is seen; the mixtures below (centers in [-10, 10]) fit in it.
 LOWER, UPPER = (-15.0, -15.0), (15.0, 15.0)
 #: Mixture seeds whose closest pair of true means is 7.4 to 10.9 apart (standard deviations 0.5 to 1.5).
-SEEDS = {"bitvector": 2, "laplace": 5, "ldp_kmeans": 1, "ldp_kmeans_partition": 2}
+SEEDS = {"bitvector": 2, "laplace": 5, "ldp_kmeans": 1, "ldp_kmeans_partition": 2, "nettree": 5}
 #: ARI floors. Measured at N = 3600, epsilon 8, T = 2 (three runs: dataset seeds rotated over 2, 5, 1 and other
 #: device seeds) and this file's seeds: bitvector 1.000 / 1.000 / 0.997 / 1.000, laplace 0.995 / 0.985 / 1.000 /
 #: 0.996, ldp_kmeans SPLIT 0.998 / 1.000 / 0.954 / 0.918, ldp_kmeans PARTITION 1.000 / 0.999 / 0.987 / 1.000. At N = 2400 SPLIT once fell to 0.51
 #: (its round-1 vectors get only epsilon 4/3: a poor start that two Lloyd steps did not repair).
-ARI_FLOOR = {"bitvector": 0.90, "laplace": 0.90, "ldp_kmeans": 0.85, "ldp_kmeans_partition": 0.90}
+ARI_FLOOR = {"bitvector": 0.90, "laplace": 0.90, "ldp_kmeans": 0.85, "ldp_kmeans_partition": 0.90, "nettree": 0.90}
 
 
 @pytest.fixture(scope="module")
@@ -260,3 +260,28 @@ def test_ldp_kmeans_partition_over_grpc(server: RunningServer, operator: Operato
         assert len(entries) == 1 and entries[0].round == entries[0].group + 1 and entries[0].epsilon == EPSILON
     result, _ = check_finished(server, operator, played, x, truth, rounds=T + 1, ari_floor=ARI_FLOOR[name])
     check_feedback(played, result)
+
+
+def test_nettree_over_grpc(server: RunningServer, operator: OperatorClient) -> None:
+    """NETTREE: one message per device (its level's node and its bucketized vector), one round, epsilon once."""
+    name = "nettree"
+    x, truth = make_dataset("mixture", N, d=2, k=K, seed=SEEDS[name])
+    config = base_config("kinds-nettree", campaigns_pb2.NETTREE)
+    config.nettree.k = K
+    operator.create_campaign(config)
+    devices = fleet(N, name, 25)
+    played = play(server, operator, config, devices, [tuple(p) for p in x.tolist()], name, [N])
+    (spec,) = played.specs
+    depth = len(spec.tasks)
+    assert depth >= 2 and spec.max_reports_per_device == 1
+    for task in spec.tasks:  # every level's group: node report + bucketized vector, in one report
+        assert len(task.components) == 2 and task.epsilon == pytest.approx(EPSILON)
+        assert task.components[1].mechanism.KIND == "bucketized_vector"
+    for device in played.devices:  # one participation each, in round 1, with the whole epsilon
+        entries = [e for e in device.ledger.entries() if e.campaign_id == played.campaign_id]
+        assert len(entries) == 1 and entries[0].round == 1 and entries[0].epsilon == pytest.approx(EPSILON)
+    campaign = operator.get_campaign(played.campaign_id)
+    assert [r.reports for r in campaign.rounds] == [N]  # the server stored exactly one report per device
+    result, _ = check_finished(server, operator, played, x, truth, rounds=1, ari_floor=ARI_FLOOR[name], exact=False,
+                               center_tolerance=None)
+    assert result.diagnostics["reports"] == N and result.diagnostics["leaves"] >= K

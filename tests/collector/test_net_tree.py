@@ -18,10 +18,12 @@ from ldp_collector.estimation.net_tree import (
     NetTreeLayout,
     center_error_floor,
     children,
+    combine_center_estimates,
     coreset_centers,
     detection_sigma,
     grid_node_positions,
     select_nodes,
+    shifted_cell_centres,
     signal_to_noise,
 )
 
@@ -114,3 +116,28 @@ def test_coreset_with_fewer_leaves_than_k_publishes_one_center_per_leaf() -> Non
     np.testing.assert_allclose(fit.centers, [[0.5, 1.0], [1.0, 1.0]])
     with pytest.raises(InvalidParameterError):
         coreset_centers(np.zeros((2, 2)), np.array([1.0, 0.0]), 2, np.random.default_rng(1))
+
+
+@pytest.mark.parametrize(("dimension", "level"), [(2, 3), (3, 5), (4, 6)])
+def test_shifted_cell_centres_contain_the_encoded_points(dimension: int, level: int) -> None:
+    from ldp_client.encoders.base import NumericDomain
+    from ldp_client.encoders.lsh import ShiftedGridEncoder
+
+    encoder = ShiftedGridEncoder(domain=NumericDomain.unit(dimension), level=level, seed=17 + level)
+    rng = np.random.default_rng(level)
+    points = rng.uniform(0.0, 1.0, size=(300, dimension))
+    nodes = np.array([encoder.encode(p) for p in points.tolist()], dtype=np.uint64)
+    centres = shifted_cell_centres(nodes, level, encoder.shift, encoder.half_width)
+    z = 2.0 * points - 1.0  # the encoder's centred point (no projection)
+    half = encoder.cell_side() / 2.0
+    assert np.all(np.abs(z - centres) <= half + 1e-12)
+
+
+def test_combine_center_estimates_weights_by_inverse_mse() -> None:
+    a = np.array([[0.0, 0.0], [1.0, 1.0]])
+    b = np.array([[1.0, 2.0], [3.0, 3.0]])
+    out = combine_center_estimates(a, [1.0, 0.0], b, [3.0, 1.0])
+    np.testing.assert_allclose(out[0], 0.75 * a[0] + 0.25 * b[0])
+    np.testing.assert_allclose(out[1], a[1])  # an exact estimate wins outright
+    with pytest.raises(InvalidParameterError):
+        combine_center_estimates(a, [1.0, 1.0], b, [0.0, 1.0])

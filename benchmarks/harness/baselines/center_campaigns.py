@@ -16,6 +16,8 @@ method             campaign      what
 ``fcm-laplace``    LAPLACE       the same reports, plain fuzzy c-means (the loss ablation)
 ``ldp-kmeans``     LDP_KMEANS    Xia et al. 2020: perturbed vectors, then ``iterations`` rounds of
                                  broadcast centers and GRR labels with debiased updates
+``nettree``        NETTREE       one-round net-tree k-means: node reports at T levels (LSH prefix tree)
+                                 and one bucketized vector sum per device, weighted coreset k-means
 =================  ============  ======================================================================
 
 Every parameter but ``k`` and the algorithm is left at the engine's default (pivots per attribute,
@@ -54,6 +56,7 @@ METHODS: dict[str, tuple[campaigns_pb2.CampaignKind.ValueType, int]] = {
     "mnfcm": (campaigns_pb2.LAPLACE, -11),
     "fcm-laplace": (campaigns_pb2.LAPLACE, -12),
     "ldp-kmeans": (campaigns_pb2.LDP_KMEANS, -13),
+    "nettree": (campaigns_pb2.NETTREE, -14),
 }
 
 
@@ -74,6 +77,8 @@ def center_campaign_config(method: str, box: Box, k: int, epsilon: float) -> cam
     elif method == "fcm-laplace":
         config.laplace.k = k
         config.laplace.algorithm = _LAPLACE.FCM
+    elif method == "nettree":
+        config.nettree.k = k
     else:
         config.ldp_kmeans.k = k
     return config

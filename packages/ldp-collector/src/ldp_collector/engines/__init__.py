@@ -6,7 +6,7 @@ Importing this package registers every engine module in :data:`ENGINES` (``Campa
 
 from __future__ import annotations
 
-from . import bitvector, grid, heavy_hitters, histogram, laplace, ldp_kmeans
+from . import bitvector, grid, heavy_hitters, histogram, laplace, ldp_kmeans, nettree
 from .base import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
 from .bitvector import BitVectorEngine
 from .grid import GridEngine
@@ -14,6 +14,7 @@ from .heavy_hitters import HeavyHitterEngine
 from .histogram import HistogramEngine
 from .laplace import LaplaceEngine
 from .ldp_kmeans import LdpKmeansEngine
+from .nettree import NetTreeEngine
 
 __all__ = [
     "ENGINES",
@@ -24,6 +25,7 @@ __all__ = [
     "HistogramEngine",
     "LaplaceEngine",
     "LdpKmeansEngine",
+    "NetTreeEngine",
     "RoundOutcome",
     "RoundPlan",
     "RoundReports",
@@ -33,5 +35,6 @@ __all__ = [
     "histogram",
     "laplace",
     "ldp_kmeans",
+    "nettree",
     "register_engine",
 ]

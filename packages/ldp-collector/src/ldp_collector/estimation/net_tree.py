@@ -49,7 +49,8 @@ The vector-sum floor (:func:`center_error_floor`)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -63,12 +64,16 @@ __all__ = [
     "MASS_FRACTION",
     "CoresetCenters",
     "LevelSelection",
+    "TreeGrowth",
     "NetTreeLayout",
     "center_error_floor",
     "children",
     "coreset_centers",
     "detection_sigma",
     "grid_node_positions",
+    "grow_tree",
+    "shifted_cell_centres",
+    "combine_center_estimates",
     "select_nodes",
     "signal_to_noise",
 ]
@@ -172,6 +177,72 @@ def select_nodes(counts: ArrayLike, zero_std_error: float, *, n_hat: float, k: i
                           capped=bool(capped))
 
 
+#: ``estimate(level, candidates) -> (counts, zero_std_error)`` on the population scale, or ``None``
+#: when the level's group sent no reports.
+LevelEstimator = Callable[[int, NDArray[np.uint64]], "tuple[NDArray[np.float64], float] | None"]
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class TreeGrowth:
+    """The result of :func:`grow_tree`."""
+
+    #: Kept nodes of the deepest level reached (the leaves when it is the last level).
+    nodes: NDArray[np.uint64]
+    counts: NDArray[np.float64]
+    #: Last level walked (``levels`` when the tree reached the bottom).
+    level: int
+    #: Kept nodes and their counts at every walked level (1-based level -> arrays).
+    kept: dict[int, tuple[NDArray[np.uint64], NDArray[np.float64]]] = field(default_factory=dict)
+    diagnostics: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def grow_tree(estimate: LevelEstimator, layout: NetTreeLayout, *, n_hat: float, k: int, alpha: float,
+              max_nodes: int, mass_fraction: float = MASS_FRACTION, prefix: str = "") -> TreeGrowth:
+    """Walk the tree top-down (module docstring): test, keep, test the kept nodes' children.
+
+    Parameters
+    ----------
+    estimate : callable
+        ``estimate(level, candidates)``: population-scaled counts of the candidates and their
+        zero-count standard error, or ``None`` when the level has no reports.
+    layout : NetTreeLayout
+    n_hat, k, alpha, max_nodes, mass_fraction
+        As in :func:`select_nodes`.
+    prefix : str
+        Prefix of the diagnostics' keys.
+    """
+    candidates = np.arange(1 << layout.child_bits, dtype=np.uint64)
+    nodes = np.zeros(0, dtype=np.uint64)
+    counts = np.zeros(0, dtype=np.float64)
+    growth = TreeGrowth(nodes=nodes, counts=counts, level=0)
+    level = 0
+    for level in range(1, layout.levels + 1):
+        estimated = estimate(level, candidates)
+        if estimated is None:
+            growth.warnings.append(f"{prefix}level {level}: no reports; the tree stops")
+            nodes, counts = np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.float64)
+            break
+        level_counts, zero_se = estimated
+        selection = select_nodes(level_counts, zero_se, n_hat=n_hat, k=k, alpha=alpha, max_nodes=max_nodes,
+                                 mass_fraction=mass_fraction)
+        nodes, counts = candidates[selection.kept], np.asarray(level_counts, dtype=np.float64)[selection.kept]
+        growth.kept[level] = (nodes, counts)
+        growth.diagnostics.update({f"{prefix}level_{level}_tested": float(candidates.size),
+                                   f"{prefix}level_{level}_threshold": selection.threshold,
+                                   f"{prefix}level_{level}_kept": float(nodes.size)})
+        if selection.capped:
+            growth.warnings.append(f"{prefix}level {level}: more than {max_nodes} nodes passed the threshold; "
+                                   "kept the largest")
+        if nodes.size == 0:
+            growth.warnings.append(f"{prefix}level {level}: no node passed the threshold {selection.threshold:.4g}")
+            break
+        if level < layout.levels:
+            candidates = children(nodes, layout.child_bits)
+    return TreeGrowth(nodes=nodes, counts=counts, level=level, kept=growth.kept, diagnostics=growth.diagnostics,
+                      warnings=growth.warnings)
+
+
 def grid_node_positions(nodes: ArrayLike, level: int, dimension: int) -> NDArray[np.float64]:
     """Centres of shifted-grid nodes in the grid's own ``[0, 1)^k`` coordinates (Morton decoded).
 
@@ -185,6 +256,45 @@ def grid_node_positions(nodes: ArrayLike, level: int, dimension: int) -> NDArray
         for r in range(dimension):
             coords[:, r] += ((idx >> np.uint64(bit * dimension + r)) & np.uint64(1)).astype(np.float64) * (1 << bit)
     out: NDArray[np.float64] = (coords + 0.5) / float(1 << level)
+    return out
+
+
+def shifted_cell_centres(nodes: ArrayLike, level: int, shift: ArrayLike, half_width: float) -> NDArray[np.float64]:
+    """Centres of shifted-grid cells in the grid's ``z`` units (``ShiftedGridEncoder``'s construction inverted).
+
+    Cell ``c`` (per coordinate) covers ``v`` in ``[c, c + 1) / 2^l`` with ``v = (u + s) / 2`` and
+    ``u = (z + R) / (2 R)``, so its centre is ``z = R (2 (2 v_c - s) - 1)``, ``v_c = (c + 1/2) / 2^l``.
+    """
+    s = np.asarray(shift, dtype=np.float64).reshape(-1)
+    v = grid_node_positions(nodes, level, s.size)
+    out: NDArray[np.float64] = half_width * (2.0 * (2.0 * v - s[None, :]) - 1.0)
+    return out
+
+
+def combine_center_estimates(vector_centers: ArrayLike, vector_variance: ArrayLike, cell_centers: ArrayLike,
+                             cell_mse: ArrayLike) -> NDArray[np.float64]:
+    """Inverse-MSE combination, per center, of the pooled vector-sum means and the cell-centre means.
+
+    Parameters
+    ----------
+    vector_centers, cell_centers : array_like, shape (k, d)
+        Two estimates of each center: unbiased but noisy (vector sums), and nearly noise-free but
+        quantized (count-weighted cell centres).
+    vector_variance, cell_mse : array_like, shape (k,)
+        Per-coordinate variance of the first and mean squared error bound of the second.
+    """
+    a = np.asarray(vector_centers, dtype=np.float64)
+    b = np.asarray(cell_centers, dtype=np.float64)
+    va = np.asarray(vector_variance, dtype=np.float64).reshape(-1, 1)
+    vb = np.asarray(cell_mse, dtype=np.float64).reshape(-1, 1)
+    if a.shape != b.shape or va.shape[0] != a.shape[0] or vb.shape[0] != a.shape[0]:
+        raise InvalidParameterError(f"estimates must be (k, d) with (k,) variances, got {a.shape}, {b.shape}")
+    if np.any(va < 0) or np.any(vb <= 0):
+        raise InvalidParameterError("variances must be >= 0 and cell MSEs > 0")
+    wa = np.where(va > 0, 1.0 / np.where(va > 0, va, 1.0), np.inf)
+    wb = 1.0 / vb
+    out: NDArray[np.float64] = np.where(np.isinf(wa), a, (a * np.where(np.isinf(wa), 0.0, wa) + b * wb)
+                                        / (np.where(np.isinf(wa), 0.0, wa) + wb))
     return out
 
 
@@ -236,7 +346,7 @@ def coreset_centers(sums: ArrayLike, weights: ArrayLike, k: int, rng: np.random.
     remap = np.full(int(labels.max()) + 1, -1, dtype=np.int64)
     remap[used] = np.arange(used.size)
     labels = remap[labels]
-    pooled_w = np.bincount(labels, weights=w, minlength=used.size)
+    pooled_w = np.bincount(labels, weights=w, minlength=used.size).astype(np.float64)
     pooled_s = np.column_stack([np.bincount(labels, weights=s[:, j], minlength=used.size) for j in range(s.shape[1])])
     centers: NDArray[np.float64] = pooled_s / pooled_w[:, None]
     return CoresetCenters(centers=centers, weights=pooled_w, labels=labels)

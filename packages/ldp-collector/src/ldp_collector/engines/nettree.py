@@ -1,0 +1,352 @@
+"""NETTREE campaigns: one-round net-tree k-means (Chang, Ghazi, Kumar, Manurangsi 2021; DESIGN.md §7.4).
+
+One message per device, no feedback round: the protocol for fleets where a second contact is
+expensive. The math lives in :mod:`ldp_collector.estimation.net_tree`; this module turns a
+campaign config into the round and the closed round into centers.
+
+The round
+    ``T = depth`` equal groups. The device of group ``l - 1`` sends one report of two components:
+
+    1. its level-``l`` node (SimHash prefix of ``l b`` bits, or the level-``l`` cell of a
+       randomly shifted dyadic grid, both over the optionally JL-projected centred point) with
+       the variance-optimal frequency oracle for ``2^(l b)`` values at ``node_share * epsilon``;
+    2. the bucketized vector ``(2t - 1, 1)`` of its point in the *original* space, bucketed by its
+       depth-``T`` node, at the remaining epsilon, with the SDK's box or l2-ball randomizer,
+       whichever has the smaller per-coordinate variance at ``d + 1`` dimensions.
+
+    Sequential composition within the report: each device spends exactly epsilon, once.
+
+The server step
+    Grow the tree top-down (every tested node's count scaled to the population; keep the nodes
+    above ``max(z sigma, n / (4 k))``; test the kept nodes' children at the next level), take the
+    kept depth-``T`` nodes as leaves, estimate each leaf's vector sum, and cluster the weighted
+    coreset (:func:`~ldp_collector.estimation.net_tree.coreset_centers`). With
+    ``cluster_in_projected_space`` (the paper-faithful variant) the leaves are clustered by their
+    positions in the node space (shifted-grid cell centres; for SimHash, which has no cell
+    geometry, by their representatives projected with the public JL matrix) and the original-space
+    sums pooled per cluster.
+
+Diagnostics
+    Nodes tested / kept / threshold per level, the detection signal-to-noise ratio (DESIGN §7.4),
+    the leaves (coreset size), the coverage (leaf mass / n), the vector randomizer's variance and
+    the resulting center-error floor ``k sqrt(V / n)`` per coordinate (``[-1, 1]`` units).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldp.v1 import campaigns_pb2
+from ldp_client.encoders.base import Encoder
+from ldp_client.encoders.bucketed import BucketedVectorEncoder
+from ldp_client.encoders.lsh import ShiftedGridEncoder, SimHashEncoder
+from ldp_client.encoders.projection import RandomProjection
+from ldp_client.errors import InvalidParameterError, ProtocolError
+from ldp_client.mechanisms import choose_frequency_oracle
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, VectorShape
+from ldp_client.mechanisms.vector_box import VectorBoxParams
+from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
+from ldp_client.spec import Component, GroupTask, RoundSpec
+
+from ..errors import InvalidArgumentError
+from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
+from ..estimation.frequency import make_aggregator
+from ..estimation.net_tree import (
+    NetTreeLayout,
+    center_error_floor,
+    combine_center_estimates,
+    coreset_centers,
+    detection_sigma,
+    grid_node_positions,
+    grow_tree,
+    shifted_cell_centres,
+    signal_to_noise,
+)
+from ..estimation.vector_sum import bucket_sums
+from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
+from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON
+
+__all__ = [
+    "DEFAULT_DEPTH",
+    "DEFAULT_FALSE_POSITIVE_RATE",
+    "DEFAULT_NODE_SHARE",
+    "MAX_K",
+    "NetTreeEngine",
+    "default_bits_per_level",
+    "vector_shape",
+]
+
+NT = campaigns_pb2.NetTreeParameters
+MIN_K, MAX_K = 2, 256
+DEFAULT_DEPTH = 4
+MAX_DEPTH = 16
+DEFAULT_NODE_SHARE = 0.5
+DEFAULT_FALSE_POSITIVE_RATE = 0.05
+#: Largest projected dimension (DESIGN §7.4: d' <= 16); the shifted grid allows at most 8 (2^8 children).
+MAX_PROJECTION = 16
+MAX_GRID_DIMENSION = 8
+DEFAULT_GRID_DIMENSION = 4
+#: Default node map: a shifted grid over the unprojected space up to this dimension, SimHash above.
+#: SimHash splits by angle about the box centre only, which cannot separate clusters lying in one
+#: direction (in 2-D, a cluster behind another); a grid of 2^d children per node is cheap for small d.
+GRID_DEFAULT_MAX_DIMENSION = 4
+MAX_NODES = 4096
+MAX_NODE_BITS = 62
+#: The frequency oracle's payload limit (bits), as for the other tree protocols.
+MAX_PAYLOAD_BITS = 1024
+#: Restarts of the coreset k-means.
+CORESET_RESTARTS = 10
+
+
+def default_bits_per_level(k: int, depth: int) -> int:
+    """SimHash bits per level: ``ceil((log2 k + 5) / T)``, so depth-``T`` nodes number ``~32 k`` at most."""
+    return max(1, math.ceil((math.log2(k) + 5.0) / depth))
+
+
+def vector_shape(dimension: int, epsilon: float) -> VectorShape:
+    """The randomizer (box or l2 ball) of smaller per-coordinate variance in ``[-1, 1]`` units."""
+    box = VectorBoxParams(dimension=dimension, epsilon=epsilon).variance_bound
+    ball = VectorL2BallParams(dimension=dimension, epsilon=epsilon).variance_bound * dimension
+    return VectorShape.BOX if box <= ball else VectorShape.L2_BALL
+
+
+@register_engine
+class NetTreeEngine(CampaignEngine):
+    """Engine of ``NETTREE`` campaigns (module docstring).
+
+    Parameters
+    ----------
+    campaign_id : str
+    config : ldp.v1.CampaignConfig
+        A numeric domain and ``nettree.k`` in [2, 256]. Optional (0 = default): ``depth``
+        (4, at most 16), ``node_map`` (SHIFTED_GRID for ``d <= 4``, else SIMHASH),
+        ``projection_dimension`` (SimHash: ``min(d, 16)``;
+        shifted grid: ``min(d, 4)``, at most 8), ``bits_per_level`` (SimHash,
+        :func:`default_bits_per_level`), ``max_nodes_per_level`` (``max(64, 8 k)``),
+        ``node_share`` (0.5), ``false_positive_rate`` (0.05). ``self.config`` holds the defaults.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A categorical domain, epsilon outside (0, 20], or a parameter out of range.
+    """
+
+    KIND: ClassVar[int] = campaigns_pb2.NETTREE
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
+        normalized = campaigns_pb2.CampaignConfig()
+        normalized.CopyFrom(config)
+        super().__init__(campaign_id, normalized)
+        self.domain = numeric_domain(normalized, "nettree")
+        d = self.dimension = self.domain.dimension
+        epsilon = normalized.epsilon
+        if not (math.isfinite(epsilon) and 0.0 < epsilon <= MAX_MECHANISM_EPSILON):
+            raise InvalidArgumentError(
+                f"a nettree campaign spends its whole epsilon in one report, so epsilon must be in "
+                f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+        p = normalized.nettree
+        if not MIN_K <= p.k <= MAX_K:
+            raise InvalidArgumentError(f"nettree.k must be in [{MIN_K}, {MAX_K}], got {p.k}")
+        if p.depth == 0:
+            p.depth = DEFAULT_DEPTH
+        if not 1 <= p.depth <= MAX_DEPTH:
+            raise InvalidArgumentError(f"nettree.depth must be in [1, {MAX_DEPTH}] (0 = {DEFAULT_DEPTH}), got {p.depth}")
+        if p.node_map == NT.NODE_MAP_UNSPECIFIED:
+            p.node_map = NT.SHIFTED_GRID if d <= GRID_DEFAULT_MAX_DIMENSION else NT.SIMHASH
+        if p.node_map not in (NT.SIMHASH, NT.SHIFTED_GRID):
+            raise InvalidArgumentError(f"nettree.node_map {p.node_map} is not SIMHASH or SHIFTED_GRID")
+        grid = p.node_map == NT.SHIFTED_GRID
+        if p.projection_dimension == 0:
+            p.projection_dimension = min(d, DEFAULT_GRID_DIMENSION if grid else MAX_PROJECTION)
+        top = MAX_GRID_DIMENSION if grid else MAX_PROJECTION
+        if not 1 <= p.projection_dimension <= min(d, top):
+            raise InvalidArgumentError(
+                f"nettree.projection_dimension must be in [1, min(d, {top})] = [1, {min(d, top)}] for "
+                f"{'SHIFTED_GRID' if grid else 'SIMHASH'}, got {p.projection_dimension}")
+        if grid:
+            if p.bits_per_level not in (0, p.projection_dimension):
+                raise InvalidArgumentError("nettree.bits_per_level applies to SIMHASH only (a shifted-grid node has "
+                                           "2^projection_dimension children)")
+            p.bits_per_level = p.projection_dimension
+        elif p.bits_per_level == 0:
+            p.bits_per_level = default_bits_per_level(p.k, p.depth)
+        if p.depth * p.bits_per_level > MAX_NODE_BITS:
+            raise InvalidArgumentError(
+                f"nettree: depth x bits per level must be at most {MAX_NODE_BITS} (the oracles' largest domain is "
+                f"2^63), got "
+                f"{p.depth} x {p.bits_per_level}")
+        if p.max_nodes_per_level == 0:
+            p.max_nodes_per_level = max(64, 8 * p.k)
+        if not 1 <= p.max_nodes_per_level <= MAX_NODES:
+            raise InvalidArgumentError(f"nettree.max_nodes_per_level must be in [1, {MAX_NODES}], got "
+                                       f"{p.max_nodes_per_level}")
+        if p.node_share == 0:
+            p.node_share = DEFAULT_NODE_SHARE
+        if not (math.isfinite(p.node_share) and 0.0 < p.node_share < 1.0):
+            raise InvalidArgumentError(f"nettree.node_share must be in (0, 1), got {p.node_share:g}")
+        if p.false_positive_rate == 0:
+            p.false_positive_rate = DEFAULT_FALSE_POSITIVE_RATE
+        if not (math.isfinite(p.false_positive_rate) and 0.0 < p.false_positive_rate < 1.0):
+            raise InvalidArgumentError(f"nettree.false_positive_rate must be in (0, 1), got {p.false_positive_rate:g}")
+        self.params = p
+        self.layout = NetTreeLayout(levels=int(p.depth), child_bits=int(p.bits_per_level))
+        self.node_epsilon = epsilon * p.node_share
+        self.vector_epsilon = epsilon - self.node_epsilon
+        seed = self._seed()
+        self.projection = (None if p.projection_dimension == d
+                           else RandomProjection(input_dimension=d, output_dimension=int(p.projection_dimension),
+                                                 seed=seed ^ 0x5A5A))
+        try:
+            self.node_encoders = tuple(self._node_encoder(level, seed) for level in range(1, self.layout.levels + 1))
+            leaf = self.node_encoders[-1]
+            shape = vector_shape(d + 1, self.vector_epsilon)
+            self.vector = Component(
+                encoder=BucketedVectorEncoder(domain=self.domain,
+                                              simhash=leaf if isinstance(leaf, SimHashEncoder) else None,
+                                              shifted_grid=leaf if isinstance(leaf, ShiftedGridEncoder) else None),
+                mechanism=BucketizedVectorParams(bucket_bits=self.layout.bits(self.layout.levels), dimension=d + 1,
+                                                 epsilon=self.vector_epsilon, shape=shape))
+            self.node_components = tuple(
+                Component(encoder=enc,
+                          mechanism=choose_frequency_oracle(1 << self.layout.bits(level), self.node_epsilon,
+                                                            MAX_PAYLOAD_BITS))
+                for level, enc in enumerate(self.node_encoders, start=1))
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"nettree: {exc}") from None
+
+    def _seed(self) -> int:
+        return int.from_bytes(hashlib.sha256(f"nettree:{self.campaign_id}".encode()).digest()[:8], "little")
+
+    def _node_encoder(self, level: int, seed: int) -> Encoder:
+        if self.params.node_map == NT.SHIFTED_GRID:
+            return ShiftedGridEncoder(domain=self.domain, projection=self.projection, level=level, seed=seed)
+        return SimHashEncoder(domain=self.domain, projection=self.projection, bits=self.layout.bits(level), seed=seed)
+
+    def first_round(self) -> RoundPlan:
+        """The only round: group ``l - 1`` reports its level-``l`` node and its bucketized vector."""
+        levels = self.layout.levels
+        spec = RoundSpec(
+            campaign_id=self.campaign_id, round=1, group_weights=(1,) * levels,
+            tasks=tuple(GroupTask(groups=(g,), components=(self.node_components[g], self.vector))
+                        for g in range(levels)),
+            campaign_epsilon=self.config.epsilon, max_reports_per_device=1, kind="nettree")
+        return RoundPlan(spec=spec)
+
+    def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
+        """Grow the tree, build the coreset, cluster it and publish the centers."""
+        layout = self.layout
+        p = self.params
+        k = int(p.k)
+        d = self.dimension
+        params_by_group = component_params_from_spec(spec)
+        vector_params = spec.tasks[0].components[1].mechanism
+        if not isinstance(vector_params, BucketizedVectorParams):
+            raise ProtocolError(f"a nettree round's second component must be bucketized_vector, got {vector_params.KIND}")
+        aggregators = {g: make_aggregator(params_by_group[g][0]) for g in range(layout.levels)}  # type: ignore[arg-type]
+        vectors: list[Any] = []
+        for batch in reports.batches():
+            decoded = decode_report_payloads(batch, params_by_group)
+            for g in range(layout.levels):
+                nodes = decoded.get(f"{g}:0")
+                if nodes:
+                    aggregators[g].add(nodes)
+                    vectors.extend(decoded[f"{g}:1"])
+        n = len(vectors)
+        warnings: list[str] = []
+        sigma = detection_sigma(max(n, 1), self.node_epsilon, layout.levels)
+        inner_variance = float(vector_params.report_second_moment)
+        diagnostics: dict[str, float] = {
+            "reports": float(n), "epsilon": float(self.config.epsilon), "node_epsilon": self.node_epsilon,
+            "vector_epsilon": self.vector_epsilon, "depth": float(layout.levels),
+            "bits_per_level": float(layout.child_bits), "projection_dimension": float(p.projection_dimension),
+            "detection_sigma": sigma, "signal_to_noise": signal_to_noise(max(n, 1), k, self.node_epsilon, layout.levels),
+            "vector_variance": inner_variance,
+            "center_error_floor": center_error_floor(max(n, 1), k, inner_variance),
+        }
+        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED)
+        clustering = result.clustering
+        clustering.dimension = d
+        if n < k:
+            warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters: no centers published")
+            result.warnings.extend(warnings)
+            return RoundOutcome(result=result, diagnostics=diagnostics)
+        def estimate(level: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float] | None:
+            agg = aggregators[level - 1]
+            if agg.n == 0:
+                return None
+            est = agg.estimate(DEFAULT_CONFIDENCE, candidates=candidates.astype(np.int64))
+            diagnostics[f"level_{level}_reports"] = float(agg.n)
+            scale = n / agg.n
+            return np.asarray(est.counts, dtype=np.float64) * scale, est.zero_std_error * scale
+
+        growth = grow_tree(estimate, layout, n_hat=float(n), k=k, alpha=float(p.false_positive_rate),
+                           max_nodes=int(p.max_nodes_per_level))
+        diagnostics.update(growth.diagnostics)
+        warnings.extend(growth.warnings)
+        if growth.level < layout.levels or growth.nodes.size == 0:
+            warnings.append(f"the tree did not reach depth {layout.levels}: the clusters are not detectable at this n "
+                            f"and epsilon (signal-to-noise {diagnostics['signal_to_noise']:.2f}); no centers published")
+            diagnostics["leaves"] = 0.0
+            result.warnings.extend(warnings)
+            return RoundOutcome(result=result, diagnostics=diagnostics)
+        kept_nodes, kept_counts = growth.nodes, growth.counts
+        diagnostics["leaves"] = float(kept_nodes.size)
+        sums = bucket_sums(vector_params, vectors, kept_nodes)
+        leaf_sums = np.asarray(sums.sums, dtype=np.float64)[:, :d]
+        weights = np.maximum(kept_counts, 1.0)
+        diagnostics["coverage"] = float(kept_counts.sum() / n)
+        grid = self.params.node_map == NT.SHIFTED_GRID
+        cells: NDArray[np.float64] | None = None
+        if grid and self.projection is None:
+            leaf = self.node_encoders[-1]
+            assert isinstance(leaf, ShiftedGridEncoder)
+            cells = shifted_cell_centres(kept_nodes, layout.levels, leaf.shift, leaf.half_width)
+        positions = cells if cells is not None else (
+            self._positions(kept_nodes, leaf_sums, weights) if p.cluster_in_projected_space else None)
+        rng = np.random.default_rng(self._seed())
+        fit = coreset_centers(leaf_sums, weights, k, rng, positions=positions, n_init=CORESET_RESTARTS)
+        if fit.centers.shape[0] < k:
+            warnings.append(f"only {fit.centers.shape[0]} leaves passed the thresholds for k = {k}: "
+                            f"{fit.centers.shape[0]} centers published")
+        leaves_per_center = np.bincount(fit.labels, minlength=fit.centers.shape[0]).astype(np.float64)
+        vector_variance = leaves_per_center * n * inner_variance / fit.weights**2
+        diagnostics["vector_center_se_mean"] = float(np.sqrt(vector_variance).mean())
+        centers = fit.centers
+        if cells is not None:
+            leaf = self.node_encoders[-1]
+            assert isinstance(leaf, ShiftedGridEncoder)
+            side = leaf.cell_side()
+            cell_means = np.column_stack([
+                np.bincount(fit.labels, weights=weights * cells[:, j], minlength=fit.centers.shape[0])
+                for j in range(d)]) / fit.weights[:, None]
+            cell_mse = np.full(fit.centers.shape[0], side * side / 12.0)
+            centers = combine_center_estimates(fit.centers, vector_variance, cell_means, cell_mse)
+            diagnostics["cell_side"] = float(side)
+        fit_weights = fit.weights
+        unit = np.clip((centers + 1.0) / 2.0, 0.0, 1.0)
+        lower = np.asarray(self.domain.lower, dtype=np.float64)
+        upper = np.asarray(self.domain.upper, dtype=np.float64)
+        original = lower + unit * (upper - lower)
+        clustering.k = int(original.shape[0])
+        clustering.centers.extend(original.reshape(-1).tolist())
+        clustering.weights.extend((fit_weights / fit_weights.sum()).tolist())
+        result.warnings.extend(warnings)
+        diagnostics["published_centers"] = float(original.shape[0])
+        return RoundOutcome(result=result, diagnostics=diagnostics)
+
+    def _positions(self, nodes: NDArray[np.uint64], leaf_sums: NDArray[np.float64],
+                   weights: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Where the paper-faithful variant clusters the leaves (module docstring)."""
+        if self.params.node_map == NT.SHIFTED_GRID:
+            return grid_node_positions(nodes, self.layout.levels, int(self.params.projection_dimension))
+        bits = self.layout.bits(self.layout.levels)
+        codes = nodes.astype(np.uint64)
+        out: NDArray[np.float64] = np.column_stack(
+            [((codes >> np.uint64(bits - 1 - i)) & np.uint64(1)).astype(np.float64) for i in range(bits)])
+        return out
+
