@@ -44,7 +44,6 @@ from ldp_collector.estimation.grid_clustering import level_for_side
 from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.simulate import (
     CampaignRun,
-    InProcessCollector,
     Population,
     evaluate_clustering,
     numeric_bounds,
@@ -52,6 +51,7 @@ from ldp_collector.simulate import (
 )
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import StoredReport
+from support.recording import RecordingCollector
 from support.stats import Z_UNBIASED, chi2_sf
 
 GRID = campaigns_pb2.GridParameters
@@ -123,20 +123,6 @@ def uniform_points(n: int, seed: int) -> np.ndarray:
 
 
 # -- campaigns through the in-process collector ------------------------------------------------------
-
-
-class RecordingCollector(InProcessCollector):
-    """Keeps every round spec the collector hands out."""
-
-    def __init__(self, collector: Collector, *, seed: int) -> None:
-        super().__init__(collector, seed=seed)
-        self.specs: dict[int, RoundSpec] = {}
-
-    def get_round_spec(self, campaign_id: str) -> tuple[RoundSpec | None, bool]:
-        spec, finished = super().get_round_spec(campaign_id)
-        if spec is not None:
-            self.specs[spec.round] = spec
-        return spec, finished
 
 
 @functools.cache

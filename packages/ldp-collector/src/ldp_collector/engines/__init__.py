@@ -6,7 +6,7 @@ Importing this package registers every engine module in :data:`ENGINES` (``Campa
 
 from __future__ import annotations
 
-from . import bitvector, grid, heavy_hitters, histogram, laplace, ldp_kmeans, nettree
+from . import bitvector, grid, heavy_hitters, histogram, laplace, ldp_kmeans, nettree, stemmer
 from .base import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
 from .bitvector import BitVectorEngine
 from .grid import GridEngine
@@ -15,6 +15,7 @@ from .histogram import HistogramEngine
 from .laplace import LaplaceEngine
 from .ldp_kmeans import LdpKmeansEngine
 from .nettree import NetTreeEngine
+from .stemmer import StemmerEngine
 
 __all__ = [
     "ENGINES",
@@ -29,6 +30,7 @@ __all__ = [
     "RoundOutcome",
     "RoundPlan",
     "RoundReports",
+    "StemmerEngine",
     "bitvector",
     "grid",
     "heavy_hitters",
@@ -37,4 +39,5 @@ __all__ = [
     "ldp_kmeans",
     "nettree",
     "register_engine",
+    "stemmer",
 ]

@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 #: A kept node holds at least 1 / MASS_FRACTION of an average cluster (n / k devices).
-MASS_FRACTION = 4.0
+MASS_FRACTION = 8.0
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class LevelSelection:
 
 
 def select_nodes(counts: ArrayLike, zero_std_error: float, *, n_hat: float, k: int, alpha: float,
-                 max_nodes: int, mass_fraction: float = MASS_FRACTION) -> LevelSelection:
+                 max_nodes: int, mass_fraction: float = MASS_FRACTION, z: float | None = None) -> LevelSelection:
     """Kept and branching nodes of one level from population-scaled counts (module docstring).
 
     Parameters
@@ -161,11 +161,18 @@ def select_nodes(counts: ArrayLike, zero_std_error: float, *, n_hat: float, k: i
         Family-wise false-positive rate, in (0, 1).
     max_nodes : int
         Most nodes kept.
+    mass_fraction : float
+        ``c`` of the mass threshold ``n_hat / (c k)``.
+    z : float, optional
+        A fixed threshold multiplier instead of the Bonferroni quantile.
     """
     c = np.asarray(counts, dtype=np.float64).reshape(-1)
     if not 0.0 < alpha < 1.0 or max_nodes < 1 or k < 1:
         raise InvalidParameterError(f"need alpha in (0, 1), max_nodes >= 1 and k >= 1, got {alpha}, {max_nodes}, {k}")
-    z = bonferroni_z(max(1, c.size), alpha)
+    if z is None:
+        z = bonferroni_z(max(1, c.size), alpha)
+    elif not (math.isfinite(z) and z > 0):
+        raise InvalidParameterError(f"z must be positive and finite, got {z}")
     noise = z * float(zero_std_error)
     mass = max(float(n_hat), 0.0) / (mass_fraction * k)
     threshold = max(noise, mass)
@@ -198,7 +205,8 @@ class TreeGrowth:
 
 
 def grow_tree(estimate: LevelEstimator, layout: NetTreeLayout, *, n_hat: float, k: int, alpha: float,
-              max_nodes: int, mass_fraction: float = MASS_FRACTION, prefix: str = "") -> TreeGrowth:
+              max_nodes: int, mass_fraction: float = MASS_FRACTION, z: float | None = None,
+              prefix: str = "") -> TreeGrowth:
     """Walk the tree top-down (module docstring): test, keep, test the kept nodes' children.
 
     Parameters
@@ -207,7 +215,7 @@ def grow_tree(estimate: LevelEstimator, layout: NetTreeLayout, *, n_hat: float, 
         ``estimate(level, candidates)``: population-scaled counts of the candidates and their
         zero-count standard error, or ``None`` when the level has no reports.
     layout : NetTreeLayout
-    n_hat, k, alpha, max_nodes, mass_fraction
+    n_hat, k, alpha, max_nodes, mass_fraction, z
         As in :func:`select_nodes`.
     prefix : str
         Prefix of the diagnostics' keys.
@@ -225,7 +233,7 @@ def grow_tree(estimate: LevelEstimator, layout: NetTreeLayout, *, n_hat: float, 
             break
         level_counts, zero_se = estimated
         selection = select_nodes(level_counts, zero_se, n_hat=n_hat, k=k, alpha=alpha, max_nodes=max_nodes,
-                                 mass_fraction=mass_fraction)
+                                 mass_fraction=mass_fraction, z=z)
         nodes, counts = candidates[selection.kept], np.asarray(level_counts, dtype=np.float64)[selection.kept]
         growth.kept[level] = (nodes, counts)
         growth.diagnostics.update({f"{prefix}level_{level}_tested": float(candidates.size),

@@ -1,0 +1,474 @@
+"""STEMMER campaigns: Stemmer-style LDP k-means in a constant number of rounds (DESIGN.md §7.3).
+
+The survey's Algorithm 4 (``papers/000``, §3.2.1; Stemmer, SODA 2020) turned into a protocol of
+three or four rounds. Public randomness: ``R = repetitions`` JL projections (to ``d' =
+projection_dimension``) and random shifts, one per repetition; the LSH key of a point at scale
+``j`` in repetition ``r`` is its cell in the level-``j`` randomly shifted dyadic grid of
+repetition ``r`` (cell side ``4 R_r 2^-j`` in projected units: radii halving with the scale).
+Device subgroups ``(r, j)``, ``S = R J`` of them, split the work of rounds A and B.
+
+Rounds
+    A. **Heavy keys**: subgroup ``(r, j)`` reports its level-``j`` cell of repetition ``r`` with the
+       variance-optimal frequency oracle. The server grows one prefix tree per repetition (the
+       level-``j`` cells nest in the level-``j - 1`` cells: ``parent = child >> d'``), keeping the
+       cells above ``tau_1 = max(z sigma, n / (4 k))`` (:func:`~ldp_collector.estimation.net_tree.
+       grow_tree`); the kept cells at every level are the heavy keys of that scale.
+    B. **Bucket means**: subgroup ``(r, j)`` reports the bucketized vector ``(2t - 1, 1)`` of its
+       point bucketed by the same key (:mod:`ldp_collector.estimation.vector_sum`). For every heavy
+       key the server estimates the bucket's vector sum; the candidate center is the sum divided
+       by the key's count (round A's estimate rescaled to the subgroup).
+    C. **Weights**: every device reports the index of its nearest candidate (a
+       :class:`~ldp_client.encoders.nearest.NearestCandidateEncoder` over the candidates, the
+       variance-optimal oracle over their number). Candidates whose weight does not pass
+       ``z sigma_C`` (Bonferroni over the candidates) are dropped (the devices that chose them are
+       few: the re-assignment of Algorithm 4 moves their weight to the nearest kept candidate).
+       The server then runs D^2-weighted (k-means++) selection with ``RESTARTS`` restarts followed by
+       weighted Lloyd on the private coreset (candidates, weights): k centers. Each center is
+       re-estimated by pooling the round-B sums and counts of the candidates it owns (an unbiased
+       ratio estimate over many subgroups instead of one).
+    D. **Lloyd refinement** (``lloyd_refinement``): devices report the GRR label of their
+       nearest center and a fresh perturbed vector; the debiased Lloyd step of LDPKmeans
+       (:func:`~ldp_collector.engines.ldp_kmeans.label_update`) moves every significant center.
+       The published center is the inverse-variance combination of the round-C and round-D
+       estimates.
+
+Budget policies
+    ``PARTITION`` (default): the groups of rounds A and B are ``S`` subgroups each, C and D one group
+    each; group shares A / B / C / D = 0.25 / 0.25 / 0.15 / 0.35 (0.3 / 0.45 / 0.25 without D).
+    Every device reports once with the whole epsilon. ``SPLIT``: ``S`` groups, every device reports
+    in every round with ``epsilon / rounds`` (its group is its subgroup in rounds A and B).
+
+Thresholds and the multiple-testing correction
+    With ``m`` keys tested at a level and family-wise rate ``alpha = 0.05``, ``z = Phi^-1(1 - alpha /
+    (2 m))`` (Bonferroni, per level and repetition); ``threshold_z`` replaces it by a fixed value.
+    The mass floor ``n / (4 k)`` keeps the per-level key lists short (at most ``4 k`` keys carry that
+    mass) whatever the noise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldp.v1 import campaigns_pb2
+from ldp_client.encoders.bucketed import BucketedVectorEncoder
+from ldp_client.encoders.lsh import ShiftedGridEncoder
+from ldp_client.encoders.nearest import NearestCandidateEncoder
+from ldp_client.encoders.projection import RandomProjection
+from ldp_client.errors import InvalidParameterError, ProtocolError
+from ldp_client.mechanisms import GRRParams, choose_frequency_oracle
+from ldp_client.mechanisms.base import count_estimate_variance
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
+from ldp_client.spec import Component, GroupTask, RoundSpec
+
+from ..errors import InvalidArgumentError
+from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
+from ..estimation.frequency import FrequencyAggregator, make_aggregator
+from ..estimation.heavy_hitters import bonferroni_z
+from ..estimation.net_tree import NetTreeLayout, grow_tree
+from ..estimation.vector_sum import bucket_sums
+from ..estimation.vectors import normalized_variance, vector_component, vector_estimates
+from ..evaluation.kmeans import weighted_kmeans
+from .base import (
+    CampaignEngine,
+    RoundOutcome,
+    RoundPlan,
+    RoundReports,
+    load_state,
+    numeric_domain,
+    pack_state,
+    register_engine,
+)
+from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON
+from .ldp_kmeans import label_update
+from .nettree import vector_shape
+
+__all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "StemmerEngine"]
+
+MIN_K, MAX_K = 2, 256
+DEFAULT_SCALES = 6
+DEFAULT_REPETITIONS = 2
+MAX_SCALES = 16
+MAX_REPETITIONS = 8
+DEFAULT_PROJECTION = 4
+MAX_PROJECTION = 6
+FALSE_POSITIVE_RATE = 0.05
+MAX_KEYS_PER_LEVEL = 256
+#: Restarts of the D^2 selection (k-means++ seeding + weighted Lloyd) on the coreset.
+RESTARTS = 20
+MAX_PAYLOAD_BITS = 1024
+#: Group shares of rounds A, B, C, D under PARTITION (with and without the Lloyd round).
+SHARES_WITH_LLOYD = (0.25, 0.25, 0.15, 0.35)
+SHARES_WITHOUT_LLOYD = (0.30, 0.45, 0.25)
+#: Share of a round-D report's epsilon spent on its label (the rest on the fresh vector).
+LABEL_SHARE = 0.3
+#: A round-D center moves only when its label count exceeds this many standard errors.
+MIN_COUNT_Z = 2.0
+_PHASES = ("keys", "means", "weights", "lloyd")
+
+
+@register_engine
+class StemmerEngine(CampaignEngine):
+    """Engine of ``STEMMER`` campaigns (module docstring).
+
+    Parameters
+    ----------
+    campaign_id : str
+    config : ldp.v1.CampaignConfig
+        A numeric domain and ``stemmer.k`` in [2, 256]. Optional (0 = default):
+        ``projection_dimension`` (``min(d, 4)``, at most 6), ``scales`` (6, at most 16),
+        ``repetitions`` (2, at most 8), ``threshold_z`` (Bonferroni); ``lloyd_refinement`` adds
+        round D.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A categorical domain, epsilon outside (0, 20] (per report), or a parameter out of range.
+    """
+
+    KIND: ClassVar[int] = campaigns_pb2.STEMMER
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
+        normalized = campaigns_pb2.CampaignConfig()
+        normalized.CopyFrom(config)
+        super().__init__(campaign_id, normalized)
+        self.domain = numeric_domain(normalized, "stemmer")
+        d = self.dimension = self.domain.dimension
+        p = normalized.stemmer
+        if not MIN_K <= p.k <= MAX_K:
+            raise InvalidArgumentError(f"stemmer.k must be in [{MIN_K}, {MAX_K}], got {p.k}")
+        if p.projection_dimension == 0:
+            p.projection_dimension = min(d, DEFAULT_PROJECTION)
+        if not 1 <= p.projection_dimension <= min(d, MAX_PROJECTION):
+            raise InvalidArgumentError(f"stemmer.projection_dimension must be in [1, min(d, {MAX_PROJECTION})] = "
+                                       f"[1, {min(d, MAX_PROJECTION)}], got {p.projection_dimension}")
+        if p.scales == 0:
+            p.scales = DEFAULT_SCALES
+        if not 1 <= p.scales <= MAX_SCALES or p.scales * p.projection_dimension > 62:
+            raise InvalidArgumentError(f"stemmer.scales must be in [1, {MAX_SCALES}] with scales x projection_dimension "
+                                       f"<= 62, got {p.scales} x {p.projection_dimension}")
+        if p.repetitions == 0:
+            p.repetitions = DEFAULT_REPETITIONS
+        if not 1 <= p.repetitions <= MAX_REPETITIONS:
+            raise InvalidArgumentError(f"stemmer.repetitions must be in [1, {MAX_REPETITIONS}], got {p.repetitions}")
+        if p.threshold_z != 0 and not (math.isfinite(p.threshold_z) and 0 < p.threshold_z <= 20):
+            raise InvalidArgumentError(f"stemmer.threshold_z must be in (0, 20] (0 = Bonferroni), got {p.threshold_z:g}")
+        self.lloyd = bool(p.lloyd_refinement)
+        self.params = p
+        self.split = normalized.budget_policy == campaigns_pb2.SPLIT
+        self.rounds = 4 if self.lloyd else 3
+        epsilon = normalized.epsilon
+        self.round_epsilon = epsilon / self.rounds if self.split else epsilon
+        if not (math.isfinite(epsilon) and 0.0 < self.round_epsilon <= MAX_MECHANISM_EPSILON):
+            raise InvalidArgumentError(f"stemmer: each report's epsilon must be in (0, {MAX_MECHANISM_EPSILON:g}], got "
+                                       f"{self.round_epsilon:g} (epsilon {epsilon:g})")
+        self.subgroups = int(p.repetitions * p.scales)
+        seed = self._seed()
+        dp = int(p.projection_dimension)
+        self.layout = NetTreeLayout(levels=int(p.scales), child_bits=dp)
+        try:
+            projections = [None if dp == d else RandomProjection(input_dimension=d, output_dimension=dp,
+                                                                    seed=(seed + 7919 * (r + 1)) % 2**64)
+                           for r in range(int(p.repetitions))]
+            self.keys = [[ShiftedGridEncoder(domain=self.domain, projection=projections[r], level=j,
+                                             seed=(seed + 104729 * (r + 1)) % 2**64)
+                          for j in range(1, int(p.scales) + 1)] for r in range(int(p.repetitions))]
+            eps = self.round_epsilon
+            self.key_components = [Component(encoder=enc, mechanism=choose_frequency_oracle(
+                1 << (level * dp), eps, MAX_PAYLOAD_BITS)) for reps in self.keys for level, enc in enumerate(reps, 1)]
+            shape = vector_shape(d + 1, eps)
+            self.vector_components = [Component(
+                encoder=BucketedVectorEncoder(domain=self.domain, shifted_grid=enc),
+                mechanism=BucketizedVectorParams(bucket_bits=level * dp, dimension=d + 1, epsilon=eps, shape=shape))
+                for reps in self.keys for level, enc in enumerate(reps, 1)]
+            self.lloyd_vector = vector_component(self.domain, eps * (1 - LABEL_SHARE))
+            self.label_mechanism = GRRParams(domain_size=int(p.k), epsilon=eps * LABEL_SHARE)
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(f"stemmer: {exc}") from None
+
+    # -- layout -------------------------------------------------------------------------------------
+
+    def _seed(self) -> int:
+        return int.from_bytes(hashlib.sha256(f"stemmer:{self.campaign_id}".encode()).digest()[:8], "little")
+
+    def _subgroup(self, index: int) -> tuple[int, int]:
+        """``(r, j)`` (0-based repetition, 1-based scale) of subgroup ``index``."""
+        return index // int(self.params.scales), index % int(self.params.scales) + 1
+
+    def _weights(self) -> tuple[int, ...]:
+        s = self.subgroups
+        if self.split:
+            return (1,) * s
+        shares = SHARES_WITH_LLOYD if self.lloyd else SHARES_WITHOUT_LLOYD
+        per = [shares[0] / s] * s + [shares[1] / s] * s + list(shares[2:])
+        return tuple(max(1, round(w * 1_000_000)) for w in per)
+
+    def _groups(self, phase: str) -> list[int]:
+        """Groups reporting in ``phase`` (for A and B: in subgroup order)."""
+        s = self.subgroups
+        if self.split:
+            return list(range(s))
+        return {"keys": list(range(s)), "means": list(range(s, 2 * s)), "weights": [2 * s],
+                "lloyd": [2 * s + 1]}[phase]
+
+    def _spec(self, round_: int, tasks: Sequence[GroupTask]) -> RoundSpec:
+        return RoundSpec(campaign_id=self.campaign_id, round=round_, group_weights=self._weights(), tasks=tuple(tasks),
+                         campaign_epsilon=self.config.epsilon,
+                         max_reports_per_device=self.rounds if self.split else 1, kind="stemmer")
+
+    def _share(self, phase: str) -> float:
+        """Expected share of the population reporting in ``phase``."""
+        if self.split:
+            return 1.0
+        w = self._weights()
+        return sum(w[g] for g in self._groups(phase)) / sum(w)
+
+    def first_round(self) -> RoundPlan:
+        """Round A: subgroup (r, j) reports its level-j cell of repetition r."""
+        tasks = [GroupTask(groups=(g,), components=(self.key_components[i],))
+                 for i, g in enumerate(self._groups("keys"))]
+        return RoundPlan(spec=self._spec(1, tasks), engine_state=pack_state("keys"))
+
+    # -- server steps -------------------------------------------------------------------------------
+
+    def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
+        state = load_state(engine_state, "stemmer", _PHASES)
+        phase = state["phase"]
+        if phase == "keys":
+            return self._close_keys(spec, reports)
+        if phase == "means":
+            return self._close_means(spec, reports, state)
+        if phase == "weights":
+            return self._close_weights(spec, reports, state)
+        return self._close_lloyd(spec, reports, state)
+
+    def _columns(self, spec: RoundSpec, reports: RoundReports) -> dict[int, list[list[Any]]]:
+        """Decoded payloads per reporting group, one list per component."""
+        params = component_params_from_spec(spec)
+        out: dict[int, list[list[Any]]] = {g: [[] for _ in params[g]] for g in params}
+        for batch in reports.batches():
+            for key, payloads in decode_report_payloads(batch, params).items():
+                group, index = (int(part) for part in key.split(":"))
+                out[group][index].extend(payloads)
+        return out
+
+    def _close_keys(self, spec: RoundSpec, reports: RoundReports) -> RoundOutcome:
+        p = self.params
+        k = int(p.k)
+        columns = self._columns(spec, reports)
+        groups = self._groups("keys")
+        aggregators: dict[int, FrequencyAggregator] = {}
+        for i, g in enumerate(groups):
+            agg = make_aggregator(self.key_components[i].mechanism)  # type: ignore[arg-type]
+            if columns.get(g) and columns[g][0]:
+                agg.add(columns[g][0])
+            aggregators[i] = agg
+        n = sum(a.n for a in aggregators.values())
+        diagnostics: dict[str, float] = {"keys_reports": float(n)}
+        warnings: list[str] = []
+        heavy: list[list[Any]] = []  # [r, j, node, count (population of round A)]
+        for r in range(int(p.repetitions)):
+            def estimate(level: int, candidates: NDArray[np.uint64], r: int = r) -> tuple[NDArray[np.float64], float] | None:
+                agg = aggregators[r * int(p.scales) + level - 1]
+                if agg.n == 0:
+                    return None
+                est = agg.estimate(DEFAULT_CONFIDENCE, candidates=candidates.astype(np.int64))
+                scale = n / agg.n
+                return np.asarray(est.counts, dtype=np.float64) * scale, est.zero_std_error * scale
+
+            growth = grow_tree(estimate, self.layout, n_hat=float(max(n, 1)), k=k, alpha=FALSE_POSITIVE_RATE,
+                               max_nodes=MAX_KEYS_PER_LEVEL, z=float(p.threshold_z) or None, prefix=f"rep_{r}_")
+            diagnostics.update(growth.diagnostics)
+            warnings.extend(w for w in growth.warnings if "no reports" in w)
+            for level, (nodes, counts) in growth.kept.items():
+                diagnostics[f"heavy_keys_scale_{level}"] = diagnostics.get(f"heavy_keys_scale_{level}", 0.0) + nodes.size
+                heavy.extend([r, level, int(node), float(c) / max(n, 1)] for node, c in zip(nodes, counts))
+        diagnostics["heavy_keys"] = float(len(heavy))
+        if not heavy:
+            return self._finish_empty(diagnostics, warnings + [
+                "round A found no heavy key: the clusters are not detectable at this n and epsilon"])
+        tasks = []
+        for i, g in enumerate(self._groups("means")):
+            tasks.append(GroupTask(groups=(g,), components=(self.vector_components[i],)))
+        state = pack_state("means", heavy=heavy, diagnostics=diagnostics, warnings=warnings)
+        return RoundOutcome(next_round=RoundPlan(spec=self._spec(spec.round + 1, tasks), engine_state=state),
+                            diagnostics=diagnostics)
+
+    def _close_means(self, spec: RoundSpec, reports: RoundReports, state: dict[str, Any]) -> RoundOutcome:
+        d = self.dimension
+        columns = self._columns(spec, reports)
+        groups = self._groups("means")
+        heavy = state["heavy"]
+        diagnostics = dict(state["diagnostics"])
+        warnings = list(state["warnings"])
+        n_b = sum(len(columns.get(g, [[]])[0]) for g in groups)
+        candidates: list[list[float]] = []
+        sums_all: list[list[float]] = []
+        counts_all: list[float] = []
+        variances: list[float] = []
+        for i, g in enumerate(groups):
+            r, j = self._subgroup(i)
+            keys = [h for h in heavy if h[0] == r and h[1] == j]
+            payloads = columns.get(g, [[]])[0]
+            if not keys or not payloads:
+                continue
+            params = self.vector_components[i].mechanism
+            assert isinstance(params, BucketizedVectorParams)
+            sums = bucket_sums(params, payloads, np.array([h[2] for h in keys], dtype=np.uint64))
+            for row, h in zip(sums.sums, keys):
+                expected = h[3] * len(payloads)  # the key's share of round A times this subgroup's size
+                if expected <= 0:
+                    continue
+                candidates.append((row[:d] / expected).tolist())
+                sums_all.append(row[:d].tolist())
+                counts_all.append(expected)
+                variances.append(float(sums.variance_bound))
+        diagnostics["means_reports"] = float(n_b)
+        diagnostics["candidates"] = float(len(candidates))
+        if not candidates:
+            return self._finish_empty(diagnostics, warnings + ["round B produced no candidate center"])
+        cand = np.clip(np.asarray(candidates), -1.0, 1.0)
+        encoder = NearestCandidateEncoder(domain=self.domain, dimension=d,
+                                          centers=tuple(self._to_original(cand).ravel().tolist()))
+        oracle = choose_frequency_oracle(max(2, len(cand)), self.round_epsilon, MAX_PAYLOAD_BITS)
+        tasks = [GroupTask(groups=tuple(self._groups("weights")),
+                           components=(Component(encoder=encoder, mechanism=oracle),))]
+        new_state = pack_state("weights", candidates=cand.ravel().tolist(), sums=sums_all, counts=counts_all,
+                               variances=variances, diagnostics=diagnostics, warnings=warnings)
+        return RoundOutcome(next_round=RoundPlan(spec=self._spec(spec.round + 1, tasks), engine_state=new_state),
+                            diagnostics=diagnostics)
+
+    def _close_weights(self, spec: RoundSpec, reports: RoundReports, state: dict[str, Any]) -> RoundOutcome:
+        d, k = self.dimension, int(self.params.k)
+        cand = np.asarray(state["candidates"], dtype=np.float64).reshape(-1, d)
+        m = cand.shape[0]
+        diagnostics = dict(state["diagnostics"])
+        warnings = list(state["warnings"])
+        columns = self._columns(spec, reports)
+        component = spec.tasks[0].components[0]
+        agg = make_aggregator(component.mechanism)  # type: ignore[arg-type]
+        for g in self._groups("weights"):
+            if columns.get(g) and columns[g][0]:
+                agg.add(columns[g][0])
+        diagnostics["weights_reports"] = float(agg.n)
+        if agg.n == 0:
+            return self._finish_empty(diagnostics, warnings + ["round C received no reports"])
+        est = agg.estimate(DEFAULT_CONFIDENCE, candidates=np.arange(m))
+        weights = np.asarray(est.counts, dtype=np.float64)[:m]
+        z = float(self.params.threshold_z) or bonferroni_z(max(m, 1), FALSE_POSITIVE_RATE)
+        keep = weights > z * est.zero_std_error
+        if keep.sum() < 1:
+            return self._finish_empty(diagnostics, warnings + ["no candidate has a significant weight in round C"])
+        # Re-assignment (Algorithm 4): the weight of a dropped candidate moves to its nearest kept one.
+        kept_idx = np.flatnonzero(keep)
+        nearest = kept_idx[np.argmin(((cand[:, None, :] - cand[None, kept_idx, :]) ** 2).sum(axis=2), axis=1)]
+        pooled = np.bincount(nearest, weights=np.clip(weights, 0.0, None), minlength=m)[kept_idx]
+        coreset, coreset_w = cand[kept_idx], np.maximum(pooled, 1e-9)
+        diagnostics.update(candidates_kept=float(kept_idx.size), coreset_weight=float(coreset_w.sum()),
+                           coreset_weight_error=float(abs(coreset_w.sum() - agg.n) / agg.n))
+        rng = np.random.default_rng(self._seed())
+        kk = min(k, kept_idx.size)
+        fit = weighted_kmeans(coreset, kk, rng, weights=coreset_w, n_init=RESTARTS)
+        labels = fit.labels
+        # Pool the round-B sums of every candidate a center owns (dropped candidates follow their nearest).
+        sums = np.asarray(state["sums"], dtype=np.float64).reshape(m, d)
+        counts = np.asarray(state["counts"], dtype=np.float64)
+        var_b = np.asarray(state["variances"], dtype=np.float64)
+        owner = labels[np.searchsorted(kept_idx, nearest)]
+        pooled_s = np.column_stack([np.bincount(owner, weights=sums[:, c], minlength=kk) for c in range(d)])
+        pooled_n = np.bincount(owner, weights=counts, minlength=kk)
+        pooled_var = np.bincount(owner, weights=var_b, minlength=kk)
+        ok = pooled_n > 0
+        centers = fit.centers.copy()
+        centers[ok] = pooled_s[ok] / pooled_n[ok, None]
+        center_var = np.where(ok, pooled_var / np.where(ok, pooled_n, 1.0) ** 2, np.inf)
+        centers = np.clip(centers, -1.0, 1.0)
+        if kk < k:
+            warnings.append(f"only {kk} candidates passed the weight threshold for k = {k}: {kk} centers published")
+        if not self.lloyd:
+            return self._finish(centers, np.bincount(labels, weights=coreset_w, minlength=kk).astype(np.float64),
+                                diagnostics, warnings)
+        unit = (centers + 1.0) / 2.0
+        grr = GRRParams(domain_size=kk, epsilon=self.label_mechanism.epsilon)
+        encoder = NearestCandidateEncoder(domain=self.domain, dimension=d,
+                                          centers=tuple(self._to_original(centers).ravel().tolist()))
+        tasks = [GroupTask(groups=tuple(self._groups("lloyd")),
+                           components=(Component(encoder=encoder, mechanism=grr), self.lloyd_vector))]
+        new_state = pack_state("lloyd", centers=unit.ravel().tolist(), center_var=center_var.tolist(),
+                               weights=np.bincount(labels, weights=coreset_w, minlength=kk).tolist(),
+                               diagnostics=diagnostics, warnings=warnings)
+        return RoundOutcome(next_round=RoundPlan(spec=self._spec(spec.round + 1, tasks), engine_state=new_state),
+                            diagnostics=diagnostics)
+
+    def _close_lloyd(self, spec: RoundSpec, reports: RoundReports, state: dict[str, Any]) -> RoundOutcome:
+        d = self.dimension
+        previous = np.asarray(state["centers"], dtype=np.float64).reshape(-1, d)
+        kk = previous.shape[0]
+        diagnostics = dict(state["diagnostics"])
+        warnings = list(state["warnings"])
+        label_part, vector_part = spec.tasks[0].components
+        grr = label_part.mechanism
+        if not isinstance(grr, GRRParams):
+            raise ProtocolError("the Lloyd round's first component must be GRR")
+        columns = self._columns(spec, reports)
+        labels_raw: list[Any] = []
+        vector_payloads: list[Any] = []
+        for g in self._groups("lloyd"):
+            if columns.get(g):
+                labels_raw.extend(columns[g][0])
+                vector_payloads.extend(columns[g][1])
+        if not all(isinstance(v, int) and 0 <= v < kk for v in labels_raw):
+            raise ProtocolError(f"label payloads must be indexes in [0, {kk})")
+        diagnostics["lloyd_reports"] = float(len(labels_raw))
+        centers_b = previous * 2.0 - 1.0
+        if labels_raw:
+            labels = np.asarray(labels_raw, dtype=np.int64)
+            vectors = vector_estimates(vector_part.mechanism, vector_payloads)
+            update = label_update(labels, vectors, grr, previous)
+            # Inverse-variance combination of the round-C pooled means and the Lloyd step's means.
+            # Var[S_j] ~ Var[N_j] (V + 1) (a label's indicator times a vector of second moment <= V + 1).
+            v_vec = normalized_variance(vector_part.mechanism) * 4.0  # type: ignore[arg-type]  # [-1, 1] units
+            counts = np.maximum(update.counts, 1.0)
+            count_var = np.array([count_estimate_variance(grr.p, grr.q, len(labels), c) for c in counts])
+            lloyd_var = np.where(update.updated, count_var * (v_vec + 1.0) / counts**2, np.inf)
+            prior_var = np.asarray(state["center_var"], dtype=np.float64)
+            lloyd_b = update.centers * 2.0 - 1.0
+            w_l = np.where(np.isfinite(lloyd_var), 1.0 / np.where(np.isfinite(lloyd_var), lloyd_var, 1.0), 0.0)
+            w_p = np.where(np.isfinite(prior_var), 1.0 / np.where(np.isfinite(prior_var), prior_var, 1.0), 0.0)
+            total = w_l + w_p
+            mix = np.where(total > 0, w_l / np.where(total > 0, total, 1.0), 1.0)
+            centers_b = mix[:, None] * lloyd_b + (1 - mix)[:, None] * centers_b
+            diagnostics.update(lloyd_centers_moved=float(update.updated.sum()), lloyd_weight_mean=float(mix.mean()))
+        return self._finish(np.clip(centers_b, -1.0, 1.0), np.asarray(state["weights"], dtype=np.float64),
+                            diagnostics, warnings)
+
+    # -- results ------------------------------------------------------------------------------------
+
+    def _to_original(self, centered: NDArray[np.float64]) -> NDArray[np.float64]:
+        lower = np.asarray(self.domain.lower, dtype=np.float64)
+        upper = np.asarray(self.domain.upper, dtype=np.float64)
+        out: NDArray[np.float64] = lower + np.clip((centered + 1.0) / 2.0, 0.0, 1.0) * (upper - lower)
+        return out
+
+    def _finish(self, centers: NDArray[np.float64], weights: NDArray[np.float64], diagnostics: dict[str, float],
+                warnings: list[str]) -> RoundOutcome:
+        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=warnings)
+        clustering = result.clustering
+        clustering.dimension = self.dimension
+        clustering.k = int(centers.shape[0])
+        clustering.centers.extend(self._to_original(centers).ravel().tolist())
+        w = np.clip(weights, 0.0, None)
+        clustering.weights.extend((w / w.sum() if w.sum() > 0 else np.full(w.size, 1.0 / w.size)).tolist())
+        diagnostics["rounds"] = float(self.rounds)
+        diagnostics["published_centers"] = float(centers.shape[0])
+        return RoundOutcome(result=result, diagnostics=diagnostics)
+
+    def _finish_empty(self, diagnostics: dict[str, float], warnings: list[str]) -> RoundOutcome:
+        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=warnings)
+        result.clustering.dimension = self.dimension
+        return RoundOutcome(result=result, diagnostics=diagnostics)

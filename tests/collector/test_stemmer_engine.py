@@ -1,0 +1,190 @@
+"""The STEMMER engine (DESIGN.md §7.3): configuration, the rounds and their groups, budgets, end to end.
+
+End-to-end campaigns run through the in-process collector and the simulator (``mode="direct"``,
+seeded), with fixed campaign ids so every public projection, shift and k-means++ seed is fixed.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ldp.v1 import campaigns_pb2, encoders_pb2
+from ldp_client.encoders.bucketed import BucketedVectorEncoder
+from ldp_client.encoders.lsh import ShiftedGridEncoder
+from ldp_client.encoders.nearest import NearestCandidateEncoder
+from ldp_client.mechanisms import GRRParams
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
+from ldp_collector.campaigns import prepare_campaign
+from ldp_collector.core import Collector
+from ldp_collector.datasets import make_dataset
+from ldp_collector.engines.base import ENGINES
+from ldp_collector.engines.stemmer import (
+    DEFAULT_REPETITIONS,
+    DEFAULT_SCALES,
+    SHARES_WITH_LLOYD,
+    SHARES_WITHOUT_LLOYD,
+    StemmerEngine,
+)
+from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.simulate import CampaignRun, evaluate_clustering, run_campaign
+from ldp_collector.storage import open_store
+from support.recording import RecordingCollector
+
+
+def stemmer_config(lower: Sequence[float], upper: Sequence[float], *, epsilon: float = 4.0, k: int = 4,
+                   campaign_id: str = "", policy: int = campaigns_pb2.BUDGET_POLICY_UNSPECIFIED,
+                   **params: Any) -> campaigns_pb2.CampaignConfig:
+    config = campaigns_pb2.CampaignConfig(
+        campaign_id=campaign_id, kind=campaigns_pb2.STEMMER, epsilon=epsilon, budget_policy=policy,  # type: ignore[arg-type]
+        domain=campaigns_pb2.Domain(numeric=encoders_pb2.NumericDomain(lower=list(lower), upper=list(upper))))
+    config.stemmer.k = k
+    for key, value in params.items():
+        setattr(config.stemmer, key, value)
+    return config
+
+
+def engine_for(config: campaigns_pb2.CampaignConfig) -> StemmerEngine:
+    engine = prepare_campaign(config).engine
+    assert isinstance(engine, StemmerEngine)
+    return engine
+
+
+def test_registered_and_defaults() -> None:
+    assert ENGINES[campaigns_pb2.STEMMER] is StemmerEngine
+    engine = engine_for(stemmer_config([0.0] * 10, [1.0] * 10, k=8, campaign_id="st-def"))
+    p = engine.config.stemmer
+    assert p.projection_dimension == 4 and p.scales == DEFAULT_SCALES and p.repetitions == DEFAULT_REPETITIONS
+    assert not engine.lloyd and engine.rounds == 3 and not engine.split
+    assert engine.subgroups == DEFAULT_SCALES * DEFAULT_REPETITIONS
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"k": 1}, "stemmer.k"),
+    ({"projection_dimension": 7}, "projection_dimension"),
+    ({"scales": 17}, "scales"),
+    ({"repetitions": 9}, "repetitions"),
+    ({"threshold_z": -1.0}, "threshold_z"),
+    ({"threshold_z": math.nan}, "threshold_z"),
+])
+def test_bad_parameters_name_the_field(params: dict[str, Any], message: str) -> None:
+    k = params.pop("k", 4)
+    with pytest.raises(InvalidArgumentError, match=message):
+        engine_for(stemmer_config([0.0] * 10, [1.0] * 10, k=k, **params))
+
+
+def test_bad_domain_and_epsilon() -> None:
+    config = stemmer_config([0.0], [1.0])
+    config.domain.categorical_size = 5
+    with pytest.raises(InvalidArgumentError, match="numeric domain"):
+        engine_for(config)
+    with pytest.raises(InvalidArgumentError, match="epsilon"):
+        engine_for(stemmer_config([0.0], [1.0], epsilon=25.0))
+    # SPLIT spends epsilon / rounds per report: 60 over 3 rounds is 20 per report, allowed.
+    engine_for(stemmer_config([0.0], [1.0], epsilon=60.0, policy=campaigns_pb2.SPLIT))
+
+
+@pytest.mark.parametrize("lloyd", [False, True])
+def test_partition_groups_and_the_first_round(lloyd: bool) -> None:
+    engine = engine_for(stemmer_config([0.0] * 5, [1.0] * 5, k=3, scales=3, repetitions=2, projection_dimension=2,
+                                       lloyd_refinement=lloyd, campaign_id=f"st-part-{lloyd}"))
+    spec = engine.first_round().spec
+    s = 6
+    weights = spec.group_weights
+    assert len(weights) == 2 * s + (2 if lloyd else 1)
+    shares = SHARES_WITH_LLOYD if lloyd else SHARES_WITHOUT_LLOYD
+    total = sum(weights)
+    assert sum(weights[:s]) / total == pytest.approx(shares[0], abs=1e-5)
+    assert sum(weights[s:2 * s]) / total == pytest.approx(shares[1], abs=1e-5)
+    assert spec.max_reports_per_device == 1
+    assert [t.groups for t in spec.tasks] == [(g,) for g in range(s)]
+    for i, task in enumerate(spec.tasks):
+        (component,) = task.components
+        r, j = divmod(i, 3)
+        encoder = component.encoder
+        assert isinstance(encoder, ShiftedGridEncoder) and encoder.level == j + 1
+        assert component.mechanism.domain_size == 1 << (2 * (j + 1))
+        assert task.epsilon == pytest.approx(4.0)
+    # The repetitions use different projections and shifts; the scales of one repetition nest.
+    first, other = spec.tasks[0].components[0].encoder, spec.tasks[3].components[0].encoder
+    assert isinstance(first, ShiftedGridEncoder) and isinstance(other, ShiftedGridEncoder)
+    assert first.seed != other.seed and first.projection != other.projection
+    rng = np.random.default_rng(0)
+    for point in rng.uniform(0.0, 1.0, size=(100, 5)).tolist():
+        deep = spec.tasks[2].components[0].encoder.encode(point)
+        assert spec.tasks[0].components[0].encoder.encode(point) == deep >> 4
+
+
+def test_split_every_device_reports_in_every_round() -> None:
+    engine = engine_for(stemmer_config([0.0] * 3, [1.0] * 3, epsilon=6.0, k=3, scales=2, repetitions=1,
+                                       lloyd_refinement=True, policy=campaigns_pb2.SPLIT, campaign_id="st-split"))
+    spec = engine.first_round().spec
+    assert spec.group_weights == (1, 1) and spec.max_reports_per_device == 4
+    assert all(t.epsilon == pytest.approx(1.5) for t in spec.tasks)
+
+
+def run(config: campaigns_pb2.CampaignConfig, x: np.ndarray, seed: int = 1) -> CampaignRun:
+    with tempfile.TemporaryDirectory() as tmp:
+        return run_campaign(Collector(open_store(tmp)), config, x, seed=seed, mode="direct", quiet=True)
+
+
+#: Measured ARI at these seeds (see the tests); the floors sit below.
+ARI_FLOORS = {"partition": 0.9, "lloyd": 0.9}
+
+
+@pytest.mark.parametrize("lloyd", [False, True])
+def test_end_to_end_through_every_round(lloyd: bool) -> None:
+    x, truth = make_dataset("mixture", 30_000, d=3, k=3, seed=4, separation=4.0)
+    lower, upper = x.min(axis=0) - 1.0, x.max(axis=0) + 1.0
+    config = stemmer_config(lower.tolist(), upper.tolist(), epsilon=6.0, k=3, lloyd_refinement=lloyd,
+                            campaign_id=f"st-e2e-{lloyd}")
+    outcome = run(config, x)
+    result = outcome.result
+    assert result.state == campaigns_pb2.FINISHED, list(result.warnings)
+    assert outcome.stats.rounds == (4 if lloyd else 3)
+    c = result.clustering
+    assert c.k == 3 and c.dimension == 3 and sum(c.weights) == pytest.approx(1.0)
+    centers = np.asarray(c.centers).reshape(3, 3)
+    assert np.all(centers >= lower) and np.all(centers <= upper)
+    d = dict(result.diagnostics)
+    assert d["heavy_keys"] >= 3 and d["candidates"] >= 3 and d["candidates_kept"] >= 3
+    assert d["coreset_weight_error"] < 0.5
+    scores = evaluate_clustering(result, x, truth)
+    assert scores["ari"] >= ARI_FLOORS["lloyd" if lloyd else "partition"], scores
+
+
+def test_round_specs_carry_the_feedback() -> None:
+    """Round B buckets by round A's keys, C broadcasts the candidates, D the coreset's centers."""
+    x, _ = make_dataset("mixture", 20_000, d=2, k=3, seed=4, separation=4.0)
+    config = stemmer_config((x.min(0) - 1).tolist(), (x.max(0) + 1).tolist(), epsilon=6.0, k=3,
+                            lloyd_refinement=True, campaign_id="st-specs")
+    engine = engine_for(config)
+    with tempfile.TemporaryDirectory() as tmp:
+        backend = RecordingCollector(Collector(open_store(tmp)), seed=1)
+        outcome = run_campaign(backend, config, x, seed=1, mode="direct", quiet=True)
+    assert outcome.result.state == campaigns_pb2.FINISHED
+    assert sorted(backend.specs) == [1, 2, 3, 4]
+    b, c, d = backend.specs[2], backend.specs[3], backend.specs[4]
+    assert all(isinstance(t.components[0].mechanism, BucketizedVectorParams) for t in b.tasks)
+    assert all(isinstance(t.components[0].encoder, BucketedVectorEncoder) for t in b.tasks)
+    assert [t.groups for t in b.tasks] == [(g,) for g in range(engine.subgroups, 2 * engine.subgroups)]
+    (weights_task,) = c.tasks
+    encoder = weights_task.components[0].encoder
+    assert isinstance(encoder, NearestCandidateEncoder)
+    assert len(encoder.centers) // 2 == outcome.result.diagnostics["candidates"]
+    (lloyd_task,) = d.tasks
+    assert isinstance(lloyd_task.components[0].mechanism, GRRParams)
+    assert lloyd_task.components[0].mechanism.domain_size == 3
+
+
+def test_undetectable_clusters_say_so() -> None:
+    x, _ = make_dataset("mixture", 1500, d=2, k=4, seed=0)
+    config = stemmer_config([-20.0, -20.0], [20.0, 20.0], epsilon=0.3, k=4, campaign_id="st-weak")
+    result = run(config, x).result
+    assert result.state == campaigns_pb2.FINISHED and result.clustering.k == 0
+    assert result.warnings
