@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 #: A kept node holds at least 1 / MASS_FRACTION of an average cluster (n / k devices).
-MASS_FRACTION = 8.0
+MASS_FRACTION = 4.0
 
 
 @dataclass(frozen=True)
