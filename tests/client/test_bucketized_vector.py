@@ -34,6 +34,7 @@ from ldp_client.encoders import (
     BUCKET_VECTOR,
     ENCODERS,
     BucketedVectorEncoder,
+    NearestCandidateEncoder,
     NumericDomain,
     RandomProjection,
     ShiftedGridEncoder,
@@ -53,6 +54,7 @@ from support.exact import EnumeratingRng, max_privacy_ratio, output_distribution
 DOMAIN = NumericDomain(lower=(0.0, -2.0), upper=(10.0, 2.0))
 SIMHASH = SimHashEncoder(domain=DOMAIN, bits=5, seed=17)
 GRID = ShiftedGridEncoder(domain=DOMAIN, level=3, seed=99)
+NEAREST = NearestCandidateEncoder(domain=DOMAIN, dimension=2, centers=(1.0, 0.0, 5.0, 1.0, 9.0, -1.0))
 
 
 def _box(bucket_bits: int = 8, dimension: int = 3, epsilon: float = 1.0) -> BucketizedVectorParams:
@@ -94,9 +96,9 @@ def test_encoder_bucket_bits() -> None:
 
 
 def test_encoder_refuses_bad_specs() -> None:
-    with pytest.raises(InvalidParameterError, match="exactly one of simhash and shifted_grid"):
+    with pytest.raises(InvalidParameterError, match="exactly one of simhash, shifted_grid and nearest"):
         BucketedVectorEncoder(domain=DOMAIN)
-    with pytest.raises(InvalidParameterError, match="exactly one of simhash and shifted_grid"):
+    with pytest.raises(InvalidParameterError, match="exactly one of simhash, shifted_grid and nearest"):
         BucketedVectorEncoder(domain=DOMAIN, simhash=SIMHASH, shifted_grid=GRID)
     with pytest.raises(InvalidParameterError, match="simhash domain must equal the encoder's domain"):
         BucketedVectorEncoder(domain=NumericDomain.unit(2), simhash=SIMHASH)
@@ -109,6 +111,25 @@ def test_encoder_refuses_bad_specs() -> None:
     wide = NumericDomain.unit(4096)
     with pytest.raises(InvalidParameterError, match="at most 4095"):
         BucketedVectorEncoder(domain=wide, simhash=SimHashEncoder(domain=wide, bits=3, seed=1))
+
+
+def test_encoder_with_a_nearest_candidate_bucket() -> None:
+    encoder = BucketedVectorEncoder(domain=DOMAIN, nearest=NEAREST)
+    assert encoder.bucket_bits == 2 and encoder.output_size == 3
+    for point in ([0.0, 0.0], [5.5, 1.5], [9.0, -2.0], [4.0, 0.0]):
+        bucket, vector = encoder.encode(point)
+        assert bucket == NEAREST.encode(point)
+        assert vector == (*SymmetricBoxEncoder(domain=DOMAIN).encode(point), 1.0)
+    one = NearestCandidateEncoder(domain=DOMAIN, dimension=2, centers=(1.0, 0.0))
+    assert BucketedVectorEncoder(domain=DOMAIN, nearest=one).bucket_bits == 1
+    with pytest.raises(InvalidParameterError, match="exactly one"):
+        BucketedVectorEncoder(domain=DOMAIN, simhash=SIMHASH, nearest=NEAREST)
+    with pytest.raises(TypeError, match="nearest must be a NearestCandidateEncoder"):
+        BucketedVectorEncoder(domain=DOMAIN, nearest=SIMHASH)  # type: ignore[arg-type]
+    message = serde.encoder_to_proto(encoder)
+    assert message.bucketed_vector.HasField("nearest")
+    assert serde.encoder_from_proto(message) == encoder
+    assert ENCODERS.load(ENCODERS.dump(encoder)) == encoder
 
 
 def test_encoder_refuses_bad_points() -> None:
@@ -141,7 +162,7 @@ def test_encoder_round_trips_through_msgpack_dicts_and_protobuf(encoder: Buckete
 def test_encoder_from_proto_refuses_neither_or_both_lsh() -> None:
     domain = enc.NumericDomain(lower=[0.0, -2.0], upper=[10.0, 2.0])
     neither = enc.EncoderSpec(bucketed_vector=enc.BucketedVectorEncoder(domain=domain))
-    with pytest.raises(ProtocolError, match=r"encoder\.bucketed_vector: .*exactly one of simhash and shifted_grid"):
+    with pytest.raises(ProtocolError, match=r"encoder\.bucketed_vector: .*exactly one of simhash, shifted_grid and nearest"):
         serde.encoder_from_proto(neither)
     both = enc.EncoderSpec(bucketed_vector=enc.BucketedVectorEncoder(
         domain=domain, simhash=enc.SimHashEncoder(domain=domain, bits=3, seed=1),

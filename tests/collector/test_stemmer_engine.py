@@ -18,7 +18,6 @@ from ldp.v1 import campaigns_pb2, encoders_pb2
 from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.lsh import ShiftedGridEncoder
 from ldp_client.encoders.nearest import NearestCandidateEncoder
-from ldp_client.mechanisms import GRRParams
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
@@ -178,8 +177,10 @@ def test_round_specs_carry_the_feedback() -> None:
     assert isinstance(encoder, NearestCandidateEncoder)
     assert len(encoder.centers) // 2 == outcome.result.diagnostics["candidates"]
     (lloyd_task,) = d.tasks
-    assert isinstance(lloyd_task.components[0].mechanism, GRRParams)
-    assert lloyd_task.components[0].mechanism.domain_size == 3
+    (lloyd,) = lloyd_task.components  # one vector report bucketed by the nearest of the coreset's centers
+    assert isinstance(lloyd.mechanism, BucketizedVectorParams) and isinstance(lloyd.encoder, BucketedVectorEncoder)
+    assert lloyd.encoder.nearest is not None and len(lloyd.encoder.nearest.centers) == 3 * 2
+    assert lloyd.mechanism.bucket_bits == 2
 
 
 def test_undetectable_clusters_say_so() -> None:

@@ -2,7 +2,9 @@
 
 :class:`BucketedVectorEncoder` maps a point to ``(b, v)``: ``b`` its node under a public LSH
 (a :class:`~ldp_client.encoders.lsh.SimHashEncoder` prefix or a
-:class:`~ldp_client.encoders.lsh.ShiftedGridEncoder` cell) and ``v = (2 t - 1, 1)`` in
+:class:`~ldp_client.encoders.lsh.ShiftedGridEncoder` cell), or the index of its nearest public
+candidate (:class:`~ldp_client.encoders.nearest.NearestCandidateEncoder`, a Lloyd step's
+assignment), and ``v = (2 t - 1, 1)`` in
 ``[-1, 1]^(d+1)``, ``t`` the clamped point normalized to ``[0, 1]^d``
 (``NumericDomain.normalize``). :class:`~ldp_client.mechanisms.bucketized_vector.BucketizedVectorParams`
 randomizes the pair so that the collector can estimate, for any bucket, the sum of ``v`` over the
@@ -18,6 +20,7 @@ from ..errors import InvalidParameterError
 from .base import BUCKET_VECTOR, ENCODERS, MAX_DIMENSION, Encoder, NumericDomain, as_point
 from .geometry import _require_domain
 from .lsh import ShiftedGridEncoder, SimHashEncoder
+from .nearest import NearestCandidateEncoder
 
 __all__ = ["BucketedVectorEncoder"]
 
@@ -35,8 +38,10 @@ class BucketedVectorEncoder(Encoder):
         The bucket is the SimHash value (``bits`` bits).
     shifted_grid : ShiftedGridEncoder or None
         The bucket is the shifted-grid Morton index (``level * k`` bits).
+    nearest : NearestCandidateEncoder or None
+        The bucket is the index of the nearest candidate (``ceil(log2 m)`` bits for ``m`` candidates).
 
-    Exactly one of ``simhash`` and ``shifted_grid`` is set, and its domain equals ``domain``.
+    Exactly one of ``simhash``, ``shifted_grid`` and ``nearest`` is set, and its domain equals ``domain``.
 
     Notes
     -----
@@ -52,6 +57,7 @@ class BucketedVectorEncoder(Encoder):
     domain: NumericDomain
     simhash: SimHashEncoder | None = None
     shifted_grid: ShiftedGridEncoder | None = None
+    nearest: NearestCandidateEncoder | None = None
 
     def __post_init__(self) -> None:
         _require_domain(self.domain)
@@ -63,23 +69,28 @@ class BucketedVectorEncoder(Encoder):
             raise TypeError(f"simhash must be a SimHashEncoder or None, got {type(self.simhash).__name__}")
         if self.shifted_grid is not None and not isinstance(self.shifted_grid, ShiftedGridEncoder):
             raise TypeError(f"shifted_grid must be a ShiftedGridEncoder or None, got {type(self.shifted_grid).__name__}")
-        if (self.simhash is None) == (self.shifted_grid is None):
-            raise InvalidParameterError("bucketed_vector needs exactly one of simhash and shifted_grid")
+        if self.nearest is not None and not isinstance(self.nearest, NearestCandidateEncoder):
+            raise TypeError(f"nearest must be a NearestCandidateEncoder or None, got {type(self.nearest).__name__}")
+        if sum(e is not None for e in (self.simhash, self.shifted_grid, self.nearest)) != 1:
+            raise InvalidParameterError("bucketed_vector needs exactly one of simhash, shifted_grid and nearest")
         if self.lsh.domain != self.domain:
             raise InvalidParameterError(f"bucketed_vector {self.lsh.KIND} domain must equal the encoder's domain")
 
     @property
-    def lsh(self) -> SimHashEncoder | ShiftedGridEncoder:
-        """The bucket encoder: ``simhash`` or ``shifted_grid``, whichever is set."""
-        lsh = self.simhash if self.simhash is not None else self.shifted_grid
+    def lsh(self) -> SimHashEncoder | ShiftedGridEncoder | NearestCandidateEncoder:
+        """The bucket encoder: ``simhash``, ``shifted_grid`` or ``nearest``, whichever is set."""
+        lsh = self.simhash or self.shifted_grid or self.nearest
         assert lsh is not None  # __post_init__
         return lsh
 
     @property
     def bucket_bits(self) -> int:
-        """Bits of a bucket: SimHash ``bits``, or ``level * k`` for the shifted grid (at most 64)."""
+        """Bits of a bucket: SimHash ``bits``, ``level * k`` for the shifted grid (at most 64), or
+        ``ceil(log2 m)`` (at least 1) for ``m`` nearest candidates."""
         if self.simhash is not None:
             return self.simhash.bits
+        if self.nearest is not None:
+            return max(1, (self.nearest.output_size - 1).bit_length())
         assert self.shifted_grid is not None  # __post_init__
         return self.shifted_grid.level * self.shifted_grid.space_dimension
 

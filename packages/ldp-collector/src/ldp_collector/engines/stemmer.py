@@ -26,11 +26,14 @@ Rounds
        weighted Lloyd on the private coreset (candidates, weights): k centers. Each center is
        re-estimated by pooling the round-B sums and counts of the candidates it owns (an unbiased
        ratio estimate over many subgroups instead of one).
-    D. **Lloyd refinement** (``lloyd_refinement``): devices report the GRR label of their
-       nearest center and a fresh perturbed vector; the debiased Lloyd step of LDPKmeans
-       (:func:`~ldp_collector.engines.ldp_kmeans.label_update`) moves every significant center.
-       The published center is the inverse-variance combination of the round-C and round-D
-       estimates.
+    D. **Lloyd refinement** (``lloyd_refinement``): every device reports its bucketized vector
+       ``(2t - 1, 1)`` bucketed by the index of its nearest center (the round-C centers are public
+       in the spec). The bucket sums give every center's sum and count directly, so this Lloyd
+       step costs one vector report per device and no label. (LDPKmeans's GRR label plus a fresh
+       vector has, per center, about ``q / (p - q)^2`` times the variance at the label's and the
+       vector's split epsilons: 9 times more at k = 8, epsilon = 2.) A center moves only when its
+       count passes ``MIN_COUNT_Z`` standard errors; the published center is the inverse-variance
+       combination of the round-C and round-D estimates.
 
 Budget policies
     ``PARTITION`` (default): the groups of rounds A and B are ``S`` subgroups each, C and D one group
@@ -61,8 +64,7 @@ from ldp_client.encoders.lsh import ShiftedGridEncoder
 from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.encoders.projection import RandomProjection
 from ldp_client.errors import InvalidParameterError, ProtocolError
-from ldp_client.mechanisms import GRRParams, choose_frequency_oracle
-from ldp_client.mechanisms.base import count_estimate_variance
+from ldp_client.mechanisms import choose_frequency_oracle
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
@@ -72,7 +74,6 @@ from ..estimation.frequency import FrequencyAggregator, make_aggregator
 from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.net_tree import NetTreeLayout, grow_tree
 from ..estimation.vector_sum import bucket_sums
-from ..estimation.vectors import normalized_variance, vector_component, vector_estimates
 from ..evaluation.kmeans import weighted_kmeans
 from .base import (
     CampaignEngine,
@@ -85,7 +86,6 @@ from .base import (
     register_engine,
 )
 from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON
-from .ldp_kmeans import label_update
 from .nettree import vector_shape
 
 __all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "StemmerEngine"]
@@ -105,10 +105,8 @@ MAX_PAYLOAD_BITS = 1024
 #: Group shares of rounds A, B, C, D under PARTITION (with and without the Lloyd round).
 SHARES_WITH_LLOYD = (0.25, 0.25, 0.15, 0.35)
 SHARES_WITHOUT_LLOYD = (0.30, 0.45, 0.25)
-#: Share of a round-D report's epsilon spent on its label (the rest on the fresh vector).
-LABEL_SHARE = 0.3
-#: A round-D center moves only when its label count exceeds this many standard errors.
-MIN_COUNT_Z = 2.0
+#: A round-D center moves only when its count exceeds this many standard errors.
+MIN_COUNT_Z = 3.0
 _PHASES = ("keys", "means", "weights", "lloyd")
 
 
@@ -186,8 +184,7 @@ class StemmerEngine(CampaignEngine):
                 encoder=BucketedVectorEncoder(domain=self.domain, shifted_grid=enc),
                 mechanism=BucketizedVectorParams(bucket_bits=level * dp, dimension=d + 1, epsilon=eps, shape=shape))
                 for reps in self.keys for level, enc in enumerate(reps, 1)]
-            self.lloyd_vector = vector_component(self.domain, eps * (1 - LABEL_SHARE))
-            self.label_mechanism = GRRParams(domain_size=int(p.k), epsilon=eps * LABEL_SHARE)
+            self.vector_shape = shape
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"stemmer: {exc}") from None
 
@@ -393,13 +390,13 @@ class StemmerEngine(CampaignEngine):
         if not self.lloyd:
             return self._finish(centers, np.bincount(labels, weights=coreset_w, minlength=kk).astype(np.float64),
                                 diagnostics, warnings)
-        unit = (centers + 1.0) / 2.0
-        grr = GRRParams(domain_size=kk, epsilon=self.label_mechanism.epsilon)
-        encoder = NearestCandidateEncoder(domain=self.domain, dimension=d,
-                                          centers=tuple(self._to_original(centers).ravel().tolist()))
+        encoder = BucketedVectorEncoder(domain=self.domain, nearest=NearestCandidateEncoder(
+            domain=self.domain, dimension=d, centers=tuple(self._to_original(centers).ravel().tolist())))
+        mechanism = BucketizedVectorParams(bucket_bits=encoder.bucket_bits, dimension=d + 1,
+                                           epsilon=self.round_epsilon, shape=self.vector_shape)
         tasks = [GroupTask(groups=tuple(self._groups("lloyd")),
-                           components=(Component(encoder=encoder, mechanism=grr), self.lloyd_vector))]
-        new_state = pack_state("lloyd", centers=unit.ravel().tolist(), center_var=center_var.tolist(),
+                           components=(Component(encoder=encoder, mechanism=mechanism),))]
+        new_state = pack_state("lloyd", centers=centers.ravel().tolist(), center_var=center_var.tolist(),
                                weights=np.bincount(labels, weights=coreset_w, minlength=kk).tolist(),
                                diagnostics=diagnostics, warnings=warnings)
         return RoundOutcome(next_round=RoundPlan(spec=self._spec(spec.round + 1, tasks), engine_state=new_state),
@@ -411,40 +408,30 @@ class StemmerEngine(CampaignEngine):
         kk = previous.shape[0]
         diagnostics = dict(state["diagnostics"])
         warnings = list(state["warnings"])
-        label_part, vector_part = spec.tasks[0].components
-        grr = label_part.mechanism
-        if not isinstance(grr, GRRParams):
-            raise ProtocolError("the Lloyd round's first component must be GRR")
+        (component,) = spec.tasks[0].components
+        params = component.mechanism
+        if not isinstance(params, BucketizedVectorParams):
+            raise ProtocolError("the Lloyd round's component must be bucketized_vector")
         columns = self._columns(spec, reports)
-        labels_raw: list[Any] = []
-        vector_payloads: list[Any] = []
-        for g in self._groups("lloyd"):
-            if columns.get(g):
-                labels_raw.extend(columns[g][0])
-                vector_payloads.extend(columns[g][1])
-        if not all(isinstance(v, int) and 0 <= v < kk for v in labels_raw):
-            raise ProtocolError(f"label payloads must be indexes in [0, {kk})")
-        diagnostics["lloyd_reports"] = float(len(labels_raw))
-        centers_b = previous * 2.0 - 1.0
-        if labels_raw:
-            labels = np.asarray(labels_raw, dtype=np.int64)
-            vectors = vector_estimates(vector_part.mechanism, vector_payloads)
-            update = label_update(labels, vectors, grr, previous)
-            # Inverse-variance combination of the round-C pooled means and the Lloyd step's means.
-            # Var[S_j] ~ Var[N_j] (V + 1) (a label's indicator times a vector of second moment <= V + 1).
-            v_vec = normalized_variance(vector_part.mechanism) * 4.0  # type: ignore[arg-type]  # [-1, 1] units
-            counts = np.maximum(update.counts, 1.0)
-            count_var = np.array([count_estimate_variance(grr.p, grr.q, len(labels), c) for c in counts])
-            lloyd_var = np.where(update.updated, count_var * (v_vec + 1.0) / counts**2, np.inf)
+        payloads = [p for g in self._groups("lloyd") if columns.get(g) for p in columns[g][0]]
+        diagnostics["lloyd_reports"] = float(len(payloads))
+        centers = previous
+        if payloads:
+            sums = bucket_sums(params, payloads, np.arange(kk, dtype=np.uint64))
+            counts = sums.counts
+            bound = float(sums.variance_bound)
+            moved = counts > MIN_COUNT_Z * math.sqrt(bound)
+            lloyd = np.where(moved[:, None], sums.sums[:, :d] / np.where(moved, counts, 1.0)[:, None], previous)
+            lloyd_var = np.where(moved, bound / np.where(moved, counts, 1.0) ** 2, np.inf)
             prior_var = np.asarray(state["center_var"], dtype=np.float64)
-            lloyd_b = update.centers * 2.0 - 1.0
             w_l = np.where(np.isfinite(lloyd_var), 1.0 / np.where(np.isfinite(lloyd_var), lloyd_var, 1.0), 0.0)
             w_p = np.where(np.isfinite(prior_var), 1.0 / np.where(np.isfinite(prior_var), prior_var, 1.0), 0.0)
             total = w_l + w_p
             mix = np.where(total > 0, w_l / np.where(total > 0, total, 1.0), 1.0)
-            centers_b = mix[:, None] * lloyd_b + (1 - mix)[:, None] * centers_b
-            diagnostics.update(lloyd_centers_moved=float(update.updated.sum()), lloyd_weight_mean=float(mix.mean()))
-        return self._finish(np.clip(centers_b, -1.0, 1.0), np.asarray(state["weights"], dtype=np.float64),
+            centers = mix[:, None] * lloyd + (1 - mix)[:, None] * previous
+            diagnostics.update(lloyd_centers_moved=float(moved.sum()), lloyd_weight_mean=float(mix.mean()),
+                               lloyd_center_se_mean=float(np.sqrt(np.where(moved, lloyd_var, 0.0)).mean()))
+        return self._finish(np.clip(centers, -1.0, 1.0), np.asarray(state["weights"], dtype=np.float64),
                             diagnostics, warnings)
 
     # -- results ------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.errors import InvalidParameterError
 
-from ..evaluation.kmeans import weighted_kmeans
+from ..evaluation.kmeans import kmeans_plus_plus, lloyd
 from .heavy_hitters import bonferroni_z
 
 __all__ = [
@@ -349,7 +349,7 @@ def coreset_centers(sums: ArrayLike, weights: ArrayLike, k: int, rng: np.random.
     if leaves <= k:
         labels = np.arange(leaves, dtype=np.int64)
     else:
-        labels = weighted_kmeans(where, k, rng, weights=w, n_init=n_init).labels.astype(np.int64)
+        labels = _precision_seeded_kmeans(where, w, k, rng, n_init)
     used = np.unique(labels)
     remap = np.full(int(labels.max()) + 1, -1, dtype=np.int64)
     remap[used] = np.arange(used.size)
@@ -358,3 +358,19 @@ def coreset_centers(sums: ArrayLike, weights: ArrayLike, k: int, rng: np.random.
     pooled_s = np.column_stack([np.bincount(labels, weights=s[:, j], minlength=used.size) for j in range(s.shape[1])])
     centers: NDArray[np.float64] = pooled_s / pooled_w[:, None]
     return CoresetCenters(centers=centers, weights=pooled_w, labels=labels)
+
+
+def _precision_seeded_kmeans(x: NDArray[np.float64], w: NDArray[np.float64], k: int, rng: np.random.Generator,
+                             n_init: int) -> NDArray[np.int64]:
+    """Best of ``n_init`` runs of k-means++ seeded with weights ``w^2``, then Lloyd with weights ``w``.
+
+    A leaf's representative is a sum over its count, so its noise variance falls like ``1 / w^2``:
+    seeding by ``w^2`` (its precision times its mass) keeps the light, noisy fragments from being
+    picked as seeds far from every cluster, while Lloyd's pooled means stay mass-weighted.
+    """
+    best_cost, best = math.inf, np.zeros(x.shape[0], dtype=np.int64)
+    for _ in range(n_init):
+        fit = lloyd(x, kmeans_plus_plus(x, k, rng, w * w), w)
+        if fit.cost < best_cost:
+            best_cost, best = fit.cost, fit.labels.astype(np.int64)
+    return best

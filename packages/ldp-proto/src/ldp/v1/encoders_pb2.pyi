@@ -417,22 +417,28 @@ class BucketedVectorEncoder(_message.Message):
     DOMAIN_FIELD_NUMBER: _builtins.int
     SIMHASH_FIELD_NUMBER: _builtins.int
     SHIFTED_GRID_FIELD_NUMBER: _builtins.int
+    NEAREST_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def domain(self) -> Global___NumericDomain: ...
     @_builtins.property
     def simhash(self) -> Global___SimHashEncoder: ...
     @_builtins.property
     def shifted_grid(self) -> Global___ShiftedGridEncoder: ...
+    @_builtins.property
+    def nearest(self) -> Global___NearestCandidateEncoder:
+        """Or the bucket is the index of the nearest public candidate (a Lloyd step's assignment)."""
+
     def __init__(
         self,
         *,
         domain: Global___NumericDomain | None = ...,
         simhash: Global___SimHashEncoder | None = ...,
         shifted_grid: Global___ShiftedGridEncoder | None = ...,
+        nearest: Global___NearestCandidateEncoder | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "shifted_grid", b"shifted_grid", "simhash", b"simhash"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "nearest", b"nearest", "shifted_grid", b"shifted_grid", "simhash", b"simhash"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "shifted_grid", b"shifted_grid", "simhash", b"simhash"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "nearest", b"nearest", "shifted_grid", b"shifted_grid", "simhash", b"simhash"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
