@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import Encoder
@@ -57,6 +58,7 @@ from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
 from ..estimation.frequency import make_aggregator
 from ..estimation.net_tree import (
+    LevelEstimator,
     NetTreeLayout,
     center_error_floor,
     combine_center_estimates,
@@ -78,6 +80,8 @@ __all__ = [
     "MAX_K",
     "NetTreeEngine",
     "default_bits_per_level",
+    "leaf_nodes",
+    "noiseless_outcome",
     "vector_shape",
 ]
 
@@ -99,6 +103,10 @@ MAX_NODES = 4096
 MAX_NODE_BITS = 62
 #: The frequency oracle's payload limit (bits), as for the other tree protocols.
 MAX_PAYLOAD_BITS = 1024
+#: Keep threshold floors (``estimation.net_tree.select_nodes``): a node holds at least
+#: ``n / (MASS_FRACTION k)`` devices and ``VECTOR_Z`` times its sum's noise ``sqrt(n M)``.
+MASS_FRACTION = 64.0
+VECTOR_Z = 2.0
 #: Restarts of the coreset k-means.
 CORESET_RESTARTS = 10
 
@@ -240,8 +248,6 @@ class NetTreeEngine(CampaignEngine):
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
         """Grow the tree, build the coreset, cluster it and publish the centers."""
         layout = self.layout
-        p = self.params
-        k = int(p.k)
         d = self.dimension
         params_by_group = component_params_from_spec(spec)
         vector_params = spec.tasks[0].components[1].mechanism
@@ -257,9 +263,52 @@ class NetTreeEngine(CampaignEngine):
                     aggregators[g].add(nodes)
                     vectors.extend(decoded[f"{g}:1"])
         n = len(vectors)
+
+        def estimate(level: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float] | None:
+            agg = aggregators[level - 1]
+            if agg.n == 0:
+                return None
+            est = agg.estimate(DEFAULT_CONFIDENCE, candidates=candidates.astype(np.int64))
+            scale = n / agg.n
+            return np.asarray(est.counts, dtype=np.float64) * scale, est.zero_std_error * scale
+
+        def leaf_sums(nodes: NDArray[np.uint64]) -> NDArray[np.float64]:
+            out: NDArray[np.float64] = np.asarray(bucket_sums(vector_params, vectors, nodes).sums,
+                                                  dtype=np.float64)[:, :d]
+            return out
+
+        outcome = self.server_step(n, estimate, leaf_sums, vector_variance=float(vector_params.report_second_moment))
+        for level in range(1, layout.levels + 1):
+            outcome.diagnostics[f"level_{level}_reports"] = float(aggregators[level - 1].n)  # type: ignore[index]
+        return outcome
+
+    def server_step(self, n: int, estimate: LevelEstimator,
+                    leaf_sums: Callable[[NDArray[np.uint64]], NDArray[np.float64]], *,
+                    vector_variance: float) -> RoundOutcome:
+        """The server step on any source of node counts and leaf sums.
+
+        ``close_round`` passes the frequency-oracle estimates and the bucketized vector sums of the
+        reports; the benchmarks pass exact counts and sums (the noiseless, epsilon = infinity limit
+        of the same algorithm).
+
+        Parameters
+        ----------
+        n : int
+            Reports (devices).
+        estimate : callable
+            ``estimate(level, candidates) -> (population-scaled counts, zero-count standard error)``.
+        leaf_sums : callable
+            ``leaf_sums(nodes) -> (L, d)`` sums of ``2t - 1`` over each depth-``T`` node's devices.
+        vector_variance : float
+            Per-report second moment ``M`` of a vector coordinate (0 for exact sums).
+        """
+        layout = self.layout
+        p = self.params
+        k = int(p.k)
+        d = self.dimension
         warnings: list[str] = []
         sigma = detection_sigma(max(n, 1), self.node_epsilon, layout.levels)
-        inner_variance = float(vector_params.report_second_moment)
+        inner_variance = vector_variance
         diagnostics: dict[str, float] = {
             "reports": float(n), "epsilon": float(self.config.epsilon), "node_epsilon": self.node_epsilon,
             "vector_epsilon": self.vector_epsilon, "depth": float(layout.levels),
@@ -275,17 +324,14 @@ class NetTreeEngine(CampaignEngine):
             warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters: no centers published")
             result.warnings.extend(warnings)
             return RoundOutcome(result=result, diagnostics=diagnostics)
-        def estimate(level: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float] | None:
-            agg = aggregators[level - 1]
-            if agg.n == 0:
-                return None
-            est = agg.estimate(DEFAULT_CONFIDENCE, candidates=candidates.astype(np.int64))
-            diagnostics[f"level_{level}_reports"] = float(agg.n)
-            scale = n / agg.n
-            return np.asarray(est.counts, dtype=np.float64) * scale, est.zero_std_error * scale
-
+        # A leaf's representative has per-coordinate noise sqrt(n M) / w: a node lighter than
+        # VECTOR_Z sqrt(n M) would bring more noise than position; the mass floor n / (64 k) only
+        # bounds the tree when the noise is small (the cap max_nodes_per_level bounds it anyway).
+        vector_floor = VECTOR_Z * math.sqrt(n * inner_variance)
+        diagnostics["vector_floor"] = vector_floor
         growth = grow_tree(estimate, layout, n_hat=float(n), k=k, alpha=float(p.false_positive_rate),
-                           max_nodes=int(p.max_nodes_per_level))
+                           max_nodes=int(p.max_nodes_per_level), mass_fraction=MASS_FRACTION,
+                           min_count=vector_floor)
         diagnostics.update(growth.diagnostics)
         warnings.extend(growth.warnings)
         if growth.level < layout.levels or growth.nodes.size == 0:
@@ -296,8 +342,7 @@ class NetTreeEngine(CampaignEngine):
             return RoundOutcome(result=result, diagnostics=diagnostics)
         kept_nodes, kept_counts = growth.nodes, growth.counts
         diagnostics["leaves"] = float(kept_nodes.size)
-        sums = bucket_sums(vector_params, vectors, kept_nodes)
-        leaf_sums = np.asarray(sums.sums, dtype=np.float64)[:, :d]
+        sums = leaf_sums(kept_nodes)
         weights = np.maximum(kept_counts, 1.0)
         diagnostics["coverage"] = float(kept_counts.sum() / n)
         grid = self.params.node_map == NT.SHIFTED_GRID
@@ -307,15 +352,15 @@ class NetTreeEngine(CampaignEngine):
             assert isinstance(leaf, ShiftedGridEncoder)
             cells = shifted_cell_centres(kept_nodes, layout.levels, leaf.shift, leaf.half_width)
         positions = cells if cells is not None else (
-            self._positions(kept_nodes, leaf_sums, weights) if p.cluster_in_projected_space else None)
+            self._positions(kept_nodes, sums, weights) if p.cluster_in_projected_space else None)
         rng = np.random.default_rng(self._seed())
-        fit = coreset_centers(leaf_sums, weights, k, rng, positions=positions, n_init=CORESET_RESTARTS)
+        fit = coreset_centers(sums, weights, k, rng, positions=positions, n_init=CORESET_RESTARTS)
         if fit.centers.shape[0] < k:
             warnings.append(f"only {fit.centers.shape[0]} leaves passed the thresholds for k = {k}: "
                             f"{fit.centers.shape[0]} centers published")
         leaves_per_center = np.bincount(fit.labels, minlength=fit.centers.shape[0]).astype(np.float64)
-        vector_variance = leaves_per_center * n * inner_variance / fit.weights**2
-        diagnostics["vector_center_se_mean"] = float(np.sqrt(vector_variance).mean())
+        center_variance = leaves_per_center * n * inner_variance / fit.weights**2
+        diagnostics["vector_center_se_mean"] = float(np.sqrt(center_variance).mean())
         centers = fit.centers
         if cells is not None:
             leaf = self.node_encoders[-1]
@@ -325,7 +370,7 @@ class NetTreeEngine(CampaignEngine):
                 np.bincount(fit.labels, weights=weights * cells[:, j], minlength=fit.centers.shape[0])
                 for j in range(d)]) / fit.weights[:, None]
             cell_mse = np.full(fit.centers.shape[0], side * side / 12.0)
-            centers = combine_center_estimates(fit.centers, vector_variance, cell_means, cell_mse)
+            centers = combine_center_estimates(fit.centers, center_variance, cell_means, cell_mse)
             diagnostics["cell_side"] = float(side)
         fit_weights = fit.weights
         unit = np.clip((centers + 1.0) / 2.0, 0.0, 1.0)
@@ -350,3 +395,68 @@ class NetTreeEngine(CampaignEngine):
             [((codes >> np.uint64(bits - 1 - i)) & np.uint64(1)).astype(np.float64) for i in range(bits)])
         return out
 
+
+
+def leaf_nodes(engine: NetTreeEngine, points: NDArray[np.float64]) -> NDArray[np.uint64]:
+    """Every point's depth-``T`` node under the engine's public node map (vectorized SDK encoders).
+
+    Bit-identical to the devices' encoders except, at worst, for points lying exactly on a
+    hyperplane or cell boundary (numpy's dot products may round differently from the SDK's sums).
+    """
+    domain = engine.domain
+    lower = np.asarray(domain.lower, dtype=np.float64)
+    upper = np.asarray(domain.upper, dtype=np.float64)
+    z = 2.0 * np.clip((points - lower) / (upper - lower), 0.0, 1.0) - 1.0
+    if engine.projection is not None:
+        z = z @ np.asarray(engine.projection.matrix, dtype=np.float64).T
+    leaf = engine.node_encoders[-1]
+    if isinstance(leaf, SimHashEncoder):
+        bits = (z @ np.asarray(leaf.hyperplanes, dtype=np.float64).T >= 0.0).astype(np.uint64)
+        weights = np.left_shift(np.uint64(1), np.arange(leaf.bits - 1, -1, -1, dtype=np.uint64))
+        out: NDArray[np.uint64] = (bits * weights).sum(axis=1, dtype=np.uint64)
+        return out
+    assert isinstance(leaf, ShiftedGridEncoder)
+    radius = leaf.half_width
+    u = np.clip((z + radius) / (2.0 * radius), 0.0, 1.0)
+    top = (1 << leaf.level) - 1
+    coords = np.minimum(((u + np.asarray(leaf.shift)) * 0.5 * float(1 << leaf.level)).astype(np.int64), top)
+    k = coords.shape[1]
+    index = np.zeros(len(points), dtype=np.uint64)
+    for bit in range(leaf.level):
+        for r in range(k):
+            index |= ((coords[:, r] >> bit) & 1).astype(np.uint64) << np.uint64(bit * k + r)
+    return index
+
+
+def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
+    """The server step on exact node counts and exact leaf sums: the protocol at epsilon = infinity.
+
+    What remains is the algorithm's own approximation (the tree's thresholds, the coreset of
+    leaves, weighted k-means on it), which the benchmarks compare with non-private k-means.
+    """
+    x = np.asarray(points, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != engine.dimension:
+        raise ValueError(f"points must be (n, {engine.dimension}), got {x.shape}")
+    n = len(x)
+    leaves = leaf_nodes(engine, x)
+    b, depth = engine.layout.child_bits, engine.layout.levels
+    lower = np.asarray(engine.domain.lower, dtype=np.float64)
+    upper = np.asarray(engine.domain.upper, dtype=np.float64)
+    y = 2.0 * np.clip((x - lower) / (upper - lower), 0.0, 1.0) - 1.0
+
+    def estimate(level: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float]:
+        nodes, counts = np.unique(leaves >> np.uint64(b * (depth - level)), return_counts=True)
+        pos = np.clip(np.searchsorted(nodes, candidates), 0, max(nodes.size - 1, 0))
+        found = nodes[pos] == candidates
+        return np.where(found, counts[pos], 0).astype(np.float64), 0.0
+
+    def leaf_sums(nodes: NDArray[np.uint64]) -> NDArray[np.float64]:
+        order = np.argsort(nodes)
+        pos = np.clip(np.searchsorted(nodes[order], leaves), 0, nodes.size - 1)
+        member = nodes[order][pos] == leaves
+        index = order[pos[member]]
+        out: NDArray[np.float64] = np.column_stack(
+            [np.bincount(index, weights=y[member, j], minlength=nodes.size) for j in range(engine.dimension)])
+        return out
+
+    return engine.server_step(n, estimate, leaf_sums, vector_variance=0.0)

@@ -422,15 +422,10 @@ class StemmerEngine(CampaignEngine):
             bound = float(sums.variance_bound)
             moved = counts > MIN_COUNT_Z * math.sqrt(bound)
             lloyd = np.where(moved[:, None], sums.sums[:, :d] / np.where(moved, counts, 1.0)[:, None], previous)
-            lloyd_var = np.where(moved, bound / np.where(moved, counts, 1.0) ** 2, np.inf)
-            prior_var = np.asarray(state["center_var"], dtype=np.float64)
-            w_l = np.where(np.isfinite(lloyd_var), 1.0 / np.where(np.isfinite(lloyd_var), lloyd_var, 1.0), 0.0)
-            w_p = np.where(np.isfinite(prior_var), 1.0 / np.where(np.isfinite(prior_var), prior_var, 1.0), 0.0)
-            total = w_l + w_p
-            mix = np.where(total > 0, w_l / np.where(total > 0, total, 1.0), 1.0)
-            centers = mix[:, None] * lloyd + (1 - mix)[:, None] * previous
-            diagnostics.update(lloyd_centers_moved=float(moved.sum()), lloyd_weight_mean=float(mix.mean()),
-                               lloyd_center_se_mean=float(np.sqrt(np.where(moved, lloyd_var, 0.0)).mean()))
+            centers = lloyd
+            se = np.sqrt(bound) / np.where(moved, counts, np.inf)
+            diagnostics.update(lloyd_centers_moved=float(moved.sum()), lloyd_center_se_mean=float(se[moved].mean())
+                               if moved.any() else 0.0)
         return self._finish(np.clip(centers, -1.0, 1.0), np.asarray(state["weights"], dtype=np.float64),
                             diagnostics, warnings)
 

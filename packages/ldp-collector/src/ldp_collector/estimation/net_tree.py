@@ -144,7 +144,8 @@ class LevelSelection:
 
 
 def select_nodes(counts: ArrayLike, zero_std_error: float, *, n_hat: float, k: int, alpha: float,
-                 max_nodes: int, mass_fraction: float = MASS_FRACTION, z: float | None = None) -> LevelSelection:
+                 max_nodes: int, mass_fraction: float = MASS_FRACTION, z: float | None = None,
+                 min_count: float = 0.0) -> LevelSelection:
     """Kept and branching nodes of one level from population-scaled counts (module docstring).
 
     Parameters
@@ -163,6 +164,8 @@ def select_nodes(counts: ArrayLike, zero_std_error: float, *, n_hat: float, k: i
         Most nodes kept.
     mass_fraction : float
         ``c`` of the mass threshold ``n_hat / (c k)``.
+    min_count : float
+        A further absolute floor on the kept counts (the engines' vector-noise floor).
     z : float, optional
         A fixed threshold multiplier instead of the Bonferroni quantile.
     """
@@ -174,7 +177,7 @@ def select_nodes(counts: ArrayLike, zero_std_error: float, *, n_hat: float, k: i
     elif not (math.isfinite(z) and z > 0):
         raise InvalidParameterError(f"z must be positive and finite, got {z}")
     noise = z * float(zero_std_error)
-    mass = max(float(n_hat), 0.0) / (mass_fraction * k)
+    mass = max(max(float(n_hat), 0.0) / (mass_fraction * k), float(min_count))
     threshold = max(noise, mass)
     passed = np.flatnonzero(c >= threshold)
     order = passed[np.argsort(-c[passed], kind="stable")]
@@ -206,7 +209,7 @@ class TreeGrowth:
 
 def grow_tree(estimate: LevelEstimator, layout: NetTreeLayout, *, n_hat: float, k: int, alpha: float,
               max_nodes: int, mass_fraction: float = MASS_FRACTION, z: float | None = None,
-              prefix: str = "") -> TreeGrowth:
+              min_count: float = 0.0, prefix: str = "") -> TreeGrowth:
     """Walk the tree top-down (module docstring): test, keep, test the kept nodes' children.
 
     Parameters
@@ -215,7 +218,7 @@ def grow_tree(estimate: LevelEstimator, layout: NetTreeLayout, *, n_hat: float, 
         ``estimate(level, candidates)``: population-scaled counts of the candidates and their
         zero-count standard error, or ``None`` when the level has no reports.
     layout : NetTreeLayout
-    n_hat, k, alpha, max_nodes, mass_fraction, z
+    n_hat, k, alpha, max_nodes, mass_fraction, z, min_count
         As in :func:`select_nodes`.
     prefix : str
         Prefix of the diagnostics' keys.
@@ -233,7 +236,7 @@ def grow_tree(estimate: LevelEstimator, layout: NetTreeLayout, *, n_hat: float, 
             break
         level_counts, zero_se = estimated
         selection = select_nodes(level_counts, zero_se, n_hat=n_hat, k=k, alpha=alpha, max_nodes=max_nodes,
-                                 mass_fraction=mass_fraction, z=z)
+                                 mass_fraction=mass_fraction, z=z, min_count=min_count)
         nodes, counts = candidates[selection.kept], np.asarray(level_counts, dtype=np.float64)[selection.kept]
         growth.kept[level] = (nodes, counts)
         growth.diagnostics.update({f"{prefix}level_{level}_tested": float(candidates.size),
