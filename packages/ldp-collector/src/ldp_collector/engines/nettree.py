@@ -80,7 +80,10 @@ __all__ = [
     "MAX_K",
     "NetTreeEngine",
     "default_bits_per_level",
+    "exact_counts",
+    "exact_sums",
     "leaf_nodes",
+    "lsh_nodes",
     "noiseless_outcome",
     "vector_shape",
 ]
@@ -397,35 +400,62 @@ class NetTreeEngine(CampaignEngine):
 
 
 
-def leaf_nodes(engine: NetTreeEngine, points: NDArray[np.float64]) -> NDArray[np.uint64]:
-    """Every point's depth-``T`` node under the engine's public node map (vectorized SDK encoders).
+def lsh_nodes(encoder: SimHashEncoder | ShiftedGridEncoder, points: NDArray[np.float64]) -> NDArray[np.uint64]:
+    """Every point's value under a public SimHash or shifted-grid encoder, vectorized.
 
     Bit-identical to the devices' encoders except, at worst, for points lying exactly on a
     hyperplane or cell boundary (numpy's dot products may round differently from the SDK's sums).
     """
-    domain = engine.domain
+    domain = encoder.domain
     lower = np.asarray(domain.lower, dtype=np.float64)
     upper = np.asarray(domain.upper, dtype=np.float64)
     z = 2.0 * np.clip((points - lower) / (upper - lower), 0.0, 1.0) - 1.0
-    if engine.projection is not None:
-        z = z @ np.asarray(engine.projection.matrix, dtype=np.float64).T
-    leaf = engine.node_encoders[-1]
-    if isinstance(leaf, SimHashEncoder):
-        bits = (z @ np.asarray(leaf.hyperplanes, dtype=np.float64).T >= 0.0).astype(np.uint64)
-        weights = np.left_shift(np.uint64(1), np.arange(leaf.bits - 1, -1, -1, dtype=np.uint64))
+    if encoder.projection is not None:
+        z = z @ np.asarray(encoder.projection.matrix, dtype=np.float64).T
+    if isinstance(encoder, SimHashEncoder):
+        bits = (z @ np.asarray(encoder.hyperplanes, dtype=np.float64).T >= 0.0).astype(np.uint64)
+        weights = np.left_shift(np.uint64(1), np.arange(encoder.bits - 1, -1, -1, dtype=np.uint64))
         out: NDArray[np.uint64] = (bits * weights).sum(axis=1, dtype=np.uint64)
         return out
-    assert isinstance(leaf, ShiftedGridEncoder)
-    radius = leaf.half_width
+    radius = encoder.half_width
     u = np.clip((z + radius) / (2.0 * radius), 0.0, 1.0)
-    top = (1 << leaf.level) - 1
-    coords = np.minimum(((u + np.asarray(leaf.shift)) * 0.5 * float(1 << leaf.level)).astype(np.int64), top)
+    top = (1 << encoder.level) - 1
+    coords = np.minimum(((u + np.asarray(encoder.shift)) * 0.5 * float(1 << encoder.level)).astype(np.int64), top)
     k = coords.shape[1]
     index = np.zeros(len(points), dtype=np.uint64)
-    for bit in range(leaf.level):
+    for bit in range(encoder.level):
         for r in range(k):
             index |= ((coords[:, r] >> bit) & 1).astype(np.uint64) << np.uint64(bit * k + r)
     return index
+
+
+def leaf_nodes(engine: NetTreeEngine, points: NDArray[np.float64]) -> NDArray[np.uint64]:
+    """Every point's depth-``T`` node under the engine's public node map (:func:`lsh_nodes`)."""
+    leaf = engine.node_encoders[-1]
+    assert isinstance(leaf, (SimHashEncoder, ShiftedGridEncoder))
+    return lsh_nodes(leaf, points)
+
+
+def exact_counts(values: NDArray[np.uint64], candidates: NDArray[np.uint64]) -> NDArray[np.float64]:
+    """How many of ``values`` equal each candidate (the noiseless frequency oracle)."""
+    nodes, counts = np.unique(values, return_counts=True)
+    pos = np.clip(np.searchsorted(nodes, candidates), 0, max(nodes.size - 1, 0))
+    found = nodes[pos] == candidates if nodes.size else np.zeros(candidates.shape, dtype=bool)
+    out: NDArray[np.float64] = np.where(found, counts[pos] if nodes.size else 0, 0).astype(np.float64)
+    return out
+
+
+def exact_sums(values: NDArray[np.uint64], keys: NDArray[np.uint64], rows: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Sum of ``rows`` over the points whose value is each key (the noiseless bucketized sum)."""
+    if keys.size == 0:
+        return np.zeros((0, rows.shape[1]))
+    order = np.argsort(keys)
+    pos = np.clip(np.searchsorted(keys[order], values), 0, keys.size - 1)
+    member = keys[order][pos] == values
+    index = order[pos[member]]
+    out: NDArray[np.float64] = np.column_stack(
+        [np.bincount(index, weights=rows[member, j], minlength=keys.size) for j in range(rows.shape[1])])
+    return out
 
 
 def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
@@ -445,18 +475,9 @@ def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
     y = 2.0 * np.clip((x - lower) / (upper - lower), 0.0, 1.0) - 1.0
 
     def estimate(level: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float]:
-        nodes, counts = np.unique(leaves >> np.uint64(b * (depth - level)), return_counts=True)
-        pos = np.clip(np.searchsorted(nodes, candidates), 0, max(nodes.size - 1, 0))
-        found = nodes[pos] == candidates
-        return np.where(found, counts[pos], 0).astype(np.float64), 0.0
+        return exact_counts(leaves >> np.uint64(b * (depth - level)), candidates), 0.0
 
     def leaf_sums(nodes: NDArray[np.uint64]) -> NDArray[np.float64]:
-        order = np.argsort(nodes)
-        pos = np.clip(np.searchsorted(nodes[order], leaves), 0, nodes.size - 1)
-        member = nodes[order][pos] == leaves
-        index = order[pos[member]]
-        out: NDArray[np.float64] = np.column_stack(
-            [np.bincount(index, weights=y[member, j], minlength=nodes.size) for j in range(engine.dimension)])
-        return out
+        return exact_sums(leaves, nodes, y)
 
     return engine.server_step(n, estimate, leaf_sums, vector_variance=0.0)

@@ -326,6 +326,7 @@ class StemmerParameters(_message.Message):
     repetitions: _builtins.int
     threshold_z: _builtins.float
     lloyd_refinement: _builtins.bool
+    """Round D (one Lloyd step from bucketized vectors by nearest center); unset = on."""
     def __init__(
         self,
         *,
@@ -334,13 +335,15 @@ class StemmerParameters(_message.Message):
         scales: _builtins.int = ...,
         repetitions: _builtins.int = ...,
         threshold_z: _builtins.float = ...,
-        lloyd_refinement: _builtins.bool = ...,
+        lloyd_refinement: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement", "lloyd_refinement", b"lloyd_refinement"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["k", b"k", "lloyd_refinement", b"lloyd_refinement", "projection_dimension", b"projection_dimension", "repetitions", b"repetitions", "scales", b"scales", "threshold_z", b"threshold_z"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement", "k", b"k", "lloyd_refinement", b"lloyd_refinement", "projection_dimension", b"projection_dimension", "repetitions", b"repetitions", "scales", b"scales", "threshold_z", b"threshold_z"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__lloyd_refinement: _TypeAlias = _typing.Literal["lloyd_refinement"]  # noqa: Y015
+    _WhichOneofArgType__lloyd_refinement: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lloyd_refinement) -> _WhichOneofReturnType__lloyd_refinement | None: ...
 
 Global___StemmerParameters: _TypeAlias = StemmerParameters  # noqa: Y015
 
