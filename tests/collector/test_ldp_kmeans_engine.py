@@ -34,12 +34,14 @@ from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
-from ldp_collector.engines.base import ENGINES, RoundReports
+from ldp_collector.engines.base import ENGINES, RoundReports, pack_state
 from ldp_collector.engines.ldp_kmeans import (
     DEFAULT_DATA_SHARE,
     DEFAULT_ITERATIONS,
+    SPLIT_FRACTION,
     LdpKmeansEngine,
     label_update,
+    reseed_centers,
     vector_component,
     vector_estimates,
 )
@@ -238,6 +240,9 @@ def test_rounds_and_every_device_spends_exactly_epsilon(policy: int) -> None:
     for i in range(1, t + 1):
         assert f"iteration_{i}_center_shift_max" in diagnostics
         assert f"iteration_{i}_label_0_count" in diagnostics
+        assert f"iteration_{i}_centers_reseeded" in diagnostics
+    assert diagnostics["iteration_3_centers_reseeded"] == 0  # never in the last round
+    assert diagnostics["centers_reseeded"] == sum(diagnostics[f"iteration_{i}_centers_reseeded"] for i in (1, 2))
     assert diagnostics["iterations"] == t
 
 
@@ -300,6 +305,10 @@ def test_each_label_round_carries_the_previous_rounds_centers(policy: int) -> No
         expected = independent_update(spec, reports.rows, spec_centers(spec), lower, upper - lower)
         outcome = engine.close_round(spec, reports, state)
         assert outcome.estimates is not None and outcome.estimates.reports == reports.count
+        # Three separated blobs at epsilon 8: every center is significant, so none is re-seeded
+        # and the independent (re-seeding-free) step applies.
+        assert not any(v for key, v in outcome.diagnostics.items() if key.endswith("_centers_reseeded")), \
+            outcome.diagnostics
         if outcome.next_round is None:
             assert outcome.result is not None
             published = np.asarray(outcome.result.clustering.centers).reshape(3, 2)
@@ -339,11 +348,80 @@ def test_label_update_is_exact_without_noise() -> None:
 
 
 def test_insignificant_clusters_keep_their_center() -> None:
+    """Without a generator (the last round) nothing is re-seeded: insignificant centers stay put."""
     previous = np.array([[0.1, 0.1], [0.9, 0.9], [0.5, 0.5]])
     labels = np.zeros(50, dtype=np.int64)  # nobody reports labels 1 and 2
     update = label_update(labels, np.full((50, 2), 0.2), GRRParams(domain_size=3, epsilon=20.0), previous)
     assert update.updated.tolist() == [True, False, False]
+    assert not update.reseeded.any()
     np.testing.assert_allclose(update.centers[1:], previous[1:])
+
+
+def test_reseeding_splits_the_heaviest_cells() -> None:
+    centers = np.array([[0.2, 0.2], [0.8, 0.8], [0.5, 0.95], [0.0, 1.0], [0.6, 0.2]])
+    counts = np.array([1000.0, 300.0, 5.0, -20.0, 700.0])
+    significant = np.array([True, True, False, False, True])
+    out, reseeded = reseed_centers(centers, counts, significant, np.random.default_rng(1))
+    assert reseeded.tolist() == [False, False, True, True, False]
+    np.testing.assert_array_equal(out[significant], centers[significant])
+    # Center 2 splits the heaviest cell (0: count 1000); then cell 4 (700) outweighs 0's half (500).
+    gap = np.linalg.norm(centers[0] - centers[4])  # for both, the nearest other significant center
+    assert np.linalg.norm(out[2] - centers[0]) == pytest.approx(SPLIT_FRACTION * gap)
+    assert np.linalg.norm(out[3] - centers[4]) == pytest.approx(SPLIT_FRACTION * gap)
+    again, _ = reseed_centers(centers, counts, significant, np.random.default_rng(1))
+    np.testing.assert_array_equal(again, out)  # a seeded generator makes it reproducible
+    for mask in (np.ones(5, dtype=bool), np.zeros(5, dtype=bool)):  # nothing to re-seed / nothing to split
+        same, moved = reseed_centers(centers, counts, mask, np.random.default_rng(1))
+        assert not moved.any()
+        np.testing.assert_array_equal(same, centers)
+
+
+def test_reseeded_center_stays_in_the_box() -> None:
+    """A split from a corner of the box turns inward instead of being clipped onto the corner."""
+    centers = np.array([[1.0, 1.0], [0.0, 0.0], [0.5, 0.5]])
+    significant = np.array([True, True, False])
+    for seed in range(20):
+        out, _ = reseed_centers(centers, np.array([900.0, 100.0, 0.0]), significant, np.random.default_rng(seed))
+        assert np.all((out >= 0.0) & (out <= 1.0))
+        assert np.linalg.norm(out[2] - centers[0]) >= SPLIT_FRACTION * math.sqrt(2.0) / 2.0
+
+
+@pytest.mark.parametrize("final", [False, True])
+def test_a_center_nobody_is_nearest_to_is_reseeded_except_in_the_last_round(final: bool) -> None:
+    """Center 2 sits in an empty corner (count ~0). In a label round before the last one it moves
+    next to the data; in the last round it keeps its position and the result warns."""
+    iterations = 2
+    engine = engine_for(kmeans_config(k=3, epsilon=8.0, iterations=iterations, campaign_id="reseed"))
+    data = [(0.2, 0.25), (0.3, 0.75)]
+    x = blobs(6000, seed=3, centers=data)
+    previous = np.array([[0.2, 0.25], [0.3, 0.75], [0.95, 0.05]])
+    iteration = iterations if final else 1
+    # The round's spec and state as the engine builds them for these centers.
+    spec = engine._label_spec(1 + iteration, previous)
+    state = pack_state("label", iteration=iteration, centers=previous.ravel().tolist())
+    everyone = Population(x, seed=4, mode="direct")
+    reports = play(dataclasses.replace(spec, group_weights=tuple(int(g == iteration) for g in range(iterations + 1))),
+                   everyone)
+    assert reports.count == len(x)
+    outcome = engine.close_round(spec, reports, state)
+    diagnostics = outcome.diagnostics
+    assert diagnostics[f"iteration_{iteration}_label_2_count"] < 2 * diagnostics[f"iteration_{iteration}_label_2_std_error"]
+    if final:
+        assert outcome.result is not None and outcome.next_round is None
+        published = np.asarray(outcome.result.clustering.centers).reshape(3, 2)
+        np.testing.assert_array_equal(published[2], previous[2])
+        assert diagnostics[f"iteration_{iteration}_centers_reseeded"] == 0
+        assert diagnostics[f"iteration_{iteration}_centers_kept"] == 1
+        assert diagnostics["centers_reseeded"] == 0
+        assert any("kept their previous position" in w for w in outcome.result.warnings)
+    else:
+        assert outcome.next_round is not None
+        centers = spec_centers(outcome.next_round.spec)
+        assert min(np.linalg.norm(centers[2] - np.asarray(data), axis=1)) < 0.1  # next to a blob
+        assert diagnostics[f"iteration_{iteration}_centers_reseeded"] == 1
+        assert diagnostics[f"iteration_{iteration}_centers_kept"] == 0
+        np.testing.assert_allclose(centers[:2], data, atol=0.05)  # the significant ones took their means
+        assert msgpack.unpackb(outcome.next_round.engine_state)["reseeded"] == 1
 
 
 @pytest.mark.parametrize("state", [b"", b"\xc1", msgpack.packb({"phase": "nope"})])
