@@ -5,8 +5,9 @@ devices simulated with the SDK's code, ``mode="direct"``). The server step is th
 engine's ``close_round`` over all rounds. The LDP floors (discrete-Laplace points + k-means; one
 OUE grid histogram + weighted k-means) and non-private k-means run on the same points. Cost ratio =
 k-means cost of the published centers on the true points / the best of 3 non-private k-means++
-runs. ``epsilon = inf`` for nettree is the engine's own server step on exact node counts and exact
-leaf sums (:func:`ldp_collector.engines.nettree.noiseless_outcome`): the algorithm without noise.
+runs. ``epsilon = inf`` is the engine's own server step(s) on exact counts, sums and weights
+(``noiseless_outcome`` in :mod:`ldp_collector.engines.nettree` and :mod:`~ldp_collector.engines.stemmer`):
+the algorithm without noise.
 
 Experiments (``--experiment``)
     ``nettree``   Google's demo generator, d in {10, 100}, k in {4, 8, 16} (``--dims``, ``--ks``),
@@ -47,6 +48,7 @@ from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
 from ldp_collector.engines.nettree import NetTreeEngine, noiseless_outcome
 from ldp_collector.engines.stemmer import StemmerEngine
+from ldp_collector.engines.stemmer import noiseless_outcome as stemmer_noiseless
 from ldp_collector.evaluation import adjusted_rand_index
 from ldp_collector.evaluation.kmeans import assign, reference_kmeans_cost
 from ldp_collector.evaluation.metrics import kmeans_cost
@@ -111,11 +113,12 @@ def run_protocol(kind: str, x: NDArray[np.float64], y: NDArray[np.int64], k: int
     engine_cls = NetTreeEngine if kind == "nettree" else StemmerEngine
     started = time.perf_counter()
     if math.isinf(epsilon):
-        if kind != "nettree":
-            raise ValueError("only nettree has a noiseless path (epsilon = inf)")
         engine = prepare_campaign(config_for(kind, x, k, 1.0, campaign_id, **params)).engine
-        assert isinstance(engine, NetTreeEngine)
-        outcome = noiseless_outcome(engine, x)
+        if isinstance(engine, NetTreeEngine):
+            outcome = noiseless_outcome(engine, x)
+        else:
+            assert isinstance(engine, StemmerEngine)
+            outcome = stemmer_noiseless(engine, x)
         server = time.perf_counter() - started
         result, diagnostics = outcome.result, dict(outcome.diagnostics)
         rounds = 1.0
