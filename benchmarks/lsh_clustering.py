@@ -204,7 +204,7 @@ def rows_stemmer(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
         for eps in _epsilons(args.epsilons):
             base = {"experiment": "stemmer", "dataset": "mixture", "n": args.n, "d": 10, "k": 8, "seed": seed,
                     "epsilon": eps}
-            for lloyd in (True, False):
+            for lloyd in (v == "lloyd" for v in args.variants):
                 row = run_protocol("stemmer", x, y, 8, eps, seed, ref, lloyd_refinement=lloyd)
                 yield {**base, **row, "method": "stemmer" + ("+lloyd" if lloyd else "")}
             if not args.no_floors:
@@ -269,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epsilons", nargs="+", default=["1", "2"])
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--no-floors", action="store_true")
+    parser.add_argument("--variants", nargs="+", choices=("lloyd", "plain"), default=["lloyd", "plain"],
+                        help="stemmer with and/or without the Lloyd round")
     parser.add_argument("--out", type=Path, required=True, help="JSON file (rows appended as they finish)")
     parser.add_argument("--plot", type=Path, help="PNG for the boundary or scaling experiment")
     args = parser.parse_args(argv)
