@@ -27,7 +27,8 @@ worker processes (:func:`configure_remote`); used alone, an adapter starts its o
 Collector-backed protocols: the OUE grid floor (a ``HISTOGRAM`` campaign), the grid clustering
 campaigns (``GRID``, AGCluster): ``ugc``, ``agc-tree`` and ``agc-iter``, and the center-publishing
 campaigns (:mod:`harness.baselines.center_campaigns`): ``kcluster`` (``BITVECTOR``), ``mnfcm`` and
-``fcm-laplace`` (``LAPLACE``), ``ldp-kmeans`` (``LDP_KMEANS``) and ``nettree`` (``NETTREE``).
+``fcm-laplace`` (``LAPLACE``), ``ldp-kmeans`` (``LDP_KMEANS``), ``nettree`` (``NETTREE``) and
+``stemmer`` (``STEMMER``).
 
 Data kinds
     ``"2d"``: two-dimensional points only (the quadtree of ``papers/001``); ``"nd"``: numeric
@@ -452,3 +453,11 @@ class NetTree(_CenterCampaign):
     description = ("LDP one-round net-tree k-means: one NETTREE campaign (node reports at T tree levels and one "
                    "bucketized vector sum per device), weighted coreset k-means")
     method = "nettree"
+
+
+@register_adapter
+class Stemmer(_CenterCampaign):
+    name = "stemmer"
+    description = ("LDP Stemmer-style k-means: one STEMMER campaign (heavy LSH keys, bucket means, candidate "
+                   "weights, k-means on the private coreset, one Lloyd round)")
+    method = "stemmer"

@@ -429,8 +429,13 @@ def test_center_campaign_configs_set_the_kind_k_and_algorithm() -> None:
     assert ldp_kmeans.ldp_kmeans.iterations == 0  # the engine's default
     assert list(kcluster.domain.numeric.lower) == box.lower.tolist()
     assert len({tag for _, tag in METHODS.values()}) == len(METHODS)
+    nettree = center_campaign_config("nettree", box, 4, 1.0)
+    assert nettree.kind == campaigns_pb2.NETTREE and nettree.nettree.k == 4 and nettree.nettree.depth == 0
+    stemmer = center_campaign_config("stemmer", box, 4, 1.0)
+    assert stemmer.kind == campaigns_pb2.STEMMER and stemmer.stemmer.k == 4
+    assert not stemmer.stemmer.HasField("lloyd_refinement")  # the engine's default: on
     with pytest.raises(ValueError, match="method must be one of"):
-        center_campaign_config("nettree", box, 4, 1.0)
+        center_campaign_config("grid", box, 4, 1.0)
     with pytest.raises(ValueError, match="no no-noise bypass"):
         center_campaign(x, 4, math.inf, method="mnfcm", seed=0, backend=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="k >= 2"):

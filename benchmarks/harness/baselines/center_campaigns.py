@@ -18,6 +18,8 @@ method             campaign      what
                                  broadcast centers and GRR labels with debiased updates
 ``nettree``        NETTREE       one-round net-tree k-means: node reports at T levels (LSH prefix tree)
                                  and one bucketized vector sum per device, weighted coreset k-means
+``stemmer``        STEMMER       Stemmer-style: heavy LSH keys, bucket means, candidate weights, k-means
+                                 on the private coreset, one Lloyd round (four rounds)
 =================  ============  ======================================================================
 
 Every parameter but ``k`` and the algorithm is left at the engine's default (pivots per attribute,
@@ -57,6 +59,7 @@ METHODS: dict[str, tuple[campaigns_pb2.CampaignKind.ValueType, int]] = {
     "fcm-laplace": (campaigns_pb2.LAPLACE, -12),
     "ldp-kmeans": (campaigns_pb2.LDP_KMEANS, -13),
     "nettree": (campaigns_pb2.NETTREE, -14),
+    "stemmer": (campaigns_pb2.STEMMER, -15),
 }
 
 
@@ -79,6 +82,8 @@ def center_campaign_config(method: str, box: Box, k: int, epsilon: float) -> cam
         config.laplace.algorithm = _LAPLACE.FCM
     elif method == "nettree":
         config.nettree.k = k
+    elif method == "stemmer":
+        config.stemmer.k = k
     else:
         config.ldp_kmeans.k = k
     return config
