@@ -443,7 +443,7 @@ def test_bad_request_id_and_oversized_batch() -> None:
 
 
 @pytest.mark.parametrize("mutate,message", [
-    (lambda c: setattr(c, "kind", campaigns_pb2.STEMMER), "campaign kind STEMMER is not implemented yet"),
+    (lambda c: setattr(c, "kind", campaigns_pb2.STEMMER), "a stemmer campaign takes stemmer parameters, got histogram"),
     (lambda c: setattr(c, "kind", campaigns_pb2.CAMPAIGN_KIND_UNSPECIFIED), "kind is required"),
     (lambda c: setattr(c, "kind", 99), "not a known campaign kind"),
     (lambda c: setattr(c, "epsilon", 0.0), r"epsilon must be in \(0, 100\]"),
