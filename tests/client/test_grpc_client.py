@@ -244,6 +244,17 @@ def test_full_jitter_backoff_without_retry_info(collector: tuple[FakeCollector, 
     assert len(set(sleeps.delays)) == 4  # jittered
 
 
+def test_a_message_size_refusal_is_not_retried(collector: tuple[FakeCollector, str]) -> None:
+    fake, target = collector
+    fake.failures = [(code_pb2.RESOURCE_EXHAUSTED, "Received message larger than max (40000000 vs. 33554432)", None)]
+    sleeps = Sleeps()
+    with CollectorClient(target, sleep=sleeps) as client:
+        with pytest.raises(RpcFailedError) as info:
+            client.submit(make_reports(1))
+    assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and info.value.attempts == 1
+    assert len(fake.calls) == 1 and sleeps.delays == []
+
+
 def test_retries_are_exhausted(collector: tuple[FakeCollector, str]) -> None:
     fake, target = collector
     fake.failures = [(code_pb2.UNAVAILABLE, "down", None)] * 10

@@ -1,20 +1,24 @@
 """The behaviour every :class:`~ldp_collector.storage.base.ReportStore` must have (STYLE.md §9).
 
 A backend inherits the whole suite by subclassing :class:`ReportStoreContract` in a test module
-and providing one fixture, ``store_factory``: a callable that opens a *new* store object on the
-same backing storage each time it is called (the reopen test closes one store and opens another
-on the same data). For example::
+and providing one fixture, ``store_location``: a location :func:`~ldp_collector.storage.open_store`
+opens, fresh for each test. ``store_factory`` (a callable that opens a *new* store object on the
+same backing storage each time it is called, as another process would) defaults to opening that
+location; the reopen test closes one store and opens another on the same data, and the tests of
+races between processes open several at once, in this process and in child processes. For
+example::
 
     class TestSqliteReportStore(ReportStoreContract):
         @pytest.fixture
-        def store_factory(self, tmp_path: Path) -> StoreFactory:
-            return lambda: SqliteReportStore(tmp_path / "data")
+        def store_location(self, tmp_path: Path) -> str:
+            return str(tmp_path / "data")
 
 The class name does not start with ``Test``, so pytest collects the suite only through subclasses.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import struct
 import threading
@@ -25,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import pytest
 
 from ldp_collector.errors import AlreadyExistsError, NotFoundError
+from ldp_collector.storage import open_store
 from ldp_collector.storage.base import (
     CampaignRecord,
     Outcome,
@@ -72,8 +77,36 @@ def all_reports(store: ReportStore, campaign_id: str = "camp", round: int = 1) -
     return [r for batch in store.iter_reports(campaign_id, round) for r in batch]
 
 
+#: Rounds the two processes of the multi-process test race to close.
+PROCESS_CLOSE_ROUNDS = 20
+
+
+def _race_close_in_process(location: str, worker: int, barrier: object, results: object) -> None:
+    """Child process: open the store and race the other child to close each round (spawn target)."""
+    store = open_store(location)
+    try:
+        for round_ in range(1, PROCESS_CLOSE_ROUNDS + 1):
+            barrier.wait()  # type: ignore[attr-defined]
+            won = store.close_round("camp", round_, float(worker))
+            results.put((worker, round_, won))  # type: ignore[attr-defined]
+    finally:
+        store.close()
+
+
+def _hold_step_lock_in_process(location: str, held: object) -> None:
+    """Child process: take the step lock of ``camp``, report it, and keep it until killed (spawn target)."""
+    store = open_store(location)
+    with store.step_lock("camp") as got:
+        held.put(got)  # type: ignore[attr-defined]
+        time.sleep(120)  # killed long before; nothing to wait on (a killed waiter would break it)
+
+
 class ReportStoreContract:
-    """Contract tests; subclasses provide the ``store_factory`` fixture (see the module docstring)."""
+    """Contract tests; subclasses provide the ``store_location`` fixture (see the module docstring)."""
+
+    @pytest.fixture
+    def store_factory(self, store_location: str) -> StoreFactory:
+        return lambda: open_store(store_location)
 
     @pytest.fixture
     def store(self, store_factory: StoreFactory) -> Iterator[ReportStore]:
@@ -391,6 +424,187 @@ class ReportStoreContract:
         assert {r.report_id for r in all_reports(store)} == accepted and len(accepted) == at_close
         assert all(o in (A, R) for _, got in results for o in got)
 
+    # -- several store objects on one storage (as several processes have) ---------------------------
+    def test_close_round_race_between_store_objects_has_one_winner(self, open_round: ReportStore,
+                                                                   store_factory: StoreFactory) -> None:
+        others = [store_factory() for _ in range(2)]
+        try:
+            stores = [open_round, *others]
+            for round_ in range(2, 12):
+                open_round.open_round("camp", round_, b"", 0.0)
+                barrier = threading.Barrier(len(stores) * 2)
+                results: list[bool] = []
+
+                def close(s: ReportStore, r: int, b: threading.Barrier, out: list[bool]) -> None:
+                    b.wait()
+                    out.append(s.close_round("camp", r, 1.0))
+
+                workers = [threading.Thread(target=close, args=(s, round_, barrier, results))
+                           for s in stores for _ in (0, 1)]
+                for w in workers:
+                    w.start()
+                for w in workers:
+                    w.join()
+                assert sorted(results) == [False] * (len(workers) - 1) + [True]
+                assert all(s.get_round("camp", round_).open is False for s in stores)
+        finally:
+            for other in others:
+                other.close()
+
+    def test_ingestion_racing_close_from_another_store_object(self, open_round: ReportStore,
+                                                              store_factory: StoreFactory) -> None:
+        store = open_round
+        closer = store_factory()
+        try:
+            for round_ in (2, 3, 4):
+                store.open_round("camp", round_, b"", 0.0)
+                stop = threading.Event()
+                results: list[tuple[list[StoredReport], list[Outcome]]] = []
+                errors: list[BaseException] = []
+
+                def ingest(t: int, r: int, done: threading.Event,
+                           out: list[tuple[list[StoredReport], list[Outcome]]], failed: list[BaseException]) -> None:
+                    try:
+                        for b in range(10_000):
+                            if done.is_set():
+                                return
+                            batch = [make_report("camp", r, group=i % 3) for i in range(25)]
+                            out.append((batch, store.add_reports(f"r{r}-t{t}-{b}", batch, count_per_group)))
+                    except BaseException as exc:  # reported below
+                        failed.append(exc)
+
+                workers = [threading.Thread(target=ingest, args=(t, round_, stop, results, errors)) for t in range(4)]
+                for w in workers:
+                    w.start()
+                while closer.count_reports("camp", round_) < 100 * round_:
+                    time.sleep(0.002)
+                assert closer.close_round("camp", round_, 1.0)
+                at_close = closer.count_reports("camp", round_)
+                time.sleep(0.05)  # ingestion goes on against the closed round
+                stop.set()
+                for w in workers:
+                    w.join()
+                assert errors == []
+                accepted = [r.report_id for batch, got in results for r, o in zip(batch, got) if o == A]
+                stored = all_reports(store, "camp", round_)
+                assert store.count_reports("camp", round_) == at_close == len(stored) == len(accepted)
+                assert Counter(r.report_id for r in stored) == Counter(accepted)
+                assert all(o in (A, R) for _, got in results for o in got)
+                assert any(o == R for _, got in results for o in got), "no batch came after the close"
+                assert decoded_counts(closer.load_accumulators("camp", round_)) == dict(
+                    Counter(r.group for r in stored))
+        finally:
+            closer.close()
+
+    def test_step_lock_is_exclusive_across_store_objects(self, store: ReportStore,
+                                                         store_factory: StoreFactory) -> None:
+        other = store_factory()
+        try:
+            with store.step_lock("camp") as got:
+                assert got is True
+                with other.step_lock("camp") as second:
+                    assert second is False
+                with store.step_lock("camp") as again:  # not re-entrant, also through the holder
+                    assert again is False
+                with other.step_lock("another campaign") as unrelated:
+                    assert unrelated is True
+            with other.step_lock("camp") as after_release:
+                assert after_release is True
+                with store.step_lock("camp") as blocked:
+                    assert blocked is False
+            results: list[bool] = []
+            barrier = threading.Barrier(8)
+            inside = threading.Lock()
+
+            def contend(s: ReportStore) -> None:
+                barrier.wait()
+                with s.step_lock("camp") as got:
+                    if got:
+                        assert inside.acquire(blocking=False), "two holders at once"
+                        time.sleep(0.05)
+                        inside.release()
+                    results.append(got)
+
+            workers = [threading.Thread(target=contend, args=(s,)) for s in (store, other) * 4]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            assert len(results) == 8 and 1 <= results.count(True) < 8
+        finally:
+            other.close()
+
+    def test_collector_never_resumes_a_step_another_store_object_runs(self, store: ReportStore,
+                                                                     store_factory: StoreFactory) -> None:
+        from ldp.v1 import campaigns_pb2
+        from ldp_collector.core import RECOVERY_GRACE_SECONDS, Collector
+
+        now = [1_700_000_000.0]
+        collector = Collector(store, clock=lambda: now[0])
+        config = campaigns_pb2.CampaignConfig(
+            kind=campaigns_pb2.HISTOGRAM, domain=campaigns_pb2.Domain(categorical_size=4), epsilon=1.0,
+            histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.GRR))
+        cid = collector.create_campaign(config).config.campaign_id
+        first = store.get_campaign(cid).current_round
+        assert store.close_round(cid, first, now[0])  # a process closed the round and is still advancing
+        now[0] += RECOVERY_GRACE_SECONDS + 1
+        running_elsewhere = store_factory()
+        try:
+            with running_elsewhere.step_lock(cid) as held:
+                assert held
+                assert collector.tick() == 0
+                assert store.get_campaign(cid).state == "collecting"  # not resumed meanwhile
+            collector.tick()  # that process died or finished without advancing: resumed now
+            assert store.get_campaign(cid).state in ("finished", "failed")  # the one-round campaign's step ran
+        finally:
+            running_elsewhere.close()
+
+    @pytest.mark.integration
+    def test_close_round_race_between_processes(self, store_location: str, open_round: ReportStore) -> None:
+        store = open_round
+        for round_ in range(2, PROCESS_CLOSE_ROUNDS + 1):
+            store.open_round("camp", round_, b"", 0.0)
+        context = multiprocessing.get_context("spawn")
+        barrier = context.Barrier(2)
+        results = context.Queue()
+        children = [context.Process(target=_race_close_in_process, args=(store_location, w, barrier, results))
+                    for w in range(2)]
+        for child in children:
+            child.start()
+        got = [results.get(timeout=120) for _ in range(2 * PROCESS_CLOSE_ROUNDS)]
+        for child in children:
+            child.join(60)
+            assert child.exitcode == 0
+        for round_ in range(1, PROCESS_CLOSE_ROUNDS + 1):
+            winners = [worker for worker, r, won in got if r == round_ and won]
+            assert len(winners) == 1, (round_, got)
+            assert store.get_round("camp", round_).closed_at == float(winners[0])
+
+    @pytest.mark.integration
+    def test_step_lock_held_by_another_process_and_released_when_it_dies(self, store_location: str,
+                                                                         store: ReportStore) -> None:
+        context = multiprocessing.get_context("spawn")
+        held = context.Queue()
+        child = context.Process(target=_hold_step_lock_in_process, args=(store_location, held))
+        child.start()
+        try:
+            assert held.get(timeout=120) is True
+            with store.step_lock("camp") as got:
+                assert got is False
+            child.kill()  # dies holding the lock: the storage must release it
+            child.join(30)
+            deadline = time.monotonic() + 30
+            while True:
+                with store.step_lock("camp") as got:
+                    if got:
+                        break
+                assert time.monotonic() < deadline, "the lock of a dead process was never released"
+                time.sleep(0.05)
+        finally:
+            if child.is_alive():
+                child.kill()
+            child.join(30)
+
     # -- lifecycle -----------------------------------------------------------------------------------
     def test_reopen_keeps_everything(self, store_factory: StoreFactory) -> None:
         store = store_factory()
@@ -432,6 +646,7 @@ class ReportStoreContract:
             lambda: store.set_round_estimates("camp", 1, b""), lambda: store.add_reports("r", [make_report()]),
             lambda: list(store.iter_reports("camp", 1)), lambda: store.count_reports("camp", 1),
             lambda: store.load_accumulators("camp", 1), lambda: store.replace_accumulators("camp", 1, {}),
+            lambda: store.step_lock("camp").__enter__(),
         ]
         for call in calls:
             with pytest.raises(StoreClosedError, match="closed"):

@@ -462,3 +462,19 @@ def test_serve_configuration_errors_are_one_line(capsys: pytest.CaptureFixture[s
     assert_one_line_error(code, err, "does not exist")
     code, _, err = run_cli(capsys, "serve", "--listen", "0.0.0.0:0", "--data-dir", str(tmp_path))
     assert_one_line_error(code, err, "operator_token is required")
+
+
+def test_serve_workers_flag_and_setting_are_checked(capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("LDP_OPERATOR_TOKEN", raising=False)
+    code, _, err = run_cli(capsys, "serve", "--workers", "0", "--data-dir", str(tmp_path))
+    assert code == 2 and "--workers: expected a positive integer, got 0" in err
+    monkeypatch.setenv("LDP_WORKERS", "two")
+    code, _, err = run_cli(capsys, "serve", "--data-dir", str(tmp_path))
+    assert_one_line_error(code, err, "LDP_WORKERS: workers must be an integer, got 'two'")
+    monkeypatch.setenv("LDP_WORKERS", "65")
+    code, _, err = run_cli(capsys, "serve", "--data-dir", str(tmp_path))
+    assert_one_line_error(code, err, "workers must be an integer in [1, 64], got 65")
+    monkeypatch.delenv("LDP_WORKERS")
+    code, _, err = run_cli(capsys, "serve", "--workers", "3", "--metrics-port", "65534", "--data-dir", str(tmp_path))
+    assert_one_line_error(code, err, "metrics_port + workers - 1 must be at most 65535")

@@ -33,6 +33,10 @@ What :meth:`Device.participate` guarantees
     * One report per round, never re-sampled: asking again returns the stored report (same bytes);
       once the collector acknowledged it, :class:`~ldp_client.errors.AlreadyReportedError` is raised
       (the report is no longer stored, and a second report would spend the budget twice).
+    * With a :class:`RoundAssignment` from the collector (enrolled devices), the report carries the
+      assigned report id and every seeded component (local hashing, bucketized vectors) uses the
+      assigned hash seed instead of drawing one. Both are public randomness derived from the
+      device identity, campaign and round only, so the privacy guarantee is unchanged.
     * Budget: the campaign's charges plus this report stay within
       ``min(spec.campaign_epsilon, policy.max_epsilon_per_campaign)``, the device's total within
       ``policy.max_epsilon_total``, and the number of reports within
@@ -69,16 +73,80 @@ from .errors import (
     ProtocolError,
 )
 from .ledger import LEDGER_FILE, MARKER_FILE, Ledger
+from .mechanisms.bucketized_vector import BucketizedVectorParams
+from .mechanisms.local_hashing import SEED_BITS, LocalHashingParams
 from .outbox import Outbox
+from .payload import Payload
 from .report import REPORT_ID_BYTES, Report
 from .rng import Rng, resolve_rng
-from .spec import MAX_EPSILON_PER_CAMPAIGN, RoundSpec
+from .spec import MAX_COMPONENTS, MAX_EPSILON_PER_CAMPAIGN, Component, RoundSpec
 
-__all__ = ["OUTBOX_DIR", "Device", "DevicePolicy"]
+__all__ = ["OUTBOX_DIR", "SEEDED_MECHANISMS", "Device", "DevicePolicy", "RoundAssignment", "run_component"]
 
 OUTBOX_DIR = "outbox"
 #: Largest total budget a policy may allow over the device's lifetime.
 MAX_EPSILON_TOTAL = 1e6
+
+
+#: Mechanisms whose payload carries a hash seed drawn by the device (or assigned by the collector).
+SEEDED_MECHANISMS: tuple[type[LocalHashingParams] | type[BucketizedVectorParams], ...] = (
+    LocalHashingParams, BucketizedVectorParams)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundAssignment:
+    """Public randomness the collector assigns an enrolled device for one round (``ldp.v1.RoundAssignment``).
+
+    Parameters
+    ----------
+    report_id : bytes
+        The id the device's report of the round must carry (16 bytes): one report per round.
+    hash_seeds : tuple of int
+        ``hash_seeds[i]`` in [0, 2^32) is the seed of component ``i`` of the device's task when its
+        mechanism draws one (:data:`SEEDED_MECHANISMS`); at most 8 entries.
+    """
+
+    report_id: bytes
+    hash_seeds: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.report_id, bytes):
+            raise TypeError(f"report_id must be bytes, got {type(self.report_id).__name__}")
+        if len(self.report_id) != REPORT_ID_BYTES:
+            raise ProtocolError(f"assigned report_id must be {REPORT_ID_BYTES} bytes, got {len(self.report_id)}")
+        if not isinstance(self.hash_seeds, (tuple, list)):
+            raise TypeError(f"hash_seeds must be a sequence of ints, got {type(self.hash_seeds).__name__}")
+        object.__setattr__(self, "hash_seeds", tuple(self.hash_seeds))
+        if len(self.hash_seeds) > MAX_COMPONENTS:
+            raise ProtocolError(f"an assignment holds at most {MAX_COMPONENTS} hash seeds, got {len(self.hash_seeds)}")
+        for i, seed in enumerate(self.hash_seeds):
+            if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**SEED_BITS:
+                raise ProtocolError(f"hash_seeds[{i}] must be in [0, 2^{SEED_BITS}), got {seed!r:.40}")
+
+    def seed_for(self, index: int, component: Component) -> int | None:
+        """The assigned seed of component ``index``, or None when its mechanism draws no seed.
+
+        Raises
+        ------
+        ProtocolError
+            The mechanism draws a seed but the assignment has none for this component.
+        """
+        if not isinstance(component.mechanism, SEEDED_MECHANISMS):
+            return None
+        if index >= len(self.hash_seeds):
+            raise ProtocolError(f"component {index} ({component.mechanism.KIND}) needs an assigned hash seed, "
+                                f"but the assignment has {len(self.hash_seeds)}")
+        return self.hash_seeds[index]
+
+
+def run_component(component: Component, point: Any, *, rng: Rng, seed: int | None = None) -> Payload:
+    """Encode ``point`` and randomize it with ``component``; a seeded mechanism uses ``seed`` when given."""
+    if seed is None:
+        return component.run(point, rng=rng)  # type: ignore[no-any-return]  # a Payload, unannotated
+    mechanism = component.mechanism
+    if not isinstance(mechanism, (LocalHashingParams, BucketizedVectorParams)):
+        raise TypeError(f"mechanism {mechanism.KIND} draws no hash seed; it cannot use an assigned one")
+    return mechanism.randomize(component.encoder.encode(point), rng=rng, seed=seed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,7 +298,7 @@ class Device:
 
     # ------------------------------------------------------------------ participation
 
-    def participate(self, spec: RoundSpec, point: Any) -> Report | None:
+    def participate(self, spec: RoundSpec, point: Any, *, assignment: RoundAssignment | None = None) -> Report | None:
         """Produce (or return the stored) report of this device for the round ``spec``.
 
         Parameters
@@ -240,6 +308,9 @@ class Device:
         point : Any
             The device's private point, in the form the round's encoders take (a category index,
             or a sequence of coordinates).
+        assignment : RoundAssignment, optional
+            The collector's assignment for this round (enrolled devices): the report id and hash
+            seeds to use instead of drawing them.
 
         Returns
         -------
@@ -265,6 +336,8 @@ class Device:
         """
         if not isinstance(spec, RoundSpec):
             raise TypeError(f"spec must be a RoundSpec, got {type(spec).__name__}")
+        if assignment is not None and not isinstance(assignment, RoundAssignment):
+            raise TypeError(f"assignment must be a RoundAssignment, got {type(assignment).__name__}")
         policy = self._policy
         policy.check(spec)
         ledger, outbox, rng = self._ledger, self._outbox, self._rng
@@ -294,8 +367,12 @@ class Device:
             campaign_cap = min(spec.campaign_epsilon, policy.max_epsilon_per_campaign)
             max_reports = min(spec.max_reports_per_device, policy.max_reports_per_campaign)
             ledger._check_budget(campaign, epsilon, campaign_cap, policy.max_epsilon_total, max_reports)
-            payloads = tuple(c.mechanism.check_payload(c.run(point, rng=rng)) for c in task.components)
-            report = Report(report_id=rng.token_bytes(REPORT_ID_BYTES), campaign_id=campaign, round=spec.round,
+            seeds = ([assignment.seed_for(i, c) for i, c in enumerate(task.components)] if assignment is not None
+                     else [None] * len(task.components))
+            payloads = tuple(c.mechanism.check_payload(run_component(c, point, rng=rng, seed=seed))
+                             for c, seed in zip(task.components, seeds))
+            report_id = assignment.report_id if assignment is not None else rng.token_bytes(REPORT_ID_BYTES)
+            report = Report(report_id=report_id, campaign_id=campaign, round=spec.round,
                             group=group, payloads=payloads)
             outbox.put(report, epsilon)  # first the outbox, then the charge: see "Crash safety"
             try:

@@ -20,6 +20,18 @@ removed as well -- resending the same bytes cannot succeed, and the device never
 returned in :attr:`DrainResult.rejected` with the collector's reason, so the app can log or surface
 it. Its budget stays charged.
 
+With enrolment on, a device first gets its identity, then reports with the collector's assigned
+report id and hash seeds (one report per round; local-hashing seeds are not the device's choice)::
+
+    client.enroll()                                            # token kept for later calls
+    fetched = client.get_round("traffic-2026")                 # (spec, assignment) or None
+    if fetched is not None:
+        spec, assignment = fetched
+        device.participate(spec, value, assignment=assignment)
+
+Keep the token (:attr:`CollectorClient.device_token`) with the device's state: a new enrolment is
+a new identity, and enrolment is rate limited.
+
 A finished clustering campaign's result labels the device locally, at no privacy cost (public data
 only: nothing is reported, no budget is charged)::
 
@@ -50,7 +62,7 @@ except ImportError as _exc:
 
 from ._validation import check_float, check_int
 from .clusters import ClusterModel
-from .device import Device
+from .device import Device, RoundAssignment
 from .errors import InvalidParameterError, ProtocolError, TransportError
 from .report import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, REPORT_ID_BYTES, Report, pack_batch
 from .rng import Rng, resolve_rng
@@ -212,6 +224,7 @@ class CollectorClient:
         self._backoff_max = check_float("backoff_max", backoff_max, 0.0, 3600.0)
         self._rng = resolve_rng(rng)
         self._sleep = sleep
+        self._device_token = device_token
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {device_token}"),) if device_token is not None else ())
         channel_options = [("grpc.max_send_message_length", _MESSAGE_LIMIT),
@@ -225,6 +238,11 @@ class CollectorClient:
     @property
     def max_batch(self) -> int:
         return self._max_batch
+
+    @property
+    def device_token(self) -> str | None:
+        """The bearer token sent with every call (given, or obtained by :meth:`enroll`)."""
+        return self._device_token
 
     def close(self) -> None:
         """Close the channel."""
@@ -258,6 +276,60 @@ class CollectorClient:
         if not response.HasField("spec"):
             raise ProtocolError("GetRoundSpec: the response has neither a spec nor finished=true")
         return round_spec_from_proto(response.spec)
+
+    def get_round(self, campaign_id: str) -> tuple[RoundSpec, RoundAssignment | None] | None:
+        """The campaign's current round and this device's assignment for it (enrolled devices).
+
+        Returns
+        -------
+        (RoundSpec, RoundAssignment or None) or None
+            ``None`` once the campaign is finished; the assignment is ``None`` when the collector
+            sent none (the caller is not an enrolled device). Pass it to
+            :meth:`Device.participate <ldp_client.device.Device.participate>`.
+
+        Raises
+        ------
+        RequestRejectedError, ProtocolError, RpcFailedError
+            As for :meth:`get_round_spec`; ``ProtocolError`` also for a malformed assignment.
+        """
+        check_campaign_id(campaign_id)
+        response = self._call("GetRoundSpec", self._stub.GetRoundSpec,
+                              service_pb2.GetRoundSpecRequest(campaign_id=campaign_id))
+        if response.finished:
+            return None
+        if not response.HasField("spec"):
+            raise ProtocolError("GetRoundSpec: the response has neither a spec nor finished=true")
+        spec = round_spec_from_proto(response.spec)
+        if not response.HasField("assignment"):
+            return spec, None
+        assignment = RoundAssignment(report_id=response.assignment.report_id,
+                                     hash_seeds=tuple(response.assignment.hash_seeds))
+        return spec, assignment
+
+    def enroll(self) -> str:
+        """Obtain a new device identity from the collector and use its token for every later call.
+
+        The call itself needs no token. It is rate limited: the collector answers UNAVAILABLE with
+        RetryInfo when too many devices enrol, and the call is retried after that delay.
+
+        Returns
+        -------
+        str
+            The device token; store it with the device's state and pass it as ``device_token``
+            next time (a new enrolment is a new identity).
+
+        Raises
+        ------
+        RequestRejectedError, RpcFailedError
+            Enrolment is off (UNIMPLEMENTED) or refused, or the collector could not be reached.
+        """
+        response = self._call("Enroll", self._stub.Enroll, service_pb2.EnrollRequest())
+        token = response.device_token
+        if not token or any(c in token for c in "\r\n") or not token.isascii():
+            raise ProtocolError("Enroll: the collector returned an empty or malformed device token")
+        self._device_token = token
+        self._metadata = (("authorization", f"Bearer {token}"),)
+        return token
 
     def get_result(self, campaign_id: str) -> campaigns_pb2.Result:
         """The campaign's published result (``ldp.v1.Result``); :meth:`get_cluster_model` labels the device with it."""
@@ -371,9 +443,10 @@ class CollectorClient:
                 code, details = _status_of(exc)
                 if code in _REJECTED:
                     raise RequestRejectedError(method, code, details) from exc
-                if code not in _RETRYABLE or attempt >= self._max_attempts:
-                    raise RpcFailedError(method, code, details, attempt) from exc
                 server_delay = _retry_delay(exc)
+                if (code not in _RETRYABLE or attempt >= self._max_attempts
+                        or (server_delay is None and _message_too_large(code, details))):
+                    raise RpcFailedError(method, code, details, attempt) from exc
                 if server_delay is not None and server_delay > self._backoff_max:
                     raise RpcFailedError(method, code, details, attempt, retry_after=server_delay) from exc
                 self._sleep(self._backoff(attempt, server_delay))
@@ -391,6 +464,15 @@ def _status_of(exc: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.UNKNOWN, str(exc)
     call = cast(grpc.Call, exc)
     return call.code(), call.details() or ""
+
+
+def _message_too_large(code: grpc.StatusCode, details: str) -> bool:
+    """Whether a RESOURCE_EXHAUSTED is gRPC refusing the message size: resending cannot help.
+
+    A quota or a full server answers RESOURCE_EXHAUSTED too, and is worth retrying; gRPC's own
+    size refusal carries no RetryInfo and says "larger than max" in its details.
+    """
+    return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details.lower()
 
 
 def _retry_delay(exc: grpc.RpcError) -> float | None:

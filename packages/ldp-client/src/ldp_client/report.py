@@ -20,7 +20,7 @@ from typing import Any, overload
 
 import msgpack
 
-from ._validation import check_int
+from ._validation import check_int, check_msgpack_complete
 from .errors import InvalidParameterError, ProtocolError
 from .payload import Payload, payload_from_wire, payload_to_wire
 from .spec import MAX_COMPONENTS, MAX_GROUPS, check_campaign_id
@@ -99,6 +99,7 @@ def _unpackb(data: Any, what: str) -> Any:
     if len(data) > MAX_BATCH_BYTES:
         raise ProtocolError(f"{what} is {len(data)} bytes, more than {MAX_BATCH_BYTES}")
     try:
+        check_msgpack_complete(bytes(data))
         return msgpack.unpackb(bytes(data), raw=False, strict_map_key=True,
                                max_array_len=MAX_BATCH_REPORTS, max_map_len=1024)
     except Exception as exc:  # msgpack raises several unrelated types on garbage

@@ -15,7 +15,7 @@ from typing import Any
 import msgpack
 
 from ._spec import Spec
-from ._validation import check_float, check_int
+from ._validation import check_float, check_int, check_msgpack_complete
 from .encoders.base import ENCODERS, Encoder
 from .errors import InvalidParameterError, ProtocolError
 from .mechanisms.base import MECHANISMS, MechanismParams
@@ -190,6 +190,7 @@ class RoundSpec(Spec):
         if len(data) > MAX_SPEC_BYTES:
             raise ProtocolError(f"packed round spec is {len(data)} bytes, more than {MAX_SPEC_BYTES}")
         try:
+            check_msgpack_complete(bytes(data))
             obj = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True)
         except Exception as exc:  # msgpack raises several unrelated types on garbage
             raise ProtocolError(f"packed round spec is not valid msgpack: {exc}") from exc

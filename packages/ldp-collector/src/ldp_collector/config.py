@@ -58,6 +58,18 @@ class CollectorConfig:
         ``allow_insecure_operator``.
     device_tokens : tuple of str
         When non-empty, ``DeviceService`` calls need ``authorization: Bearer <one of them>``.
+    enrolment : bool
+        Devices enrol with ``DeviceService.Enroll`` (rate limited) and every other
+        ``DeviceService`` call needs an enrolled device token (or one of ``device_tokens``, or the
+        operator token). Enrolled devices get their report ids and hash seeds assigned
+        (:mod:`ldp_collector.defences`). Needs ``enrolment_secret``.
+    enrolment_secret : str
+        Key of the device tokens and assignments, at least 16 characters (``LDP_ENROLMENT_SECRET``);
+        every collector process and host sharing the campaigns must use the same one.
+    enrolment_rate, enrolment_burst : float, int
+        Enrolments per second over all peers, and the largest burst.
+    enrolment_peer_rate, enrolment_peer_burst : float, int
+        Enrolments per second from one peer address, and its largest burst.
     allow_insecure_operator : bool
         Start without an operator token on a non-loopback address (operator calls open to anyone
         who can reach the port). Off by default.
@@ -76,6 +88,11 @@ class CollectorConfig:
     max_queued_calls : int
         Handler calls waiting for or running in the worker pool before the service sheds load
         with UNAVAILABLE + RetryInfo (0 = no limit).
+    max_queued_bytes : int
+        Request bytes of the report batches waiting for or running in the worker pool before the
+        service sheds load the same way (0 = no limit; one batch is always admitted). Bounds the
+        memory queued batches hold whatever their size, where ``max_queued_calls`` alone would
+        allow ``max_queued_calls * max_receive_bytes``.
     worker_threads : int
         Threads running the blocking collector handlers (group commit waits on the disk).
     keepalive_time_s, keepalive_timeout_s : float
@@ -88,8 +105,28 @@ class CollectorConfig:
         How often ``WatchCampaign`` looks for changes.
     reuse_port : bool
         Set SO_REUSEPORT so several collector processes can share the port (DESIGN §9).
+    workers : int
+        Server processes ``ldp-collector serve`` runs on this host, in [1, 64]. Above 1 the parent
+        forks that many workers sharing the port with SO_REUSEPORT (``reuse_port`` is implied) and
+        supervises them; only worker 0 closes rounds on the timer.
+    device_rate_limit : float
+        Reports per second one device may submit (0 = no limit). A device is its bearer token when
+        device tokens are required, else the peer's IP address. Beyond it the service answers
+        RESOURCE_EXHAUSTED with RetryInfo (the time until the device's bucket refills).
+    device_rate_burst : int
+        Reports a device may submit at once before ``device_rate_limit`` applies (0 = one second's
+        worth, at least ``max_batch_reports``).
+    token_rate_limit : float
+        Requests per second per bearer token, the operator token included (0 = no limit).
+    token_rate_burst : int
+        Requests per token at once before ``token_rate_limit`` applies (0 = one second's worth, at
+        least 1).
+    rate_limit_max_keys : int
+        Devices and tokens each limiter tracks; beyond it the least recently seen is forgotten, so a
+        flood of distinct keys cannot grow memory.
     metrics_port : int
-        Port of the Prometheus ``/metrics`` endpoint (0 = off).
+        Port of the Prometheus ``/metrics`` endpoint (0 = off). With several workers, worker ``i``
+        serves its own metrics on ``metrics_port + i``.
     metrics_host : str
         Address the metrics endpoint binds.
     log_format : str
@@ -102,6 +139,12 @@ class CollectorConfig:
     data_dir: str = "./ldp-data"
     operator_token: str = field(default="", repr=False)
     device_tokens: tuple[str, ...] = field(default=(), repr=False)
+    enrolment: bool = False
+    enrolment_secret: str = field(default="", repr=False)
+    enrolment_rate: float = 100.0
+    enrolment_burst: int = 1000
+    enrolment_peer_rate: float = 1.0
+    enrolment_peer_burst: int = 20
     allow_insecure_operator: bool = False
     tls_cert: str = ""
     tls_key: str = ""
@@ -111,6 +154,7 @@ class CollectorConfig:
     max_batch_reports: int = 10_000
     max_concurrent_rpcs: int = 1024
     max_queued_calls: int = 512
+    max_queued_bytes: int = 128 * 1024 * 1024
     worker_threads: int = 16
     keepalive_time_s: float = 60.0
     keepalive_timeout_s: float = 20.0
@@ -118,6 +162,12 @@ class CollectorConfig:
     tick_interval_s: float = 1.0
     watch_poll_interval_s: float = 0.5
     reuse_port: bool = False
+    workers: int = 1
+    device_rate_limit: float = 0.0
+    device_rate_burst: int = 0
+    token_rate_limit: float = 0.0
+    token_rate_burst: int = 0
+    rate_limit_max_keys: int = 65_536
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     log_format: str = "auto"
@@ -138,9 +188,17 @@ class CollectorConfig:
         for i, token in enumerate(self.device_tokens):
             _check_str(f"device_tokens[{i}]", token, nonempty=True)
             _check_token(f"device_tokens[{i}]", token)
-        for name in ("allow_insecure_operator", "reuse_port"):
+        for name in ("allow_insecure_operator", "reuse_port", "enrolment"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        _check_str("enrolment_secret", self.enrolment_secret)
+        if self.enrolment and len(self.enrolment_secret.encode()) < _MIN_TOKEN:
+            raise ConfigError(f"enrolment needs enrolment_secret (LDP_ENROLMENT_SECRET) of at least {_MIN_TOKEN} "
+                              f"characters, shared by every collector process, got {len(self.enrolment_secret)}")
+        for name in ("enrolment_rate", "enrolment_peer_rate"):
+            object.__setattr__(self, name, _check_float(name, getattr(self, name), 1e-6, 1e9))
+        _check_int("enrolment_burst", self.enrolment_burst, 1, 1_000_000_000)
+        _check_int("enrolment_peer_burst", self.enrolment_peer_burst, 1, 1_000_000_000)
         for name in ("tls_cert", "tls_key", "tls_client_ca"):
             _check_str(name, getattr(self, name))
         if bool(self.tls_cert) != bool(self.tls_key):
@@ -153,11 +211,21 @@ class CollectorConfig:
         _check_int("max_batch_reports", self.max_batch_reports, 1, 100_000)
         _check_int("max_concurrent_rpcs", self.max_concurrent_rpcs, 0, 1_000_000)
         _check_int("max_queued_calls", self.max_queued_calls, 0, 1_000_000)
+        _check_int("max_queued_bytes", self.max_queued_bytes, 0, 2**40)
         _check_int("worker_threads", self.worker_threads, 1, 1024)
         for name, low in (("keepalive_time_s", 1.0), ("keepalive_timeout_s", 0.1), ("grace_period_s", 0.0),
                           ("tick_interval_s", 0.01), ("watch_poll_interval_s", 0.01)):
             object.__setattr__(self, name, _check_float(name, getattr(self, name), low, 86_400.0))
+        _check_int("workers", self.workers, 1, 64)
+        for name in ("device_rate_limit", "token_rate_limit"):
+            object.__setattr__(self, name, _check_float(name, getattr(self, name), 0.0, 1e9))
+        _check_int("device_rate_burst", self.device_rate_burst, 0, 1_000_000_000)
+        _check_int("token_rate_burst", self.token_rate_burst, 0, 1_000_000_000)
+        _check_int("rate_limit_max_keys", self.rate_limit_max_keys, 1, 10_000_000)
         _check_int("metrics_port", self.metrics_port, 0, 65535)
+        if self.metrics_port and self.metrics_port + self.workers - 1 > 65535:
+            raise ConfigError(f"metrics_port + workers - 1 must be at most 65535 (worker i serves metrics on "
+                              f"metrics_port + i), got {self.metrics_port} + {self.workers} - 1")
         _check_str("metrics_host", self.metrics_host, nonempty=True)
         if self.log_format not in _LOG_FORMATS:
             raise ConfigError(f"log_format must be one of {', '.join(_LOG_FORMATS)}, got {self.log_format!r}")

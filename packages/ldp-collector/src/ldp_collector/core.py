@@ -39,6 +39,7 @@ import base64
 import binascii
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import math
 import threading
@@ -66,8 +67,8 @@ from .campaigns import (
     timestamp,
 )
 from .engines import CampaignEngine, RoundOutcome, RoundPlan, RoundReports
-from .errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from .ingest import RoundContext, check_request_id, validate_batch
+from .errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, OverloadedError
+from .ingest import Assign, RoundContext, StoredReportColumns, check_request_id, validate_batch
 from .storage.base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoredReport
 
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "RECOVERY_GRACE_SECONDS", "Collector"]
@@ -80,6 +81,8 @@ MAX_PAGE_SIZE = 1000
 #: A server step interrupted (closed round not advanced, first round not opened) for this long is
 #: resumed by :meth:`Collector.tick`; shorter gaps are a step still running somewhere.
 RECOVERY_GRACE_SECONDS = 60.0
+#: How long an operator's CloseRound waits for another process's server step of the campaign.
+STEP_LOCK_WAIT_SECONDS = 30.0
 _LIST_CHUNK = 500
 
 
@@ -151,6 +154,19 @@ class _StoredRoundReports(RoundReports):
 
     def accumulators(self) -> dict[str, bytes]:
         return self._store.load_accumulators(self._campaign_id, self._round)
+
+
+def _store_request_id(request_id: str, reports: Sequence[StoredReport]) -> str:
+    """The store's idempotency key of a batch: ``request_id`` bound to the ids of the reports to store.
+
+    The store answers a replayed key with its first answer, one outcome per report it stored then.
+    A retry of the same batch gets that answer; a request id reused for other reports (a hostile
+    or confused client, or a retry after some of its reports became invalid) is a new request, so
+    an answer never speaks for reports it did not store.
+    """
+    ids = reports.report_ids if isinstance(reports, StoredReportColumns) else [r.report_id for r in reports]
+    digest = hashlib.blake2b(b"".join(ids), digest_size=12).hexdigest()
+    return f"{request_id}#{digest}"
 
 
 def _dispatch_accumulate(functions: Mapping[tuple[str, int], AccumulateFn]) -> AccumulateFn | None:
@@ -323,7 +339,8 @@ class Collector:
         context = RoundContext(campaign_id=campaign_id, round=round_record.round, spec=spec)
         return context, self._accumulate_fn(record, spec)
 
-    def submit(self, request_id: str, reports: Sequence[Report | ProtocolError]) -> list[tuple[Outcome, str]]:
+    def submit(self, request_id: str, reports: Sequence[Report | ProtocolError], *,
+               assign: Assign | None = None) -> list[tuple[Outcome, str]]:
         """Validate, store and acknowledge a batch of reports (partial success).
 
         Parameters
@@ -336,6 +353,10 @@ class Collector:
             not be decoded (``ldp_client.report.unpack_batch``) and is rejected with its message.
             A :class:`~ldp_client.report.ReportColumns` (what the service decodes) is validated,
             stored and accumulated column by column, with the same outcomes.
+        assign : callable, optional
+            For the batch of an enrolled device: ``(campaign_id, round) -> RoundAssignment`` of that
+            device (:meth:`ldp_collector.defences.EnrolmentAuthority.assignment`); a report without
+            exactly its assigned id and hash seeds is rejected.
 
         Returns
         -------
@@ -367,8 +388,9 @@ class Collector:
                 contexts[cid] = context
                 if isinstance(context, RoundContext) and fn is not None:
                     functions[(cid, context.round)] = fn
-            batch = validate_batch(reports, contexts.__getitem__)
-            stored = (self._store.add_reports(request_id, batch.valid, accumulate=_dispatch_accumulate(functions))
+            batch = validate_batch(reports, contexts.__getitem__, assign=assign)
+            stored = (self._store.add_reports(_store_request_id(request_id, batch.valid),
+                                              batch.valid, accumulate=_dispatch_accumulate(functions))
                       if batch.valid else [])
             outcomes = batch.merge(stored)
         if any(outcome == Outcome.ACCEPTED for outcome, _ in outcomes):
@@ -496,7 +518,7 @@ class Collector:
             The campaign is not collecting, ``round`` is not its open round, or the round holds
             fewer than ``min_reports_per_round`` reports.
         """
-        with self._campaign_locks(campaign_id).step:
+        with self._campaign_locks(campaign_id).step, self._wait_for_store_step_lock(campaign_id):
             self._close_locked(campaign_id, round)
         return self.get_campaign(campaign_id)
 
@@ -609,14 +631,37 @@ class Collector:
         return self._with_step_lock(cid, lambda c: self._close_locked(c, rr.round, auto=True))
 
     def _with_step_lock(self, campaign_id: str, step: Callable[[str], bool | None]) -> bool:
-        """Run ``step`` under the campaign's step lock unless another step holds it (then skip)."""
+        """Run ``step`` under the campaign's step lock unless another step holds it (then skip).
+
+        Two locks: this process's thread lock, then the store's cross-process
+        :meth:`~ldp_collector.storage.base.ReportStore.step_lock`, so a collector process never
+        resumes (or runs) a step another live process is running; a dead process's lock is gone,
+        so its interrupted step is resumed by the next ``tick``.
+        """
         lock = self._campaign_locks(campaign_id).step
         if not lock.acquire(blocking=False):
             return False
         try:
-            return bool(step(campaign_id))
+            with self._store.step_lock(campaign_id) as held:
+                return bool(step(campaign_id)) if held else False
         finally:
             lock.release()
+
+    @contextlib.contextmanager
+    def _wait_for_store_step_lock(self, campaign_id: str) -> Iterator[None]:
+        """Hold the store's cross-process step lock, waiting up to :data:`STEP_LOCK_WAIT_SECONDS`
+        while another collector process runs a step of the campaign (an operator's close waits
+        instead of skipping); ``OverloadedError`` (retry later) if it is still busy then."""
+        deadline = time.monotonic() + STEP_LOCK_WAIT_SECONDS
+        while True:
+            with self._store.step_lock(campaign_id) as held:
+                if held:
+                    yield
+                    return
+            if time.monotonic() >= deadline:
+                raise OverloadedError(f"another collector process is running a server step of campaign "
+                                      f"{campaign_id}; retry later", retry_after=1.0)
+            time.sleep(0.05)
 
     def _auto_close_if_full(self, campaign_id: str, round: int) -> None:
         with self._lock:

@@ -9,6 +9,14 @@ rows (payloads as msgpack); the others get a REJECTED outcome with the reason. N
 touches the store: :class:`~ldp_collector.core.Collector` stores the valid part and merges the
 store's outcomes back in request order with :meth:`ValidatedBatch.merge`.
 
+Enrolled devices
+----------------
+A batch sent with an enrolled device token is validated with ``assign`` (``(campaign_id, round) ->
+RoundAssignment`` of that device): on top of the checks above, each report must carry exactly its
+assigned report id and hash seeds (:func:`ldp_collector.defences.check_assignment`), else it is
+rejected and stores nothing. Such batches are small (one report per round) and take the
+per-report path.
+
 Batch-wide fast path
 --------------------
 A batch decoded column by column (:class:`~ldp_client.report.ReportColumns`, what the service
@@ -51,6 +59,7 @@ from typing import Any, overload
 import msgpack
 import numpy as np
 
+from ldp_client.device import RoundAssignment
 from ldp_client.errors import ProtocolError
 from ldp_client.mechanisms.base import MechanismParams
 from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
@@ -60,6 +69,7 @@ from ldp_client.payload import Payload, payload_to_wire
 from ldp_client.report import MAX_BATCH_REPORTS, MAX_REQUEST_ID, Report, ReportColumns
 from ldp_client.spec import RoundSpec
 
+from .defences import check_assignment
 from .errors import InvalidArgumentError
 from .storage.base import Outcome, StoredReport
 
@@ -92,6 +102,8 @@ class RoundContext:
 #: Looks a campaign up: its open round, or the reason its reports are rejected
 #: (``"campaign x does not exist"``, ``"campaign x is finished"``).
 Lookup = Callable[[str], "RoundContext | str"]
+#: The assignment of the sending device in a round: ``(campaign_id, round) -> RoundAssignment``.
+Assign = Callable[[str, int], RoundAssignment]
 
 
 def check_request_id(request_id: object) -> str:
@@ -313,12 +325,14 @@ _STORED_OUTCOMES: dict[int, tuple[Outcome, str]] = {
     Outcome.ACCEPTED: (Outcome.ACCEPTED, ""), Outcome.DUPLICATE: (Outcome.DUPLICATE, "")}
 
 
-def validate_batch(reports: Sequence[Report | ProtocolError], lookup: Lookup) -> ValidatedBatch:
+def validate_batch(reports: Sequence[Report | ProtocolError], lookup: Lookup, *,
+                   assign: Assign | None = None) -> ValidatedBatch:
     """Validate every report of a batch; ``lookup`` is called once per distinct campaign id.
 
     Entries that are already a :class:`ProtocolError` (a malformed report in a packed batch) are
     rejected with their message. A :class:`~ldp_client.report.ReportColumns` batch takes the
-    batch-wide fast path (module docstring), with the same result.
+    batch-wide fast path (module docstring), with the same result. With ``assign`` (the batch of
+    an enrolled device) every report must also carry its assigned report id and hash seeds.
 
     Raises
     ------
@@ -327,7 +341,7 @@ def validate_batch(reports: Sequence[Report | ProtocolError], lookup: Lookup) ->
     """
     if len(reports) > MAX_BATCH_REPORTS:
         raise InvalidArgumentError(f"a batch holds at most {MAX_BATCH_REPORTS} reports, got {len(reports)}")
-    if isinstance(reports, ReportColumns):
+    if isinstance(reports, ReportColumns) and assign is None:
         return _validate_columns(reports, lookup)
     contexts: dict[str, RoundContext | str] = {}
     rejected: dict[int, str] = {}
@@ -344,10 +358,13 @@ def validate_batch(reports: Sequence[Report | ProtocolError], lookup: Lookup) ->
             rejected[position] = context
             continue
         try:
-            valid.append(validate_report(report, context))
+            row = validate_report(report, context)
+            if assign is not None:
+                check_assignment(report, context.spec, assign(context.campaign_id, context.round))
         except ProtocolError as exc:
             rejected[position] = str(exc)
             continue
+        valid.append(row)
         positions.append(position)
     return ValidatedBatch(rejected=rejected, valid=valid, positions=positions)
 

@@ -1,7 +1,12 @@
 """Prometheus metrics of the collector and the HTTP ``/metrics`` endpoint.
 
 Every server owns one :class:`CollectorMetrics` with its own registry, so several servers in one
-process (tests) never collide. Label values are bounded: campaign *kinds*, outcomes, method
+process (tests) never collide. With ``ldp-collector serve --workers N`` every worker process is
+such a server with its own endpoint, worker ``i`` on ``metrics_port + i``: scrape all N ports (a
+scrape config with N targets, or one target per worker). Counters then add up across targets in
+PromQL (``sum by (...)``) and every worker's latency histogram stays its own, without the shared
+files and restrictions of prometheus_client's multiprocess mode (no live gauges, manual cleanup
+of dead workers' files). Label values are bounded: campaign *kinds*, outcomes, method
 names and status codes, never campaign ids or device data.
 
 =================================  =========  ================================================
@@ -15,6 +20,8 @@ metric                             type       labels
 ``ldp_auth_failures_total``        counter    ``service``
 ``ldp_calls_in_flight``            gauge      --
 ``ldp_calls_shed_total``           counter    --
+``ldp_rate_limited_total``         counter    ``limit`` (device/token)
+``ldp_rate_limit_keys``            gauge      ``limit`` (device/token)
 ``ldp_watch_streams``              gauge      --
 =================================  =========  ================================================
 """
@@ -77,6 +84,10 @@ class CollectorMetrics:
         self.calls_shed = Counter("ldp_calls_shed", "Calls refused with UNAVAILABLE because the worker pool was full.",
                                   registry=registry)
         self.watch_streams = Gauge("ldp_watch_streams", "Open WatchCampaign streams.", registry=registry)
+        self.rate_limited = Counter("ldp_rate_limited", "Calls refused with RESOURCE_EXHAUSTED by a rate limit.",
+                                    ["limit"], registry=registry)
+        self.rate_limit_keys = Gauge("ldp_rate_limit_keys", "Devices or tokens a rate limiter tracks.", ["limit"],
+                                     registry=registry)
 
     def observe_outcomes(self, counts: Mapping[tuple[str, str], int]) -> None:
         """Add per-(kind, outcome) report counts of one batch."""

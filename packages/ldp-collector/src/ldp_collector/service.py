@@ -15,7 +15,13 @@ Security model
 the server only starts on a loopback address (anyone on this host may then act as operator), or
 anywhere with ``allow_insecure_operator`` set -- :class:`~ldp_collector.config.CollectorConfig`
 enforces this. ``DeviceService`` needs ``Bearer <device token>`` (the operator token also works)
-only when ``device_tokens`` is configured. Health and reflection are always open. Tokens are
+only when ``device_tokens`` is configured. With ``enrolment`` on, ``DeviceService.Enroll`` is open
+(rate limited globally and per peer address: UNAVAILABLE + RetryInfo beyond the limits) and hands
+out device tokens that every process sharing ``enrolment_secret`` verifies without state; every
+other ``DeviceService`` call then needs an enrolled token (or a static device token, or the
+operator token), and an enrolled device gets its report id and hash seeds assigned with each round
+spec and must report with exactly those (:mod:`ldp_collector.defences`). Health and reflection are
+always open. Tokens are
 compared in constant time (hashes of equal length via :func:`hmac.compare_digest`); with TLS
 off, tokens cross the network in clear text, so use TLS beyond loopback.
 
@@ -61,8 +67,11 @@ from ldp_client.report import MAX_REQUEST_ID, ReportColumns, unpack_batch_column
 
 from .config import CollectorConfig, split_listen
 from .core import Collector
-from .errors import CollectorError, InvalidArgumentError, OverloadedError
+from .defences import EnrolmentAuthority, EnrolmentLimiter, peer_address
+from .errors import CollectorError, FailedPreconditionError, InvalidArgumentError, OverloadedError
+from .ingest import Assign
 from .metrics import CollectorMetrics, MetricsServer, start_metrics_server
+from .ratelimit import RateLimitedError, RateLimiter
 from .storage import open_store
 from .storage.base import Outcome, ReportStore
 
@@ -72,6 +81,7 @@ __all__ = [
     "BearerTokenInterceptor",
     "CollectorServicer",
     "OperatorServicer",
+    "RateLimitInterceptor",
     "RunningServer",
     "serve",
     "start_server",
@@ -86,6 +96,12 @@ _ERROR_DOMAIN = "ldp.v1"
 _MAX_MESSAGE = 1024
 _LOG_EVERY_S = 10.0
 _FINAL_STATES = (campaigns_pb2.FINISHED, campaigns_pb2.FAILED)
+#: Bounds of the RetryInfo delay of a call shed by a full worker pool, and the weight of the
+#: newest job in the pool's moving average of the job duration.
+_MIN_RETRY_S = 0.05
+_MAX_RETRY_S = 5.0
+_JOB_TIME_WEIGHT = 0.1
+_ENROLL_METHOD = f"/{DEVICE_SERVICE}/Enroll"
 _OUTCOME_NAMES = {Outcome.ACCEPTED: "accepted", Outcome.DUPLICATE: "duplicate", Outcome.REJECTED: "rejected"}
 
 T = TypeVar("T")
@@ -122,8 +138,9 @@ def status_for_error(exc: BaseException) -> status_pb2.Status:
     Every status carries an ``ErrorInfo`` (``reason`` = the exception class, ``domain`` =
     ``ldp.v1``); INVALID_ARGUMENT adds ``BadRequest`` (the field, when known),
     FAILED_PRECONDITION adds ``PreconditionFailure``, UNAVAILABLE adds ``RetryInfo`` with the
-    collector's ``retry_after``. Unexpected exceptions become INTERNAL without their text (it
-    is logged instead).
+    collector's ``retry_after``, RESOURCE_EXHAUSTED from a rate limit adds ``QuotaFailure`` (which
+    limit) and ``RetryInfo`` (when the bucket holds enough again). Unexpected exceptions become
+    INTERNAL without their text (it is logged instead).
     """
     code = _code_name(exc)
     message = str(exc) if code != "INTERNAL" or isinstance(exc, CollectorError) else "internal error"
@@ -139,7 +156,11 @@ def status_for_error(exc: BaseException) -> status_pb2.Status:
         precondition = error_details_pb2.PreconditionFailure.Violation(
             type="STATE", subject="campaign", description=message)
         status.details.add().Pack(error_details_pb2.PreconditionFailure(violations=[precondition]))
-    elif code == "UNAVAILABLE":
+    elif code == "UNAVAILABLE" or (code == "RESOURCE_EXHAUSTED" and hasattr(exc, "retry_after")):
+        if code == "RESOURCE_EXHAUSTED":
+            quota = error_details_pb2.QuotaFailure.Violation(
+                subject=f"{getattr(exc, 'limit', 'rate')}_rate_limit", description=message)
+            status.details.add().Pack(error_details_pb2.QuotaFailure(violations=[quota]))
         delay = max(0.0, float(getattr(exc, "retry_after", 1.0)))
         seconds = int(delay)
         status.details.add().Pack(error_details_pb2.RetryInfo(
@@ -155,42 +176,69 @@ async def _abort(context: Context, status: status_pb2.Status) -> NoReturn:
 # -- the worker pool ----------------------------------------------------------------------------
 
 class _WorkerPool:
-    """Runs blocking handler jobs on a thread pool, shedding load beyond ``max_queued`` jobs."""
+    """Runs blocking handler jobs on a thread pool, shedding load beyond ``max_queued`` jobs.
 
-    def __init__(self, threads: int, max_queued: int, metrics: CollectorMetrics) -> None:
+    A shed call's RetryInfo delay is the time the queue ahead of it needs to drain: the queued
+    jobs, ``threads`` at a time, at the recent job duration (moving average), clamped to
+    [:data:`_MIN_RETRY_S`, :data:`_MAX_RETRY_S`]. A fixed delay would either bring refused clients
+    back into a still-full queue or leave the workers idle while every client waits.
+    """
+
+    def __init__(self, threads: int, max_queued: int, metrics: CollectorMetrics, max_queued_bytes: int = 0) -> None:
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ldp-handler")
+        self._threads = threads
         self._max_queued = max_queued
+        self._max_bytes = max_queued_bytes
         self._metrics = metrics
         self._lock = threading.Lock()
         self._queued = 0
+        self._queued_bytes = 0
+        self._job_seconds = 0.05  # moving average of the job duration
 
-    async def run(self, fn: Callable[[], T], *, shed: bool = True) -> T:
-        """Run ``fn()`` in the pool; ``OverloadedError`` (UNAVAILABLE + RetryInfo) when full."""
+    def retry_after(self) -> float:
+        """Seconds until the current queue has drained (the RetryInfo of a shed call)."""
+        rounds = -(-self._queued // self._threads)
+        return min(_MAX_RETRY_S, max(_MIN_RETRY_S, rounds * self._job_seconds))
+
+    async def run(self, fn: Callable[[], T], *, shed: bool = True, size: int = 0) -> T:
+        """Run ``fn()`` in the pool; ``OverloadedError`` (UNAVAILABLE + RetryInfo) when full.
+
+        ``size`` is the request's byte size, counted against ``max_queued_bytes`` while the job
+        waits or runs.
+        """
         with self._lock:
-            if shed and self._max_queued and self._queued >= self._max_queued:
+            if shed and ((self._max_queued and self._queued >= self._max_queued)
+                         or (self._max_bytes and self._queued and self._queued_bytes + size > self._max_bytes)):
                 self._metrics.calls_shed.inc()
-                raise OverloadedError(f"the collector is busy ({self._queued} calls queued); retry later",
-                                      retry_after=1.0)
+                raise OverloadedError(f"the collector is busy ({self._queued} calls, {self._queued_bytes} bytes "
+                                      "queued); retry later", retry_after=self.retry_after())
             self._queued += 1
+            self._queued_bytes += size
         self._metrics.calls_in_flight.inc()
 
-        def done() -> None:
+        def done(seconds: float) -> None:
             with self._lock:
                 self._queued -= 1
+                self._queued_bytes -= size
+                self._job_seconds += _JOB_TIME_WEIGHT * (seconds - self._job_seconds)
             self._metrics.calls_in_flight.dec()
 
         def job() -> T:
             # The count drops when the job ends, not when its caller stops waiting (a cancelled RPC
             # does not stop a commit that is already under way).
+            start = time.perf_counter()
             try:
                 return fn()
             finally:
-                done()
+                done(time.perf_counter() - start)
 
         try:
             future = asyncio.get_running_loop().run_in_executor(self.executor, job)
         except RuntimeError:  # the pool is shut down: the job will never run
-            done()
+            with self._lock:
+                self._queued -= 1
+                self._queued_bytes -= size
+            self._metrics.calls_in_flight.dec()
             raise OverloadedError("the collector is shutting down", retry_after=1.0) from None
         return await future
 
@@ -280,23 +328,91 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
     metrics : CollectorMetrics
     max_batch_reports : int
         Largest batch accepted (INVALID_ARGUMENT above it).
+    device_limiter : RateLimiter, optional
+        Reports per second per device (RESOURCE_EXHAUSTED + RetryInfo beyond it), charged one
+        token per report of a well-formed request before it queues for the worker pool.
+    device_key_by_token : bool
+        Key devices by their bearer token (when device tokens are verified); otherwise by the
+        peer's IP address, since an unverified token would let a device pick a fresh bucket.
     """
 
     def __init__(self, collector: Collector, pool: _WorkerPool, metrics: CollectorMetrics, *,
-                 max_batch_reports: int) -> None:
+                 max_batch_reports: int, device_limiter: RateLimiter | None = None,
+                 device_key_by_token: bool = False, authority: EnrolmentAuthority | None = None,
+                 enrolment_limiter: EnrolmentLimiter | None = None) -> None:
         self._collector = collector
         self._pool = pool
         self._metrics = metrics
         self._max_batch = max_batch_reports
         self._kinds: dict[str, str] = {}
+        self._device_limiter = device_limiter
+        self._device_key_by_token = device_key_by_token
+        self._authority = authority
+        self._enrolment_limiter = enrolment_limiter
+
+    def _assign_for(self, context: Context) -> Assign | None:
+        """The assignment function of the calling enrolled device, or ``None`` for other callers."""
+        authority = self._authority
+        if authority is None:
+            return None
+        token = _bearer_token(context.invocation_metadata())
+        identity = authority.verify(token) if token is not None else None
+        if identity is None:
+            return None
+        device_id = identity.device_id
+        return lambda campaign_id, round: authority.assignment(device_id, campaign_id, round)
+
+    async def Enroll(self, request: service_pb2.EnrollRequest, context: Context) -> service_pb2.EnrollResponse:
+        authority, limiter = self._authority, self._enrolment_limiter
+        if authority is None:
+            raise FailedPreconditionError("device enrolment is off on this collector")
+        if limiter is not None:
+            wait = limiter.admit(peer_address(context.peer()))
+            if wait is not None:
+                raise OverloadedError(f"too many enrolments; retry in {wait:.3f} s", retry_after=wait)
+        return service_pb2.EnrollResponse(device_token=authority.issue())
+
+    async def _run_charged(self, context: Context, reports: int, size: int, job: Callable[[], T]) -> T:
+        """Charge the device ``reports`` tokens, then run ``job`` in the pool (``size`` request
+        bytes); a call the pool sheds gets its tokens back, so a retry is not charged twice."""
+        key = self._charge_device(context, reports)
+        try:
+            return await self._pool.run(job, size=size)
+        except OverloadedError:
+            if key is not None and self._device_limiter is not None:
+                self._device_limiter.refund(key, max(1, reports))
+            raise
+
+    def _charge_device(self, context: Context, reports: int) -> bytes | str | None:
+        """Take ``reports`` tokens from the calling device's bucket (``RateLimitedError`` if short);
+        the bucket's key, or ``None`` without a device limit."""
+        limiter = self._device_limiter
+        if limiter is None:
+            return None
+        digest = _bearer_digest(context.invocation_metadata()) if self._device_key_by_token else None
+        key: bytes | str = peer_address(context.peer()) if digest is None else digest
+        try:
+            limiter.acquire(key, max(1, reports))
+        except CollectorError:
+            self._metrics.rate_limited.labels(limit=limiter.name).inc()
+            raise
+        finally:
+            self._metrics.rate_limit_keys.labels(limit=limiter.name).set(len(limiter))
+        return key
 
     async def GetRoundSpec(self, request: service_pb2.GetRoundSpecRequest,
                            context: Context) -> service_pb2.GetRoundSpecResponse:
+        assign = self._assign_for(context)
+
         def job() -> service_pb2.GetRoundSpecResponse:
             spec, finished = self._collector.get_round_spec(request.campaign_id)
             response = service_pb2.GetRoundSpecResponse(finished=finished)
             if spec is not None:
                 response.spec.CopyFrom(serde.round_spec_to_proto(spec))
+                if assign is not None:
+                    assignment = assign(spec.campaign_id, spec.round)
+                    response.assignment.report_id = assignment.report_id
+                    response.assignment.hash_seeds.extend(assignment.hash_seeds)
             return response
 
         return await self._pool.run(job)
@@ -307,13 +423,15 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
         _check_batch_size(len(request.reports), self._max_batch, "reports")
         self._metrics.batch_reports.labels(api="reports").observe(len(request.reports))
 
+        assign = self._assign_for(context)
+
         def job() -> service_pb2.SubmitReportsResponse:
             items = serde.report_columns_from_proto(request.reports)
             # Outcomes echo the id each report was sent with, also for the malformed ones.
             ids = items.report_ids if not items.errors else [r.report_id for r in request.reports]
-            return self._submit(request.request_id, items, ids)
+            return self._submit(request.request_id, items, ids, assign)
 
-        return await self._pool.run(job)
+        return await self._run_charged(context, len(request.reports), request.ByteSize(), job)
 
     async def SubmitPacked(self, request: service_pb2.SubmitPackedRequest,
                            context: Context) -> service_pb2.SubmitReportsResponse:
@@ -324,6 +442,7 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
         declared = _packed_batch_size(request.packed)
         if declared is not None:  # refuse a huge batch before decoding any of it
             _check_batch_size(declared, self._max_batch, "packed")
+        assign = self._assign_for(context)
 
         def job() -> service_pb2.SubmitReportsResponse:
             try:
@@ -334,9 +453,9 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
                 raise _FieldError("request_id", "request_id differs from the packed batch's request_id")
             _check_batch_size(len(items), self._max_batch, "packed")
             self._metrics.batch_reports.labels(api="packed").observe(len(items))
-            return self._submit(request_id, items, items.report_ids)  # b"" for a malformed report
+            return self._submit(request_id, items, items.report_ids, assign)  # b"" for a malformed report
 
-        return await self._pool.run(job)
+        return await self._run_charged(context, declared or 1, len(request.packed), job)
 
     async def GetResult(self, request: service_pb2.GetResultRequest,
                         context: Context) -> service_pb2.GetResultResponse:
@@ -346,9 +465,9 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
         return await self._pool.run(job)
 
     # Runs in the worker pool.
-    def _submit(self, request_id: str, items: ReportColumns,
-                report_ids: Sequence[bytes]) -> service_pb2.SubmitReportsResponse:
-        results = self._collector.submit(request_id, items)
+    def _submit(self, request_id: str, items: ReportColumns, report_ids: Sequence[bytes],
+                assign: Assign | None = None) -> service_pb2.SubmitReportsResponse:
+        results = self._collector.submit(request_id, items, assign=assign)
         if len(results) != len(items):
             raise RuntimeError(f"collector returned {len(results)} outcomes for {len(items)} reports")
         # items.campaign_ids holds "" for a malformed report.
@@ -526,6 +645,7 @@ def _add_services(server: grpc.aio.Server, device: CollectorServicer, operator: 
         return name, _unary_handler(f"{service.rsplit('.', 1)[-1]}/{name}", behavior, request_type, metrics)
 
     device_handlers = dict([
+        unary(DEVICE_SERVICE, "Enroll", device.Enroll, service_pb2.EnrollRequest),
         unary(DEVICE_SERVICE, "GetRoundSpec", device.GetRoundSpec, service_pb2.GetRoundSpecRequest),
         unary(DEVICE_SERVICE, "SubmitReports", device.SubmitReports, service_pb2.SubmitReportsRequest),
         unary(DEVICE_SERVICE, "SubmitPacked", device.SubmitPacked, service_pb2.SubmitPackedRequest),
@@ -560,13 +680,20 @@ class BearerTokenInterceptor(_ServerInterceptor):
     ----------
     tokens_by_service : mapping of str to sequence of str
         Fully qualified service name -> accepted tokens. Services not listed (health,
-        reflection, and ``DeviceService`` without device tokens) are open.
+        reflection, and ``DeviceService`` without device tokens or enrolment) are open.
     metrics : CollectorMetrics
+    device_authority : EnrolmentAuthority, optional
+        With enrolment on: ``DeviceService`` also accepts the device tokens this authority
+        verifies (and is protected even without static device tokens), and ``Enroll`` is open.
     """
 
-    def __init__(self, tokens_by_service: dict[str, Sequence[str]], metrics: CollectorMetrics) -> None:
+    def __init__(self, tokens_by_service: dict[str, Sequence[str]], metrics: CollectorMetrics, *,
+                 device_authority: EnrolmentAuthority | None = None) -> None:
         self._digests = {f"/{service}/": tuple(_digest(t) for t in tokens)
                          for service, tokens in tokens_by_service.items() if tokens}
+        self._authority = device_authority
+        if device_authority is not None:
+            self._digests.setdefault(f"/{DEVICE_SERVICE}/", ())
         self._metrics = metrics
         self._refused = 0
         self._last_log = -_LOG_EVERY_S
@@ -580,9 +707,10 @@ class BearerTokenInterceptor(_ServerInterceptor):
         prefix = method[: method.rfind("/") + 1]
         accepted = self._digests.get(prefix)
         handler = await continuation(handler_call_details)
-        if accepted is None or handler is None:
+        if accepted is None or handler is None or method == _ENROLL_METHOD:
             return handler
-        problem = self._check(handler_call_details.invocation_metadata, accepted)
+        authority = self._authority if prefix == f"/{DEVICE_SERVICE}/" else None
+        problem = self._check(handler_call_details.invocation_metadata, accepted, authority)
         if problem is None:
             return handler
         service = prefix.strip("/")
@@ -601,8 +729,9 @@ class BearerTokenInterceptor(_ServerInterceptor):
             self._last_log = now
 
     @staticmethod
-    def _check(metadata: Any, accepted: tuple[bytes, ...]) -> str | None:
-        """``None`` when the metadata carries an accepted bearer token, else what is wrong."""
+    def _check(metadata: Any, accepted: tuple[bytes, ...], authority: EnrolmentAuthority | None = None) -> str | None:
+        """``None`` when the metadata carries an accepted bearer token (a configured one, or one
+        ``authority`` issued), else what is wrong."""
         values = [value for key, value in (metadata or ()) if key == "authorization"]
         if not values:
             return "missing authorization metadata (expected 'Bearer <token>')"
@@ -618,7 +747,19 @@ class BearerTokenInterceptor(_ServerInterceptor):
         ok = False
         for digest in accepted:  # no early exit: the time does not depend on which token matched
             ok |= hmac.compare_digest(presented, digest)
+        if not ok and authority is not None:
+            ok = authority.verify(token.strip()) is not None  # constant-time MAC comparison
         return None if ok else "invalid bearer token"
+
+
+def _bearer_token(metadata: Any) -> str | None:
+    """The token of the one ``authorization: Bearer <token>`` header, or ``None`` without one."""
+    values = [value for key, value in (metadata or ()) if key == "authorization"]
+    if len(values) != 1 or not isinstance(values[0], str):
+        return None
+    scheme, _, token = values[0].partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
 
 
 def _deny(handler: grpc.RpcMethodHandler[Any, Any], problem: str) -> grpc.RpcMethodHandler[Any, Any]:
@@ -632,6 +773,82 @@ def _deny(handler: grpc.RpcMethodHandler[Any, Any], problem: str) -> grpc.RpcMet
     if handler.response_streaming:
         return grpc.unary_stream_rpc_method_handler(deny)
     return grpc.unary_unary_rpc_method_handler(deny)
+
+
+# -- rate limits --------------------------------------------------------------------------------
+
+def _bearer_digest(metadata: Any) -> bytes | None:
+    """The digest of the one ``authorization: Bearer <token>`` header, or ``None`` without one."""
+    values = [value for key, value in (metadata or ()) if key == "authorization"]
+    if len(values) != 1 or not isinstance(values[0], str):
+        return None
+    scheme, _, token = values[0].partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return _digest(token.strip())
+
+
+class RateLimitInterceptor(_ServerInterceptor):
+    """Limit the calls per bearer token (requests/s, the operator token included).
+
+    Placed after :class:`BearerTokenInterceptor`, it wraps the handler, so a call refused for a
+    wrong token never reaches the limiter and made-up tokens cannot fill its table (bounded
+    anyway). Calls without a bearer token are not limited here (the per-device limit keys them by
+    address). Only the collector's own services are limited; health and reflection stay open.
+
+    Parameters
+    ----------
+    limiter : RateLimiter
+    metrics : CollectorMetrics
+    """
+
+    def __init__(self, limiter: RateLimiter, metrics: CollectorMetrics) -> None:
+        self._limiter = limiter
+        self._metrics = metrics
+        self._prefixes = (f"/{DEVICE_SERVICE}/", f"/{OPERATOR_SERVICE}/")
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        if handler is None or not handler_call_details.method.startswith(self._prefixes):
+            return handler
+        key = _bearer_digest(handler_call_details.invocation_metadata)
+        if key is None or handler.request_streaming:
+            return handler
+        limiter, metrics = self._limiter, self._metrics
+
+        async def check(context: Context) -> None:
+            wait = limiter.try_acquire(key)
+            metrics.rate_limit_keys.labels(limit=limiter.name).set(len(limiter))
+            if wait > 0.0:
+                metrics.rate_limited.labels(limit=limiter.name).inc()
+                await _abort(context, status_for_error(RateLimitedError(
+                    f"token rate limit exceeded ({limiter.rate:g} requests/s, burst {limiter.capacity:g}); "
+                    f"retry in {wait:.3f} s", limit=limiter.name, retry_after=wait)))
+
+        if handler.response_streaming:
+            inner_stream: Any = handler.unary_stream
+
+            async def limited_stream(request: Any, context: Context) -> AsyncIterator[Any]:
+                await check(context)
+                async for item in inner_stream(request, context):
+                    yield item
+
+            return grpc.unary_stream_rpc_method_handler(
+                limited_stream, request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+        inner: Any = handler.unary_unary
+
+        async def limited(request: Any, context: Context) -> Any:
+            await check(context)
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            limited, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer)
 
 
 # -- the server ---------------------------------------------------------------------------------
@@ -676,6 +893,8 @@ class _Runtime:
     metrics: CollectorMetrics = field(default_factory=CollectorMetrics)
     port: int = 0
     metrics_server: MetricsServer | None = None
+    #: Whether this server closes due rounds on the timer (one process per host is enough).
+    run_tick: bool = True
     _server: grpc.aio.Server | None = None
     _health: health_aio.HealthServicer | None = None
     _pool: _WorkerPool | None = None
@@ -687,17 +906,38 @@ class _Runtime:
 
     async def start(self) -> None:
         config = self.config
-        self._pool = _WorkerPool(config.worker_threads, config.max_queued_calls, self.metrics)
+        self._pool = _WorkerPool(config.worker_threads, config.max_queued_calls, self.metrics,
+                                 max_queued_bytes=config.max_queued_bytes)
         tokens: dict[str, Sequence[str]] = {OPERATOR_SERVICE: (config.operator_token,) if config.operator_token else ()}
-        if config.device_tokens:
+        if config.device_tokens or config.enrolment:
             tokens[DEVICE_SERVICE] = config.device_tokens + ((config.operator_token,) if config.operator_token else ())
+        authority = EnrolmentAuthority(config.enrolment_secret) if config.enrolment else None
+        enrolment_limiter = EnrolmentLimiter(
+            rate=config.enrolment_rate, burst=config.enrolment_burst, peer_rate=config.enrolment_peer_rate,
+            peer_burst=config.enrolment_peer_burst) if config.enrolment else None
+        interceptors: list[_ServerInterceptor] = [
+            BearerTokenInterceptor(tokens, self.metrics, device_authority=authority)]
+        if config.token_rate_limit:
+            interceptors.append(RateLimitInterceptor(RateLimiter(
+                "token", rate=config.token_rate_limit,
+                capacity=config.token_rate_burst or max(1.0, config.token_rate_limit),
+                max_keys=config.rate_limit_max_keys), self.metrics))
+        device_limiter = None
+        if config.device_rate_limit:
+            device_limiter = RateLimiter(
+                "device", rate=config.device_rate_limit, unit="reports",
+                capacity=config.device_rate_burst or max(float(config.max_batch_reports), config.device_rate_limit),
+                max_keys=config.rate_limit_max_keys)
         server = grpc.aio.server(
-            interceptors=[BearerTokenInterceptor(tokens, self.metrics)],
+            interceptors=interceptors,
             options=_server_options(config),
             maximum_concurrent_rpcs=config.max_concurrent_rpcs or None,
         )
         self._server = server
-        device = CollectorServicer(self.collector, self._pool, self.metrics, max_batch_reports=config.max_batch_reports)
+        device = CollectorServicer(self.collector, self._pool, self.metrics, max_batch_reports=config.max_batch_reports,
+                                   device_limiter=device_limiter,
+                                   device_key_by_token=bool(config.device_tokens) or config.enrolment,
+                                   authority=authority, enrolment_limiter=enrolment_limiter)
         operator = OperatorServicer(self.collector, self._pool, self.metrics,
                                     poll_interval=config.watch_poll_interval_s, stopping=self._stopping)
         _add_services(server, device, operator, self.metrics)
@@ -722,7 +962,8 @@ class _Runtime:
         await server.start()
         for service in ("", DEVICE_SERVICE, OPERATOR_SERVICE):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        self._tick = asyncio.create_task(self._tick_loop(), name="ldp-collector-tick")
+        if self.run_tick:
+            self._tick = asyncio.create_task(self._tick_loop(), name="ldp-collector-tick")
         if config.metrics_port:
             self.metrics_server = start_metrics_server(self.metrics, config.metrics_port, config.metrics_host)
         if not config.operator_token:
@@ -783,12 +1024,13 @@ class _Runtime:
         log.info("collector stopped")
 
 
-def _build(config: CollectorConfig, store: ReportStore | None) -> _Runtime:
+def _build(config: CollectorConfig, store: ReportStore | None, *, tick: bool = True) -> _Runtime:
     store = open_store(config.data_dir) if store is None else store
-    return _Runtime(config=config, store=store, collector=Collector(store))
+    return _Runtime(config=config, store=store, collector=Collector(store), run_tick=tick)
 
 
-async def serve(config: CollectorConfig, *, store: ReportStore | None = None) -> None:
+async def serve(config: CollectorConfig, *, store: ReportStore | None = None, tick: bool = True,
+                on_ready: Callable[[int], None] | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully (module docstring).
 
     Parameters
@@ -796,8 +1038,13 @@ async def serve(config: CollectorConfig, *, store: ReportStore | None = None) ->
     config : CollectorConfig
     store : ReportStore, optional
         Default: ``open_store(config.data_dir)``. The server closes it on shutdown.
+    tick : bool
+        Close due rounds on the timer (``tick_interval_s``). Of several processes sharing a store on
+        one host, one ticking is enough; closing is atomic in the store either way.
+    on_ready : callable, optional
+        Called with the bound port once the server is serving (a supervisor's readiness signal).
     """
-    runtime = _build(config, store)
+    runtime = _build(config, store, tick=tick)
     loop = asyncio.get_running_loop()
     installed = []
     try:
@@ -809,6 +1056,8 @@ async def serve(config: CollectorConfig, *, store: ReportStore | None = None) ->
             except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
                 log.debug("cannot install a handler for %s", sig.name)
         await runtime.start()
+        if on_ready is not None:
+            on_ready(runtime.port)
         await runtime.wait_and_shutdown()
     finally:
         await runtime.shutdown(0)  # no-op after a graceful shutdown; cleans up after a failed start

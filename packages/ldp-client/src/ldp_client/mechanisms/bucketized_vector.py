@@ -178,8 +178,8 @@ class BucketizedVectorParams(MechanismParams):
     def payload_bits(self) -> int:
         return SEED_BITS + self.inner.payload_bits
 
-    def randomize(self, value: Any, *, rng: Rng | None = None) -> SignedVector:
-        return randomize(value, self, rng=rng)
+    def randomize(self, value: Any, *, rng: Rng | None = None, seed: int | None = None) -> SignedVector:
+        return randomize(value, self, rng=rng, seed=seed)
 
     def check_payload(self, payload: Any) -> SignedVector:
         if not isinstance(payload, SignedVector):
@@ -224,7 +224,8 @@ def _check_value(value: Any, params: BucketizedVectorParams) -> tuple[int, list[
     return bucket, x
 
 
-def randomize(value: Any, params: BucketizedVectorParams, *, rng: Rng | None = None) -> SignedVector:
+def randomize(value: Any, params: BucketizedVectorParams, *, rng: Rng | None = None,
+              seed: int | None = None) -> SignedVector:
     """Draw a sign seed and randomize the bucket's signed vector with the inner randomizer.
 
     Parameters
@@ -236,6 +237,9 @@ def randomize(value: Any, params: BucketizedVectorParams, *, rng: Rng | None = N
     rng : Rng, optional
         Defaults to the OS CSPRNG. The seed is its first draw (32 bits), the inner randomizer's
         coins follow.
+    seed : int, optional
+        A sign seed in [0, 2^32) assigned by the collector instead of drawn here (public randomness
+        independent of ``value``: privacy is unchanged).
 
     Returns
     -------
@@ -244,7 +248,10 @@ def randomize(value: Any, params: BucketizedVectorParams, *, rng: Rng | None = N
     """
     bucket, x = _check_value(value, params)
     rng = resolve_rng(rng)
-    seed = rng.randbits(SEED_BITS)
+    if seed is None:
+        seed = rng.randbits(SEED_BITS)
+    else:
+        check_int("seed", seed, 0, 2**SEED_BITS - 1)
     sigma = sign(seed, bucket)
     if params.shape == VectorShape.BOX:
         signed = [sigma * xj for xj in x]  # negation is exact: still in the box

@@ -217,8 +217,8 @@ class LocalHashingParams(MechanismParams):
         """Whether a report supports ``value`` (H(seed, value) equals the reported bucket)."""
         return _hash(payload.seed, value, self.g) == payload.value
 
-    def randomize(self, value: Any, *, rng: Rng | None = None) -> HashedValue:
-        return randomize(value, self, rng=rng)
+    def randomize(self, value: Any, *, rng: Rng | None = None, seed: int | None = None) -> HashedValue:
+        return randomize(value, self, rng=rng, seed=seed)
 
     def check_payload(self, payload: Any) -> HashedValue:
         if not isinstance(payload, HashedValue):
@@ -231,7 +231,8 @@ class LocalHashingParams(MechanismParams):
         return payload
 
 
-def randomize(value: Any, params: LocalHashingParams, *, rng: Rng | None = None) -> HashedValue:
+def randomize(value: Any, params: LocalHashingParams, *, rng: Rng | None = None,
+              seed: int | None = None) -> HashedValue:
     """Draw a 32-bit seed and report (seed, GRR_g(H(seed, value))).
 
     Parameters
@@ -241,11 +242,19 @@ def randomize(value: Any, params: LocalHashingParams, *, rng: Rng | None = None)
     params : LocalHashingParams
     rng : Rng, optional
         Defaults to the OS CSPRNG.
+    seed : int, optional
+        A seed in [0, 2^32) assigned by the collector instead of drawn here. Privacy is unchanged
+        as long as the seed is public randomness fixed independently of ``value`` (a server
+        assignment derived from the device id, campaign and round is); it takes the hash seed out
+        of a poisoning device's hands.
     """
     value = check_index_value("local_hashing", value, params.domain_size)
     rng = resolve_rng(rng)
     g = params.g
-    seed = rng.randbits(SEED_BITS)
+    if seed is None:
+        seed = rng.randbits(SEED_BITS)
+    else:
+        check_int("seed", seed, 0, 2**SEED_BITS - 1)
     bucket = _hash(seed, value, g)
     p = params.p_exact
     if rng.bernoulli(p.numerator, p.denominator):

@@ -125,7 +125,7 @@ def load_state(blob: bytes, kind: str, phases: Collection[str] | None = None) ->
         state = msgpack.unpackb(blob, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several exception types on corrupt input
         raise ProtocolError(f"unreadable {kind} engine state: {exc}") from None
-    if not isinstance(state, dict) or "phase" not in state:
+    if not isinstance(state, dict) or not isinstance(state.get("phase"), str):
         raise ProtocolError(f"unreadable {kind} engine state: no phase")
     if phases is not None and state["phase"] not in phases:
         raise ProtocolError(f"unreadable {kind} engine state: no known phase")

@@ -17,6 +17,31 @@ n: ``HistogramParameters.consistency``), and finishes the campaign.
 
 Cost: GRR and unary encoding are estimated from the per-round count accumulator maintained at
 ingestion (O(D) at close); local hashing needs the raw reports (O(n D) hashes at close).
+
+Hamming weights of unary-encoding rounds
+----------------------------------------
+Closing a unary-encoding round (up to :data:`MAX_WEIGHT_CHECK_REPORTS` reports) also counts the
+reports of every Hamming weight and flags the weights that honest devices produce far less often
+(:func:`ldp_collector.defences.weight_excess`, alpha = 0.01 over all weights): warnings
+``"implausible: k reports have w bits set ..."`` and the ``implausible_weights`` diagnostic. It
+reads the raw reports once (O(n) at close).
+
+Windows and anomaly flags
+-------------------------
+With the campaign label ``histogram.windows`` = W (2 to 64; default 1) the campaign collects W
+successive rounds ("windows") with the same oracle, each estimated on its own, and finishes after
+the last; the result holds the last window's estimates. Budget: with the ``PARTITION`` policy every
+window spends the whole epsilon and a device reports in one window only (``max_reports_per_device``
+is 1, which the device's ledger enforces); with ``SPLIT`` each window spends epsilon / W and a device
+may report in every window. Closing window k > 1 compares every value's estimated frequency with
+window k - 1 (:func:`ldp_collector.defences.anomaly_flags`: ``|f_k - f_{k-1}| > z sqrt(SE_k^2 +
+SE_{k-1}^2)``, z the normal quantile at alpha / (2 D), Bonferroni over the D values, alpha =
+``histogram.anomaly_alpha``, default 0.01): flagged values become warnings of the window's
+estimates (``"anomaly: value v: frequency moved from a to b (z = ...)"``), the
+``anomaly_flags`` diagnostic and a log warning. Without a change in the population, a window
+raises any flag with probability at most about alpha; a poisoning attack that starts in some
+window shows as flags on its target values. Windows need a domain of at most 65536 values (the
+previous window's estimates travel in the engine state).
 """
 
 from __future__ import annotations
@@ -24,6 +49,10 @@ from __future__ import annotations
 import logging
 import math
 from typing import ClassVar
+
+import msgpack
+import numpy as np
+from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import Encoder, NumericDomain
@@ -43,6 +72,7 @@ from ldp_client.mechanisms import (
 from ldp_client.serde import encoder_to_proto, mechanism_to_proto
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
+from ..defences import DEFAULT_ANOMALY_ALPHA, anomaly_flags, weight_excess
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import (
     CountAccumulator,
@@ -56,7 +86,10 @@ from ..storage.base import AccumulateFn
 from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
 
 __all__ = [
+    "ALPHA_LABEL",
     "DEFAULT_CONFIDENCE",
+    "MAX_WINDOWS",
+    "WINDOWS_LABEL",
     "MAX_HISTOGRAM_CELLS",
     "MAX_MECHANISM_EPSILON",
     "HistogramEngine",
@@ -78,6 +111,18 @@ MAX_MECHANISM_EPSILON = 20.0
 #: Default grid: about this many cells in total, at most 32 per dimension, at least 2.
 _DEFAULT_GRID_CELLS = 4096
 _MAX_DEFAULT_PER_DIMENSION = 32
+#: Campaign label holding the number of windows (successive rounds) of a histogram campaign.
+WINDOWS_LABEL = "histogram.windows"
+#: Campaign label holding the family-wise false-flag rate of the window-over-window comparison.
+ALPHA_LABEL = "histogram.anomaly_alpha"
+#: Most windows of one histogram campaign.
+MAX_WINDOWS = 64
+#: Largest domain of a windowed histogram (the previous window's estimates are engine state).
+MAX_WINDOWED_DOMAIN = 1 << 16
+#: Rounds with more reports skip the Hamming-weight count at close (it reads every raw report).
+MAX_WEIGHT_CHECK_REPORTS = 4_000_000
+#: Number of set bits of every byte value.
+_POPCOUNT = np.array([bin(b).count("1") for b in range(256)], dtype=np.int64)
 
 
 def default_cells_per_dimension(dimension: int) -> int:
@@ -241,7 +286,15 @@ class HistogramEngine(CampaignEngine):
                 f"got {size}; use a HEAVY_HITTERS campaign for larger domains")
         if size < 2:
             raise InvalidArgumentError("a histogram needs at least 2 values or cells")
-        mechanism = frequency_oracle(params.oracle, size, epsilon, params.max_payload_bits)
+        self.windows = _int_label(normalized, WINDOWS_LABEL, 1, MAX_WINDOWS, default=1)
+        self.anomaly_alpha = _float_label(normalized, ALPHA_LABEL, default=DEFAULT_ANOMALY_ALPHA)
+        if self.windows > 1 and size > MAX_WINDOWED_DOMAIN:
+            raise InvalidArgumentError(
+                f"a histogram with {WINDOWS_LABEL} > 1 needs at most {MAX_WINDOWED_DOMAIN} values or cells, got {size}")
+        split = self.windows > 1 and normalized.budget_policy == campaigns_pb2.SPLIT
+        mechanism = frequency_oracle(params.oracle, size, epsilon / self.windows if split else epsilon,
+                                     params.max_payload_bits)
+        self._reports_per_device = self.windows if split else 1
         try:
             self.component = Component(encoder=encoder, mechanism=mechanism)
         except InvalidParameterError as exc:
@@ -279,29 +332,51 @@ class HistogramEngine(CampaignEngine):
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"histogram grid: {exc}") from None
 
-    def first_round(self) -> RoundPlan:
-        """Round 1: group 0 (everyone) reports its value or cell with the campaign's epsilon."""
-        spec = RoundSpec(
-            campaign_id=self.campaign_id, round=1, group_weights=(1,),
+    def _spec(self, round: int) -> RoundSpec:
+        return RoundSpec(
+            campaign_id=self.campaign_id, round=round, group_weights=(1,),
             tasks=(GroupTask(groups=(0,), components=(self.component,)),),
-            campaign_epsilon=self.config.epsilon, max_reports_per_device=1, kind="histogram")
-        return RoundPlan(spec=spec)
+            campaign_epsilon=self.config.epsilon, max_reports_per_device=self._reports_per_device, kind="histogram")
+
+    def first_round(self) -> RoundPlan:
+        """Round 1: group 0 (everyone) reports its value or cell (the whole epsilon, or epsilon / W
+        per window with the SPLIT policy)."""
+        return RoundPlan(spec=self._spec(1))
 
     def accumulate_fn(self, spec: RoundSpec) -> AccumulateFn | None:
         """Per-value counts (GRR, unary encoding) or the report count (local hashing)."""
         return make_accumulate_fn(component_params_from_spec(spec))
 
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
-        """Estimate every value's count and finish the campaign."""
+        """Estimate every value's count; open the next window, or finish the campaign after the last."""
         component = spec.tasks[0].components[0]
         aggregator = aggregator_for(round_aggregators(spec, reports), spec, group=0)
         estimate = aggregator.estimate(DEFAULT_CONFIDENCE)
+        flags: list[str] = []
+        state = b""
+        if self.windows > 1:
+            n = max(estimate.n, 1)
+            frequencies, std_errors = estimate.counts / n, estimate.std_errors / n
+            previous = _unpack_window(engine_state, len(frequencies))
+            if previous is not None and estimate.n > 0:
+                found = anomaly_flags(previous[0], previous[1], frequencies.tolist(), std_errors.tolist(),
+                                      alpha=self.anomaly_alpha)
+                flags = [f"anomaly: {flag.describe()}" for flag in found]
+                if flags:
+                    log.warning("histogram window moved beyond chance", extra={
+                        "campaign_id": spec.campaign_id, "round": spec.round, "anomaly_flags": len(flags),
+                        "values": [flag.value for flag in found[:32]]})
+            if estimate.n > 0:
+                state = _pack_window(frequencies, std_errors)
+            else:
+                state = engine_state  # an empty window compares the next one with the last non-empty one
+        implausible = self._weight_warnings(spec, reports)
         if self.config.histogram.consistency:
             estimate = estimate.with_consistency("norm_sub")
         estimates = estimates_message(estimate, component)
+        estimates.warnings.extend(implausible)
+        estimates.warnings.extend(flags)
         mechanism = component.mechanism
-        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=list(estimate.warnings))
-        result.estimates.CopyFrom(estimates)
         diagnostics = {
             "reports": float(estimate.n),
             "epsilon": float(mechanism.epsilon),
@@ -310,7 +385,82 @@ class HistogramEngine(CampaignEngine):
             "payload_bits": float(mechanism.payload_bits),
             "zero_count_std_error": float(estimate.zero_std_error),
         }
+        if isinstance(mechanism, UnaryEncodingParams):
+            diagnostics["implausible_weights"] = float(len(implausible))
+        if self.windows > 1:
+            diagnostics["window"] = float(spec.round)
+            diagnostics["anomaly_flags"] = float(len(flags))
+            if spec.round < self.windows:
+                return RoundOutcome(estimates=estimates, diagnostics=diagnostics,
+                                    next_round=RoundPlan(spec=self._spec(spec.round + 1), engine_state=state))
+        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=list(estimates.warnings))
+        result.estimates.CopyFrom(estimates)
         return RoundOutcome(estimates=estimates, result=result, diagnostics=diagnostics)
+
+    def _weight_warnings(self, spec: RoundSpec, reports: RoundReports) -> list[str]:
+        """Warnings for over-represented Hamming weights of a unary-encoding round (module docstring)."""
+        mechanism = spec.tasks[0].components[0].mechanism
+        if not isinstance(mechanism, UnaryEncodingParams) or not 0 < reports.count <= MAX_WEIGHT_CHECK_REPORTS:
+            return []
+        width = mechanism.payload_bytes
+        counts = np.zeros(mechanism.domain_size + 1, dtype=np.int64)
+        for batch in reports.batches():
+            # Stored rows are msgpack [bin(width)] with a fixed header: the bits are the last bytes.
+            bits = np.frombuffer(b"".join([row.payloads[-width:] for row in batch]), dtype=np.uint8)
+            weights = _POPCOUNT[bits.reshape(len(batch), width)].sum(axis=1)
+            counts += np.bincount(weights, minlength=mechanism.domain_size + 1)
+        found = weight_excess(counts.tolist(), mechanism.domain_size, mechanism.p, mechanism.q)
+        if found:
+            log.warning("implausible Hamming weights in a unary-encoding round", extra={
+                "campaign_id": spec.campaign_id, "round": spec.round, "weights": [w for w, _, _ in found[:16]]})
+        return [f"implausible: {observed} reports have {w} bits set; honest devices would send about {expected:.3g}"
+                for w, observed, expected in found]
+
+
+def _pack_window(frequencies: NDArray[np.float64], std_errors: NDArray[np.float64]) -> bytes:
+    """Engine state of a windowed histogram: the window's frequencies and their standard errors."""
+    packed: bytes = msgpack.packb([1, frequencies.astype("<f8").tobytes(), std_errors.astype("<f8").tobytes()],
+                                  use_bin_type=True)
+    return packed
+
+
+def _unpack_window(state: bytes, size: int) -> tuple[list[float], list[float]] | None:
+    """Inverse of :func:`_pack_window`; ``None`` for the first window (empty state)."""
+    if not state:
+        return None
+    try:
+        version, frequencies, std_errors = msgpack.unpackb(state, raw=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise RuntimeError(f"histogram engine state is unreadable: {exc}") from exc
+    if version != 1 or len(frequencies) != 8 * size or len(std_errors) != 8 * size:
+        raise RuntimeError(f"histogram engine state does not hold {size} frequencies")
+    return (np.frombuffer(frequencies, dtype="<f8").tolist(), np.frombuffer(std_errors, dtype="<f8").tolist())
+
+
+def _int_label(config: campaigns_pb2.CampaignConfig, key: str, low: int, high: int, *, default: int) -> int:
+    raw = config.labels.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"label {key} must be an integer in [{low}, {high}], got {raw!r}")
+    return value
+
+
+def _float_label(config: campaigns_pb2.CampaignConfig, key: str, *, default: float) -> float:
+    raw = config.labels.get(key)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0.0 < value < 1.0:
+        raise InvalidArgumentError(f"label {key} must be a number in (0, 1), got {raw!r}")
+    return value
 
 
 def _mechanism_name(mechanism: MechanismParams) -> str:

@@ -1,8 +1,9 @@
 """Durable storage of campaigns, rounds and reports behind one interface, :class:`ReportStore`.
 
 :func:`open_store` picks the backend from a location: a directory path (or ``sqlite:///path``)
-opens the embedded :class:`SqliteReportStore`; ``postgresql://`` URLs are reserved for the
-PostgreSQL backend. This package never imports ``grpc``.
+opens the embedded :class:`SqliteReportStore`; a ``postgresql://`` URL opens
+:class:`~ldp_collector.storage.postgres.PostgresReportStore` (the ``postgres`` extra; psycopg is
+imported only then). This package never imports ``grpc``.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from .base import (
     StoredReport,
 )
 from .migrations import SchemaVersionError
+from .postgres import PostgresReportStore  # psycopg itself is imported only when one is opened
 from .sqlite import SqliteReportStore
 
 __all__ = [
     "AccumulateFn",
     "CampaignRecord",
     "Outcome",
+    "PostgresReportStore",
     "ReportStore",
     "RoundRecord",
     "SchemaVersionError",
@@ -47,6 +50,9 @@ def open_store(location: str | os.PathLike[str]) -> ReportStore:
         A data directory path, or ``sqlite:///<path>`` with the data directory after the third
         slash (``sqlite:///ldp-data`` is relative, ``sqlite:////var/lib/ldp`` absolute, as in
         SQLAlchemy URLs). The directory is created if missing and holds ``collector.sqlite3``.
+        Or a PostgreSQL URL, ``postgresql://[user[:password]@]host[:port]/database`` (also
+        ``postgres://`` and ``postgresql+psycopg://``), shared by any number of collector
+        processes.
 
     Returns
     -------
@@ -56,8 +62,11 @@ def open_store(location: str | os.PathLike[str]) -> ReportStore:
     Raises
     ------
     InvalidArgumentError
-        A ``postgresql://`` URL (that backend is not available yet), another URL scheme, or a path
-        that exists and is not a directory.
+        A ``postgresql://`` URL without psycopg installed (the message names
+        ``pip install 'ldp-collector[postgres]'``), another URL scheme, or a path that exists and
+        is not a directory.
+    OverloadedError
+        The PostgreSQL server cannot be reached.
     SchemaVersionError
         The database was written by a newer ldp-collector.
     """
@@ -70,12 +79,11 @@ def open_store(location: str | os.PathLike[str]) -> ReportStore:
         return SqliteReportStore(path)
     scheme = location.split("://", 1)[0].lower() if "://" in location else ""
     if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
-        raise InvalidArgumentError(
-            "the PostgreSQL backend is not available yet; use a data directory path or sqlite:///<data-dir> "
-            f"(got a {scheme}:// URL)")
+        return PostgresReportStore(location)  # imports psycopg now, with a clear error if it is missing
     if scheme:
         raise InvalidArgumentError(
-            f"unsupported store URL scheme {scheme!r}; use a data directory path or sqlite:///<data-dir>")
+            f"unsupported store URL scheme {scheme!r}; use a data directory path, sqlite:///<data-dir> "
+            "or postgresql://host/database")
     if not location:
         raise InvalidArgumentError("the store location is empty; use a data directory path or sqlite:///<data-dir>")
     return SqliteReportStore(location)

@@ -8,6 +8,7 @@ recomputation from the raw reports, and can be rebuilt from them.
 from __future__ import annotations
 
 import abc
+import contextlib
 import enum
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -162,6 +163,33 @@ class ReportStore(abc.ABC):
     @abc.abstractmethod
     def replace_accumulators(self, campaign_id: str, round: int, blobs: Mapping[str, bytes]) -> None:
         """Replace the round's accumulators (rebuild from raw reports)."""
+
+    # -- coordination between processes ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def step_lock(self, campaign_id: str) -> Iterator[bool]:
+        """Try to take the campaign's server-step lock without waiting; yield whether it was taken.
+
+        Only the holder runs the campaign's server step (closing a round, advancing to the next,
+        resuming an interrupted step), so a process never resumes a step another live process is
+        running. The lock is exclusive among all store objects on the same storage, in this process
+        or any other (also between two objects of one process, and re-taking it through the object
+        that holds it yields ``False``), and it is released when the ``with`` block ends or the
+        holding process dies. Taking it never blocks: a ``False`` caller skips the step.
+
+        This default, for stores no other process can open, always yields ``True``; the caller's
+        own thread lock is then all the exclusion needed. Shared backends override it.
+
+        Parameters
+        ----------
+        campaign_id : str
+            The campaign whose step is to run (it need not exist).
+
+        Yields
+        ------
+        bool
+            Whether this caller holds the lock for the duration of the block.
+        """
+        yield True
 
     @abc.abstractmethod
     def close(self) -> None:

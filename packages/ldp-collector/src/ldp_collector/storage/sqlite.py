@@ -49,6 +49,8 @@ writers, and everything a transaction decides (is the round open, which ids exis
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import itertools
 import json
 import os
@@ -69,10 +71,12 @@ from ..errors import AlreadyExistsError, CollectorError, InvalidArgumentError, N
 from .base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoreClosedError, StoredReport
 from .migrations import apply_migrations
 
-__all__ = ["DATABASE_FILE", "MAX_GROUP_REPORTS", "ColumnarReports", "SqliteReportStore"]
+__all__ = ["DATABASE_FILE", "MAX_GROUP_REPORTS", "STEP_LOCK_DIR", "ColumnarReports", "SqliteReportStore"]
 
 #: Name of the database file inside the data directory.
 DATABASE_FILE = "collector.sqlite3"
+#: Directory (inside the data directory) of the per-campaign step-lock files.
+STEP_LOCK_DIR = "step-locks"
 #: Most reports the writer puts into one group-commit transaction (bounds latency and memory).
 MAX_GROUP_REPORTS = 200_000
 #: Most requests in one group-commit transaction.
@@ -830,6 +834,32 @@ class SqliteReportStore(ReportStore):
                              [(campaign_id, round, name, data) for name, data in items])
 
         self._write(run)
+
+    # -- the cross-process step lock ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def step_lock(self, campaign_id: str) -> Iterator[bool]:
+        """Try to take the campaign's server-step lock without waiting; yield whether it was taken.
+
+        ``flock`` on a per-campaign file in ``step-locks/`` of the data directory (named by a hash
+        of the campaign id), opened anew for each attempt: exclusive among every process and
+        every store object on this directory, and released by the kernel when the holder's file
+        is closed, also when its process dies. The files stay (one small file per campaign).
+        """
+        with self._lock:
+            self._check_open()
+        directory = self._path.parent / STEP_LOCK_DIR
+        directory.mkdir(exist_ok=True)
+        name = hashlib.sha256(campaign_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        fd = os.open(directory / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                got = True
+            except BlockingIOError:
+                got = False
+            yield got
+        finally:
+            os.close(fd)  # releases the lock
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def close(self) -> None:

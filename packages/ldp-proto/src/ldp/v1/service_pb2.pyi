@@ -44,28 +44,101 @@ class GetRoundSpecRequest(_message.Message):
 Global___GetRoundSpecRequest: _TypeAlias = GetRoundSpecRequest  # noqa: Y015
 
 @_typing.final
+class RoundAssignment(_message.Message):
+    """Public randomness the collector assigns to an enrolled device for one round, derived from the
+    device id, the campaign and the round only (never from data): the report id to use and the hash
+    seed of each component that draws one (local hashing, bucketized vectors). A report of an
+    enrolled device must carry exactly these, so a device sends one report per round and cannot
+    choose its hash seeds.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPORT_ID_FIELD_NUMBER: _builtins.int
+    HASH_SEEDS_FIELD_NUMBER: _builtins.int
+    report_id: _builtins.bytes
+    @_builtins.property
+    def hash_seeds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Component i of the device's task uses hash_seeds[i] (one entry per possible component)."""
+
+    def __init__(
+        self,
+        *,
+        report_id: _builtins.bytes = ...,
+        hash_seeds: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hash_seeds", b"hash_seeds", "report_id", b"report_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoundAssignment: _TypeAlias = RoundAssignment  # noqa: Y015
+
+@_typing.final
 class GetRoundSpecResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SPEC_FIELD_NUMBER: _builtins.int
     FINISHED_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
     finished: _builtins.bool
     """True once the campaign is finished: there is nothing more to report."""
     @_builtins.property
     def spec(self) -> _reports_pb2.RoundSpec: ...
+    @_builtins.property
+    def assignment(self) -> Global___RoundAssignment:
+        """Set with the spec when the caller is an enrolled device."""
+
     def __init__(
         self,
         *,
         spec: _reports_pb2.RoundSpec | None = ...,
         finished: _builtins.bool = ...,
+        assignment: Global___RoundAssignment | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished", b"finished", "spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "finished", b"finished", "spec", b"spec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetRoundSpecResponse: _TypeAlias = GetRoundSpecResponse  # noqa: Y015
+
+@_typing.final
+class EnrollRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EnrollRequest: _TypeAlias = EnrollRequest  # noqa: Y015
+
+@_typing.final
+class EnrollResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEVICE_TOKEN_FIELD_NUMBER: _builtins.int
+    device_token: _builtins.str
+    """Bearer token of the new device identity, for every later DeviceService call."""
+    def __init__(
+        self,
+        *,
+        device_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_token", b"device_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EnrollResponse: _TypeAlias = EnrollResponse  # noqa: Y015
 
 @_typing.final
 class SubmitReportsRequest(_message.Message):

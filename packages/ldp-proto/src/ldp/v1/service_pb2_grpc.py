@@ -28,6 +28,8 @@ if _version_not_supported:
 
 class DeviceServiceStub:
     """Devices: fetch the round, submit reports, download the result (e.g. to label themselves).
+    With enrolment on, Enroll is open (rate limited: UNAVAILABLE with RetryInfo when over the limit)
+    and every other call needs an enrolled device token (or a configured static token).
     """
 
     def __init__(self, channel):
@@ -36,6 +38,11 @@ class DeviceServiceStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.Enroll = channel.unary_unary(
+                '/ldp.v1.DeviceService/Enroll',
+                request_serializer=ldp_dot_v1_dot_service__pb2.EnrollRequest.SerializeToString,
+                response_deserializer=ldp_dot_v1_dot_service__pb2.EnrollResponse.FromString,
+                _registered_method=True)
         self.GetRoundSpec = channel.unary_unary(
                 '/ldp.v1.DeviceService/GetRoundSpec',
                 request_serializer=ldp_dot_v1_dot_service__pb2.GetRoundSpecRequest.SerializeToString,
@@ -60,7 +67,15 @@ class DeviceServiceStub:
 
 class DeviceServiceServicer:
     """Devices: fetch the round, submit reports, download the result (e.g. to label themselves).
+    With enrolment on, Enroll is open (rate limited: UNAVAILABLE with RetryInfo when over the limit)
+    and every other call needs an enrolled device token (or a configured static token).
     """
+
+    def Enroll(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def GetRoundSpec(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -89,6 +104,11 @@ class DeviceServiceServicer:
 
 def add_DeviceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Enroll': grpc.unary_unary_rpc_method_handler(
+                    servicer.Enroll,
+                    request_deserializer=ldp_dot_v1_dot_service__pb2.EnrollRequest.FromString,
+                    response_serializer=ldp_dot_v1_dot_service__pb2.EnrollResponse.SerializeToString,
+            ),
             'GetRoundSpec': grpc.unary_unary_rpc_method_handler(
                     servicer.GetRoundSpec,
                     request_deserializer=ldp_dot_v1_dot_service__pb2.GetRoundSpecRequest.FromString,
@@ -119,7 +139,36 @@ def add_DeviceServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class DeviceService:
     """Devices: fetch the round, submit reports, download the result (e.g. to label themselves).
+    With enrolment on, Enroll is open (rate limited: UNAVAILABLE with RetryInfo when over the limit)
+    and every other call needs an enrolled device token (or a configured static token).
     """
+
+    @staticmethod
+    def Enroll(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ldp.v1.DeviceService/Enroll',
+            ldp_dot_v1_dot_service__pb2.EnrollRequest.SerializeToString,
+            ldp_dot_v1_dot_service__pb2.EnrollResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def GetRoundSpec(request,

@@ -31,12 +31,16 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class DeviceServiceStub:
-    """Devices: fetch the round, submit reports, download the result (e.g. to label themselves)."""
+    """Devices: fetch the round, submit reports, download the result (e.g. to label themselves).
+    With enrolment on, Enroll is open (rate limited: UNAVAILABLE with RetryInfo when over the limit)
+    and every other call needs an enrolled device token (or a configured static token).
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> DeviceServiceAsyncStub: ...
+    Enroll: _grpc.UnaryUnaryMultiCallable[_service_pb2.EnrollRequest, _service_pb2.EnrollResponse]
     GetRoundSpec: _grpc.UnaryUnaryMultiCallable[_service_pb2.GetRoundSpecRequest, _service_pb2.GetRoundSpecResponse]
     SubmitReports: _grpc.UnaryUnaryMultiCallable[_service_pb2.SubmitReportsRequest, _service_pb2.SubmitReportsResponse]
     SubmitPacked: _grpc.UnaryUnaryMultiCallable[_service_pb2.SubmitPackedRequest, _service_pb2.SubmitReportsResponse]
@@ -44,16 +48,30 @@ class DeviceServiceStub:
 
 @_typing.type_check_only
 class DeviceServiceAsyncStub(DeviceServiceStub):
-    """Devices: fetch the round, submit reports, download the result (e.g. to label themselves)."""
+    """Devices: fetch the round, submit reports, download the result (e.g. to label themselves).
+    With enrolment on, Enroll is open (rate limited: UNAVAILABLE with RetryInfo when over the limit)
+    and every other call needs an enrolled device token (or a configured static token).
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
+    Enroll: _aio.UnaryUnaryMultiCallable[_service_pb2.EnrollRequest, _service_pb2.EnrollResponse]  # type: ignore[assignment]
     GetRoundSpec: _aio.UnaryUnaryMultiCallable[_service_pb2.GetRoundSpecRequest, _service_pb2.GetRoundSpecResponse]  # type: ignore[assignment]
     SubmitReports: _aio.UnaryUnaryMultiCallable[_service_pb2.SubmitReportsRequest, _service_pb2.SubmitReportsResponse]  # type: ignore[assignment]
     SubmitPacked: _aio.UnaryUnaryMultiCallable[_service_pb2.SubmitPackedRequest, _service_pb2.SubmitReportsResponse]  # type: ignore[assignment]
     GetResult: _aio.UnaryUnaryMultiCallable[_service_pb2.GetResultRequest, _service_pb2.GetResultResponse]  # type: ignore[assignment]
 
 class DeviceServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Devices: fetch the round, submit reports, download the result (e.g. to label themselves)."""
+    """Devices: fetch the round, submit reports, download the result (e.g. to label themselves).
+    With enrolment on, Enroll is open (rate limited: UNAVAILABLE with RetryInfo when over the limit)
+    and every other call needs an enrolled device token (or a configured static token).
+    """
+
+    @_abc_1.abstractmethod
+    def Enroll(
+        self,
+        request: _service_pb2.EnrollRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.EnrollResponse, _abc.Awaitable[_service_pb2.EnrollResponse]]: ...
 
     @_abc_1.abstractmethod
     def GetRoundSpec(
