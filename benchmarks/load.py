@@ -20,7 +20,8 @@ What it does
    reports with the SDK (``--pool`` per client), packs them into ``SubmitPacked`` request templates
    of ``--batch`` reports, and then sends requests *by the clock*: request ``j`` of client ``k`` is
    due at ``t0 + (j + k / clients) * batch * clients / rate``, whether or not earlier requests have
-   been answered (open loop). Every request gets fresh random 16-byte report ids and its own
+   been answered (open loop). Every request gets fresh report ids in the SDK's layout (the
+   creation second, then 12 random bytes; ``--random-ids`` for 16 random bytes) and its own
    request id, patched into the template, so every report is new. Latency is measured from the
    *scheduled* send time to the final answer, so a server that falls behind shows it in the
    latency (coordinated omission is not hidden). A request answered UNAVAILABLE /
@@ -167,6 +168,17 @@ class Template:
         return bytes(buf)
 
 
+def fresh_ids(n: int, *, random: bool = False) -> bytes:
+    """``n`` new 16-byte report ids, concatenated: the SDK's layout (``ldp_client.report.new_report_id``:
+    the creation second, big-endian, then 12 random bytes), or 16 random bytes each with ``random``
+    (what an SDK before time-prefixed ids sent; measures the store's random-key index cost)."""
+    if random:
+        return os.urandom(16 * n)
+    prefix = int(time.time()).to_bytes(4, "big")
+    tails = os.urandom(12 * n)
+    return b"".join(prefix + tails[12 * i:12 * i + 12] for i in range(n))
+
+
 def build_templates(campaign_id: str, round: int, group: int, payloads: Sequence[Any], batch: int) -> list[Template]:
     """One template per ``batch`` payloads of the pool (the last, short one is dropped unless alone)."""
     chunks = [payloads[i:i + batch] for i in range(0, len(payloads), batch)]
@@ -231,6 +243,7 @@ class ClientPlan:
     request_timeout: float
     drain_timeout: float
     max_attempts: int
+    random_ids: bool = False
 
     @property
     def interval(self) -> float:
@@ -343,7 +356,7 @@ def _send_loop(plan: ClientPlan, calls: Sequence[Any], templates: Sequence[Templ
             if scheduled > now:
                 break
             template = templates[next_seq % len(templates)]
-            ids = os.urandom(16 * template.n)
+            ids = fresh_ids(template.n, random=plan.random_ids)
             request_id = f"{plan.run_tag}-{plan.index:03d}-{next_seq:010d}"
             pending[next_seq] = _Pending(data=template.fill(request_id, ids), scheduled=scheduled,
                                          digest=id_digest(ids), n=template.n)
@@ -768,7 +781,7 @@ def run_load(addresses: Sequence[str], campaign_id: str, round: int, server_pids
                         seed=args.seed + k, domain=args.domain, max_in_flight=args.max_in_flight,
                         channels=args.channels,
                         request_timeout=args.request_timeout, drain_timeout=args.drain_timeout,
-                        max_attempts=args.max_attempts)
+                        max_attempts=args.max_attempts, random_ids=args.random_ids)
              for k in range(args.clients)]
     readies = [ctx.Event() for _ in plans]
     procs = [ctx.Process(target=_client_main, args=(plan, start_at, ready, go, out), daemon=True)
@@ -1165,6 +1178,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of sends (default 600)")
     parser.add_argument("--clients", type=int, default=2, help="client processes (default 2)")
     parser.add_argument("--batch", type=int, default=1000, help="reports per SubmitPacked request (default 1000)")
+    parser.add_argument("--random-ids", action="store_true",
+                        help="16 random bytes per report id instead of the SDK's time-prefixed ids")
     parser.add_argument("--pool", type=int, default=20_000, help="SDK-randomized reports per client (default 20000)")
     parser.add_argument("--oracle", choices=sorted(ORACLES), default="grr")
     parser.add_argument("--domain", type=int, default=64, help="categorical domain size (default 64)")

@@ -15,7 +15,8 @@ from ldp_client.encoders import CategoricalEncoder
 from ldp_client.errors import ProtocolError
 from ldp_client.mechanisms import GRRParams
 from ldp_client.payload import Floats, HashedValue, Integers
-from ldp_client.report import MAX_REQUEST_ID, Report, pack_batch, unpack_batch
+from ldp_client.report import MAX_REQUEST_ID, REPORT_ID_BYTES, Report, new_report_id, pack_batch, unpack_batch
+from ldp_client.rng import SeededRng
 from ldp_client.spec import MAX_COMPONENTS, MAX_GROUPS, Component, GroupTask, RoundSpec
 
 U64, U32, S64 = 2**64 - 1, 2**32 - 1, 2**63
@@ -221,3 +222,13 @@ def test_unpack_of_non_bytes_is_a_type_error() -> None:
     for unpack in (Report.unpack, unpack_batch, RoundSpec.unpack):
         with pytest.raises(TypeError):
             unpack("text")  # type: ignore[arg-type]
+
+
+def test_new_report_ids_start_with_their_creation_second() -> None:
+    ids = [new_report_id(SeededRng(s), now=1_700_000_000.9) for s in range(1000)]
+    assert all(len(i) == REPORT_ID_BYTES and i[:4] == (1_700_000_000).to_bytes(4, "big") for i in ids)
+    assert len(set(ids)) == 1000  # the 12 random bytes differ
+    assert new_report_id(SeededRng(7), now=5.0) == new_report_id(SeededRng(7), now=5.0)  # seeded: reproducible
+    assert new_report_id(SeededRng(7), now=2.0**32 + 3)[:4] == (3).to_bytes(4, "big")  # wraps, never overflows
+    later = new_report_id(SeededRng(0), now=1_700_000_001.0)
+    assert max(ids) < later  # a later second sorts after: new ids land together at the end of the index

@@ -77,7 +77,7 @@ from .mechanisms.bucketized_vector import BucketizedVectorParams
 from .mechanisms.local_hashing import SEED_BITS, LocalHashingParams
 from .outbox import Outbox
 from .payload import Payload
-from .report import REPORT_ID_BYTES, Report
+from .report import REPORT_ID_BYTES, Report, new_report_id
 from .rng import Rng, resolve_rng
 from .spec import MAX_COMPONENTS, MAX_EPSILON_PER_CAMPAIGN, Component, RoundSpec
 
@@ -371,7 +371,7 @@ class Device:
                      else [None] * len(task.components))
             payloads = tuple(c.mechanism.check_payload(run_component(c, point, rng=rng, seed=seed))
                              for c, seed in zip(task.components, seeds))
-            report_id = assignment.report_id if assignment is not None else rng.token_bytes(REPORT_ID_BYTES)
+            report_id = assignment.report_id if assignment is not None else new_report_id(rng)
             report = Report(report_id=report_id, campaign_id=campaign, round=spec.round,
                             group=group, payloads=payloads)
             outbox.put(report, epsilon)  # first the outbox, then the charge: see "Crash safety"

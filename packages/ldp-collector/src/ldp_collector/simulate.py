@@ -58,7 +58,7 @@ from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.geometry import TreeCell
 from ldp_client.encoders.grid import CellListEncoder
 from ldp_client.errors import AlreadyReportedError, BudgetExhaustedError, InvalidParameterError, LdpError
-from ldp_client.report import REPORT_ID_BYTES, Report
+from ldp_client.report import REPORT_ID_BYTES, Report, new_report_id
 from ldp_client.rng import Rng, SeededRng
 from ldp_client.spec import MAX_EPSILON_PER_CAMPAIGN, RoundSpec
 
@@ -320,7 +320,7 @@ class Population:
                 self.refused += 1
                 continue
             payloads = tuple(c.mechanism.check_payload(c.run(points[i], rng=rng)) for c in task.components)
-            out.append(Report(report_id=rng.token_bytes(REPORT_ID_BYTES), campaign_id=spec.campaign_id,
+            out.append(Report(report_id=new_report_id(rng), campaign_id=spec.campaign_id,
                               round=spec.round, group=group, payloads=payloads))
             state.spent[i] += epsilon
             self._total_spent[i] += epsilon
