@@ -1083,7 +1083,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Serve the gRPC API. Settings: --config TOML file, LDP_* environment "
                                             "variables (LDP_OPERATOR_TOKEN ...), then these flags.")
     serve.add_argument("--listen", metavar="HOST:PORT", type=_host_port, help="address to bind (default 127.0.0.1:50051)")
-    serve.add_argument("--data-dir", metavar="DIR", help="SQLite data directory (default ./ldp-data)")
+    serve.add_argument("--data-dir", metavar="DIR|URL",
+                       help="the store: an SQLite data directory (default ./ldp-data) or a postgresql:// URL "
+                            "(pip install 'ldp-collector[postgres]'; several collectors may share one database)")
     serve.add_argument("--config", metavar="FILE", help="TOML configuration file (default ./ldp-collector.toml if present)")
     serve.add_argument("--metrics-port", metavar="PORT", type=_non_negative_int,
                        help="Prometheus /metrics port (0 = off)")

@@ -51,7 +51,9 @@ class CollectorConfig:
     listen : str
         ``host:port`` to bind (``[::1]:50051`` for IPv6); port 0 picks a free port.
     data_dir : str
-        Directory of the embedded SQLite store (created if missing).
+        The store: a directory for the embedded SQLite store (created if missing; ``sqlite:///DIR``
+        too), or a ``postgresql://`` URL of a database several collector processes and hosts
+        share (``pip install 'ldp-collector[postgres]'``).
     operator_token : str
         Bearer token for ``OperatorService`` (at least 16 characters). Empty: operator calls are
         unauthenticated, which the server allows only on a loopback address or with
