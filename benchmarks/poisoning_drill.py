@@ -14,7 +14,7 @@ r random target values:
   not the fake's choice; the adaptive fake reports the bucket shared by the most targets under its
   assigned seed. A non-adaptive fake that keeps its searched seed is rejected at ingestion.
 
-Each campaign has two windows (label ``histogram.windows = 2``): window 1 is clean (genuine
+Each campaign has two windows (``HistogramParameters.windows = 2``): window 1 is clean (genuine
 devices only), window 2 holds fresh genuine devices plus the fakes, so the window-over-window
 anomaly flags (alpha = 0.01, Bonferroni over the domain) compare a clean window with an attacked
 one. A ``no attack`` row per oracle measures the flags and errors without fakes.
@@ -65,7 +65,6 @@ from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.core import Collector
 from ldp_collector.defences import EnrolmentAuthority, check_assignment
-from ldp_collector.engines.histogram import WINDOWS_LABEL
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import Outcome
 
@@ -243,8 +242,7 @@ def run_scenario(collector: Collector, scenario: Scenario, share: float, args: a
     config = campaigns_pb2.CampaignConfig(
         campaign_id=campaign_id, kind=campaigns_pb2.HISTOGRAM, epsilon=args.epsilon,
         domain=campaigns_pb2.Domain(categorical_size=domain),
-        histogram=campaigns_pb2.HistogramParameters(oracle=_ORACLES[scenario.oracle]))
-    config.labels[WINDOWS_LABEL] = "2"
+        histogram=campaigns_pb2.HistogramParameters(oracle=_ORACLES[scenario.oracle], windows=2))
     collector.create_campaign(config)
     authority = EnrolmentAuthority(f"drill-secret-{args.seed:08d}-0123456789") if scenario.enrolled else None
     attacked = scenario.attack != "no attack"

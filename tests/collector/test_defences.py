@@ -48,7 +48,6 @@ from ldp_collector.defences import (
     peer_address,
     weight_excess,
 )
-from ldp_collector.engines.histogram import ALPHA_LABEL, WINDOWS_LABEL
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import PLAUSIBILITY_DELTA, hamming_weight_limits
 from ldp_collector.service import start_server
@@ -380,9 +379,8 @@ def test_windowed_histogram_flags_a_shift_and_not_a_stable_window(tmp_path: Path
     config = campaigns_pb2.CampaignConfig(
         campaign_id="w", kind=campaigns_pb2.HISTOGRAM, epsilon=2.0,
         domain=campaigns_pb2.Domain(categorical_size=16),
-        histogram=campaigns_pb2.HistogramParameters(oracle=oracle))  # type: ignore[arg-type]
-    config.labels[WINDOWS_LABEL] = "3"
-    config.labels[ALPHA_LABEL] = "1e-6"  # the stable window falsely flags with P <= 1e-6
+        # the stable window falsely flags with P <= 1e-6
+        histogram=campaigns_pb2.HistogramParameters(oracle=oracle, windows=3, anomaly_alpha=1e-6))  # type: ignore[arg-type]
     collector.create_campaign(config)
     n = 20_000
     populations = [_population(n, 16), _population(n, 16), _population(n, 16, boost=3, share=0.15)]
@@ -412,26 +410,31 @@ def test_windowed_histogram_flags_a_shift_and_not_a_stable_window(tmp_path: Path
     assert any(w.startswith("anomaly: value 3:") for w in result.warnings)
 
 
-def test_windowed_histogram_split_budget_and_bad_labels(tmp_path: Path) -> None:
+def test_windowed_histogram_split_budget_and_bad_parameters(tmp_path: Path) -> None:
     collector = Collector(open_store(tmp_path / "data"))
     config = campaigns_pb2.CampaignConfig(
         campaign_id="s", kind=campaigns_pb2.HISTOGRAM, epsilon=2.0, budget_policy=campaigns_pb2.SPLIT,
         domain=campaigns_pb2.Domain(categorical_size=8),
-        histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.GRR))
-    config.labels[WINDOWS_LABEL] = "4"
+        histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.GRR, windows=4))
     collector.create_campaign(config)
     spec, _ = collector.get_round_spec("s")
     assert spec is not None
     assert spec.max_reports_per_device == 4
     assert spec.tasks[0].epsilon == pytest.approx(0.5)
-    for key, value in [(WINDOWS_LABEL, "0"), (WINDOWS_LABEL, "65"), (WINDOWS_LABEL, "two"), (ALPHA_LABEL, "1"),
-                       (ALPHA_LABEL, "nan")]:
+    for field, value in [("windows", 65), ("anomaly_alpha", 1.0), ("anomaly_alpha", -0.5),
+                         ("anomaly_alpha", math.nan)]:
         bad = campaigns_pb2.CampaignConfig()
         bad.CopyFrom(config)
         bad.campaign_id = "bad"
-        bad.labels[key] = value
-        with pytest.raises(InvalidArgumentError, match=key.replace(".", r"\.")):
+        setattr(bad.histogram, field, value)
+        with pytest.raises(InvalidArgumentError, match=f"histogram.{field}"):
             collector.create_campaign(bad)
+    one = campaigns_pb2.CampaignConfig()
+    one.CopyFrom(config)
+    one.campaign_id = "one"
+    one.histogram.windows = 0  # 0 = one window
+    collector.create_campaign(one)
+    assert collector.get_round_spec("one")[0].tasks[0].epsilon == pytest.approx(2.0)  # type: ignore[union-attr]
 
 
 # -- a real gRPC server with enrolment on ---------------------------------------------------------

@@ -28,7 +28,7 @@ reads the raw reports once (O(n) at close).
 
 Windows and anomaly flags
 -------------------------
-With the campaign label ``histogram.windows`` = W (2 to 64; default 1) the campaign collects W
+With ``HistogramParameters.windows`` = W (2 to 64; 0 or 1 = one window) the campaign collects W
 successive rounds ("windows") with the same oracle, each estimated on its own, and finishes after
 the last; the result holds the last window's estimates. Budget: with the ``PARTITION`` policy every
 window spends the whole epsilon and a device reports in one window only (``max_reports_per_device``
@@ -36,7 +36,7 @@ is 1, which the device's ledger enforces); with ``SPLIT`` each window spends eps
 may report in every window. Closing window k > 1 compares every value's estimated frequency with
 window k - 1 (:func:`ldp_collector.defences.anomaly_flags`: ``|f_k - f_{k-1}| > z sqrt(SE_k^2 +
 SE_{k-1}^2)``, z the normal quantile at alpha / (2 D), Bonferroni over the D values, alpha =
-``histogram.anomaly_alpha``, default 0.01): flagged values become warnings of the window's
+``HistogramParameters.anomaly_alpha``, default 0.01): flagged values become warnings of the window's
 estimates (``"anomaly: value v: frequency moved from a to b (z = ...)"``), the
 ``anomaly_flags`` diagnostic and a log warning. Without a change in the population, a window
 raises any flag with probability at most about alpha; a poisoning attack that starts in some
@@ -86,10 +86,8 @@ from ..storage.base import AccumulateFn
 from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
 
 __all__ = [
-    "ALPHA_LABEL",
     "DEFAULT_CONFIDENCE",
     "MAX_WINDOWS",
-    "WINDOWS_LABEL",
     "MAX_HISTOGRAM_CELLS",
     "MAX_MECHANISM_EPSILON",
     "HistogramEngine",
@@ -111,10 +109,6 @@ MAX_MECHANISM_EPSILON = 20.0
 #: Default grid: about this many cells in total, at most 32 per dimension, at least 2.
 _DEFAULT_GRID_CELLS = 4096
 _MAX_DEFAULT_PER_DIMENSION = 32
-#: Campaign label holding the number of windows (successive rounds) of a histogram campaign.
-WINDOWS_LABEL = "histogram.windows"
-#: Campaign label holding the family-wise false-flag rate of the window-over-window comparison.
-ALPHA_LABEL = "histogram.anomaly_alpha"
 #: Most windows of one histogram campaign.
 MAX_WINDOWS = 64
 #: Largest domain of a windowed histogram (the previous window's estimates are engine state).
@@ -286,11 +280,17 @@ class HistogramEngine(CampaignEngine):
                 f"got {size}; use a HEAVY_HITTERS campaign for larger domains")
         if size < 2:
             raise InvalidArgumentError("a histogram needs at least 2 values or cells")
-        self.windows = _int_label(normalized, WINDOWS_LABEL, 1, MAX_WINDOWS, default=1)
-        self.anomaly_alpha = _float_label(normalized, ALPHA_LABEL, default=DEFAULT_ANOMALY_ALPHA)
+        if params.windows > MAX_WINDOWS:
+            raise InvalidArgumentError(f"histogram.windows must be at most {MAX_WINDOWS}, got {params.windows}")
+        self.windows = max(1, params.windows)
+        alpha = params.anomaly_alpha
+        if not (alpha == 0.0 or 0.0 < alpha < 1.0):  # NaN fails both
+            raise InvalidArgumentError(f"histogram.anomaly_alpha must be in (0, 1) (0 = {DEFAULT_ANOMALY_ALPHA:g}), "
+                                       f"got {alpha!r}")
+        self.anomaly_alpha = alpha or DEFAULT_ANOMALY_ALPHA
         if self.windows > 1 and size > MAX_WINDOWED_DOMAIN:
             raise InvalidArgumentError(
-                f"a histogram with {WINDOWS_LABEL} > 1 needs at most {MAX_WINDOWED_DOMAIN} values or cells, got {size}")
+                f"a histogram with windows > 1 needs at most {MAX_WINDOWED_DOMAIN} values or cells, got {size}")
         split = self.windows > 1 and normalized.budget_policy == campaigns_pb2.SPLIT
         mechanism = frequency_oracle(params.oracle, size, epsilon / self.windows if split else epsilon,
                                      params.max_payload_bits)
@@ -436,31 +436,6 @@ def _unpack_window(state: bytes, size: int) -> tuple[list[float], list[float]] |
         raise RuntimeError(f"histogram engine state does not hold {size} frequencies")
     return (np.frombuffer(frequencies, dtype="<f8").tolist(), np.frombuffer(std_errors, dtype="<f8").tolist())
 
-
-def _int_label(config: campaigns_pb2.CampaignConfig, key: str, low: int, high: int, *, default: int) -> int:
-    raw = config.labels.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        raise InvalidArgumentError(f"label {key} must be an integer in [{low}, {high}], got {raw!r}")
-    return value
-
-
-def _float_label(config: campaigns_pb2.CampaignConfig, key: str, *, default: float) -> float:
-    raw = config.labels.get(key)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not 0.0 < value < 1.0:
-        raise InvalidArgumentError(f"label {key} must be a number in (0, 1), got {raw!r}")
-    return value
 
 
 def _mechanism_name(mechanism: MechanismParams) -> str:

@@ -152,11 +152,19 @@ class HistogramParameters(_message.Message):
     CELLS_PER_DIMENSION_FIELD_NUMBER: _builtins.int
     MAX_PAYLOAD_BITS_FIELD_NUMBER: _builtins.int
     CONSISTENCY_FIELD_NUMBER: _builtins.int
+    WINDOWS_FIELD_NUMBER: _builtins.int
+    ANOMALY_ALPHA_FIELD_NUMBER: _builtins.int
     oracle: Global___FrequencyOracle.ValueType
     max_payload_bits: _builtins.int
     """Bits available per report for the oracle choice (0 = unlimited)."""
     consistency: _builtins.bool
     """Project estimates onto non-negative counts with the right total."""
+    windows: _builtins.int
+    """Successive rounds ("windows") estimated on their own, each compared with the one before for
+    anomaly flags (0 or 1 = one window; at most 64).
+    """
+    anomaly_alpha: _builtins.float
+    """Family-wise false-flag rate of a window's anomaly flags, in (0, 1) (0 = 0.01)."""
     @_builtins.property
     def cells_per_dimension(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Numeric domains: equal cells per dimension of the histogram grid."""
@@ -168,10 +176,12 @@ class HistogramParameters(_message.Message):
         cells_per_dimension: _abc.Iterable[_builtins.int] | None = ...,
         max_payload_bits: _builtins.int = ...,
         consistency: _builtins.bool = ...,
+        windows: _builtins.int = ...,
+        anomaly_alpha: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cells_per_dimension", b"cells_per_dimension", "consistency", b"consistency", "max_payload_bits", b"max_payload_bits", "oracle", b"oracle"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anomaly_alpha", b"anomaly_alpha", "cells_per_dimension", b"cells_per_dimension", "consistency", b"consistency", "max_payload_bits", b"max_payload_bits", "oracle", b"oracle", "windows", b"windows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
