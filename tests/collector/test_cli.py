@@ -124,6 +124,11 @@ def test_build_campaign_config() -> None:
     assert config.round_duration.nanos == 500_000_000 and dict(config.labels) == {"team": "maps"}
     config = cli.build_campaign_config("histogram", epsilon=1.0, categories=5)
     assert config.WhichOneof("parameters") == "histogram" and config.domain.categorical_size == 5
+    assert config.histogram.windows == 0 and config.histogram.anomaly_alpha == 0.0  # the engine's defaults
+    config = cli.build_campaign_config("histogram", epsilon=1.0, categories=5, windows=3, anomaly_alpha=0.001)
+    assert config.histogram.windows == 3 and config.histogram.anomaly_alpha == 0.001
+    with pytest.raises(cli.UsageError, match="--windows applies to histogram campaigns, not grid"):
+        cli.build_campaign_config("grid", epsilon=1.0, bounds=((0.0,), (1.0,)), windows=2)
     config = cli.build_campaign_config("ldp_kmeans", epsilon=1.0, bounds=((0.0,), (1.0,)), k=4)
     assert config.ldp_kmeans.k == 4 and config.kind == campaigns_pb2.LDP_KMEANS
     config = cli.build_campaign_config("heavy_hitters", epsilon=1.0, categories=1 << 20, value_bits=20)

@@ -201,7 +201,8 @@ def _host_port(text: str) -> str:
 def build_campaign_config(kind: str, *, epsilon: float, categories: int | None = None,
                           bounds: tuple[Sequence[float], Sequence[float]] | None = None,
                           cells: Sequence[int] | None = None, oracle: str | None = None,
-                          max_payload_bits: int | None = None, consistency: bool = False, k: int | None = None,
+                          max_payload_bits: int | None = None, consistency: bool = False,
+                          windows: int | None = None, anomaly_alpha: float | None = None, k: int | None = None,
                           value_bits: int | None = None, bits_per_level: int | None = None,
                           false_positive_rate: float | None = None, max_candidates: int | None = None,
                           variant: str | None = None, granularity: str | None = None,
@@ -252,7 +253,8 @@ def build_campaign_config(kind: str, *, epsilon: float, categories: int | None =
                 flag = "--" + name.replace("_", "-")
                 raise UsageError(f"{flag} applies to {' and '.join(sorted(kinds))} campaigns, not {kind}")
 
-    only({"histogram"}, oracle=oracle, max_payload_bits=max_payload_bits, consistency=consistency)
+    only({"histogram"}, oracle=oracle, max_payload_bits=max_payload_bits, consistency=consistency, windows=windows,
+         anomaly_alpha=anomaly_alpha)
     only({"histogram", "grid"}, cells=cells)
     only({"heavy_hitters"}, value_bits=value_bits, bits_per_level=bits_per_level,
          false_positive_rate=false_positive_rate, max_candidates=max_candidates)
@@ -268,6 +270,8 @@ def build_campaign_config(kind: str, *, epsilon: float, categories: int | None =
         params.max_payload_bits = max_payload_bits or 0
         params.consistency = consistency
         params.cells_per_dimension.extend(cells or ())
+        params.windows = windows or 0
+        params.anomaly_alpha = anomaly_alpha or 0.0
     elif kind == "heavy_hitters":
         config.heavy_hitters.CopyFrom(campaigns_pb2.HeavyHitterParameters(
             value_bits=value_bits or 0, bits_per_level=bits_per_level or 0,
@@ -724,6 +728,7 @@ def _cmd_campaign_create(args: argparse.Namespace) -> int:
     config = build_campaign_config(
         args.kind, epsilon=args.epsilon, categories=args.categories, bounds=args.dims, cells=args.cells,
         oracle=args.oracle, max_payload_bits=args.max_payload_bits, consistency=args.consistency or False,
+        windows=args.windows, anomaly_alpha=args.anomaly_alpha,
         k=args.k, value_bits=args.value_bits, bits_per_level=args.bits_per_level,
         false_positive_rate=args.false_positive_rate, max_candidates=args.max_candidates,
         variant=args.variant, granularity=args.granularity, granularity_level=args.granularity_level,
@@ -1114,6 +1119,10 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--max-payload-bits", type=_positive_int, help="bit cap per report (histogram)")
     create.add_argument("--consistency", action="store_true", default=None,
                         help="non-negative estimates summing to n (histogram)")
+    create.add_argument("--windows", type=_positive_int,
+                        help="successive rounds compared for anomaly flags (histogram; default 1)")
+    create.add_argument("--anomaly-alpha", type=_positive_float,
+                        help="family-wise false-flag rate of the anomaly flags, in (0, 1) (histogram; default 0.01)")
     create.add_argument("--k", type=_positive_int, help="number of clusters (clustering kinds)")
     create.add_argument("--value-bits", type=_positive_int, help="values are in [0, 2^bits) (heavy_hitters)")
     create.add_argument("--bits-per-level", type=_positive_int, help="prefix bits per level (heavy_hitters)")
