@@ -11,6 +11,7 @@ reports, and the accumulators equal to a recomputation from the raw reports.
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 import signal
@@ -52,9 +53,10 @@ def acknowledged():
     if not os.path.exists(ack_path):
         return []
     with open(ack_path, "rb") as f:
-        lines = f.read().split(b"\n")[:-1]  # a line cut by the kill has no newline: it was never acknowledged
-    return [bytes.fromhex(h.decode()) for line in lines for h in line.split()]
+        return parse_acks(f.read())
 
+
+PARSE_ACKS
 
 store = SqliteReportStore(data_dir)
 for create in (lambda: store.create_campaign(CampaignRecord(campaign_id="crash", config=b"", state="collecting",
@@ -86,7 +88,7 @@ def ingest(t):
             os._exit(DUPLICATE_MISMATCH_EXIT)  # an acknowledged report was not found: lost
         line = b" ".join(r.report_id.hex().encode() for r, o in zip(batch, outcomes) if o == Outcome.ACCEPTED)
         with lock:
-            ack.write(line + b"\n")
+            ack.write(b"\n" + line + b"\n")
             ack.flush()
             os.fsync(ack.fileno())
 
@@ -94,7 +96,22 @@ def ingest(t):
 for t in range(4):
     threading.Thread(target=ingest, args=(t,), daemon=True).start()
 threading.Event().wait()
-'''.replace("DUPLICATE_MISMATCH_EXIT", str(DUPLICATE_MISMATCH_EXIT))
+'''
+
+
+def parse_acks(data: bytes) -> list[bytes]:
+    """The acknowledged ids in the ack log (also run by the child: its source is pasted there).
+
+    Every id on an ack line was ACCEPTED before the line was written, but a SIGKILL can cut the
+    write() of a long line partway (Linux stops copying at a page boundary on a fatal signal). So
+    each line starts and ends with a newline (a cut line is closed by the next incarnation's first
+    write) and a token shorter than a whole id -- the cut one -- is ignored.
+    """
+    return [bytes.fromhex(t.decode()) for t in data.split() if len(t) == 32]
+
+
+CHILD = CHILD.replace("DUPLICATE_MISMATCH_EXIT", str(DUPLICATE_MISMATCH_EXIT)).replace(
+    "PARSE_ACKS", inspect.getsource(parse_acks))
 
 
 def test_acknowledged_reports_survive_kill_9(tmp_path: Path) -> None:
@@ -121,8 +138,7 @@ def test_acknowledged_reports_survive_kill_9(tmp_path: Path) -> None:
         assert child.returncode == -signal.SIGKILL
     assert time.monotonic() - started < 50
 
-    lines = ack_path.read_bytes().split(b"\n")[:-1]
-    acked = Counter(bytes.fromhex(h.decode()) for line in lines for h in line.split())
+    acked = Counter(parse_acks(ack_path.read_bytes()))
     assert len(acked) > 1000, "the children acknowledged too little to prove anything"
     assert set(acked.values()) == {1}, "a report was acknowledged as ACCEPTED twice"
 

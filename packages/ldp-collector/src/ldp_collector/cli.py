@@ -554,6 +554,10 @@ class _Supervisor:
     def _exited(self, worker: _Worker, status: int) -> None:
         code = os.waitstatus_to_exitcode(status)
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        if worker.ready_at is None and worker.ready_fd >= 0:
+            # It may have become ready since the last look (a SIGCHLD wakes the loop before the
+            # periodic readiness check): its ready byte is still in the pipe.
+            self._check_ready(worker, time.monotonic())
         was_ready, ready_at = worker.ready_at is not None, worker.ready_at
         worker.pid = 0
         worker.ready_at = None
