@@ -20,7 +20,8 @@ Rounds
 Why each label report carries a fresh vector
     Xia et al.'s server moves a center to the mean of the round-1 vectors of the users that
     reported its label, which needs a link from each label to the vector *of the same device*.
-    Here nothing links reports: ``report_id`` is 16 fresh random bytes per report, and neither
+    Here nothing links reports: ``report_id`` is its creation second and 12 fresh random bytes per
+    report (:func:`ldp_client.report.new_report_id`), and neither
     :class:`ldp_client.report.Report` nor the store (:class:`~ldp_collector.storage.base.
     StoredReport`) holds a device id or pseudonym; the group a device keeps is shared by
     thousands of devices. Three designs were weighed:
