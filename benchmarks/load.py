@@ -985,7 +985,7 @@ def api_report_count(address: str, campaign_id: str, round: int) -> int | None:
 
 def environment() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()[0], "python": sys.version.split()[0],
-            "grpcio": grpc.__version__, "collector_command": " ".join(collector_command()),
+            "grpcio": grpc.__version__, "collector_command": " ".join(Path(c).name if os.path.isabs(c) else c for c in collector_command()),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 
@@ -1252,7 +1252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if not args.keep and not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    record["arguments"] = vars(args)
+    record["arguments"] = {**vars(args), "out": os.path.relpath(args.out)}  # no machine paths in results
     record["environment"] = {**env, "load_average_at_end": os.getloadavg()[0]}
     name = args.name or (f"load_{args.topology}_capacity" if args.find_capacity
                          else f"load_{args.topology}_{args.duration:.0f}s")
