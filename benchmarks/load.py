@@ -116,12 +116,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2  # type: ignore[import-untyped, unused-ignore]
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_status import rpc_status
 from ingest_throughput import AUTH, ORACLES, TOKEN, create_campaign, randomized_values, round_spec
 
 from ldp.v1 import service_pb2, service_pb2_grpc
+from ldp_client.grpc import retry_delay
 from ldp_client.report import Report, pack_batch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,21 +203,6 @@ def id_digest(ids: bytes) -> int:
     """Order-independent digest of concatenated 16-byte ids: the sum of their big-endian values."""
     return sum(int.from_bytes(ids[i:i + 16], "big") for i in range(0, len(ids), 16))
 
-
-def retry_delay(exc: grpc.RpcError) -> float | None:
-    """The ``google.rpc.RetryInfo`` delay in a failed call's status details, if any (seconds)."""
-    try:
-        status = rpc_status.from_call(exc)  # type: ignore[arg-type]
-    except (ValueError, AttributeError):
-        return None
-    if status is None:
-        return None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            info = error_details_pb2.RetryInfo()
-            detail.Unpack(info)
-            return max(0.0, float(info.retry_delay.seconds + info.retry_delay.nanos / 1e9))
-    return None
 
 
 # -- client processes -----------------------------------------------------------------------------

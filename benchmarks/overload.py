@@ -89,29 +89,13 @@ class ClientStats:
     last_ack_at: float = 0.0
 
 
-def _retry_delay(error: Any) -> float | None:
-    from google.rpc import error_details_pb2  # type: ignore[import-untyped]
-    from grpc_status import rpc_status
-
-    try:
-        status = rpc_status.from_call(error)
-    except ValueError:
-        return None
-    if status is None:
-        return None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            info = error_details_pb2.RetryInfo()
-            detail.Unpack(info)
-            return float(info.retry_delay.seconds + info.retry_delay.nanos / 1e9)
-    return None
-
 
 def client_main(args: dict[str, Any], out: Any) -> None:
     """One client process: send batches on the phase's schedule, retry, report its stats."""
     import grpc
 
     from ldp.v1 import service_pb2, service_pb2_grpc
+    from ldp_client.grpc import retry_delay
 
     client, phase, batch_size = args["client"], args["phase"], args["batch"]
     template: list[Any] = args["template"]
@@ -164,7 +148,7 @@ def client_main(args: dict[str, Any], out: Any) -> None:
                         stats.resource_exhausted += 1
                     else:
                         stats.deadline_exceeded += 1
-                    delay = _retry_delay(error)
+                    delay = retry_delay(error)
                     delay = 0.5 * rng.random() if delay is None else delay * (1.0 + _RETRY_JITTER * rng.random())
                     heapq.heappush(due, (now + delay, batch))
                 else:

@@ -79,6 +79,7 @@ __all__ = [
     "RpcFailedError",
     "Sender",
     "drain",
+    "retry_delay",
 ]
 
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -443,7 +444,7 @@ class CollectorClient:
                 code, details = _status_of(exc)
                 if code in _REJECTED:
                     raise RequestRejectedError(method, code, details) from exc
-                server_delay = _retry_delay(exc)
+                server_delay = retry_delay(exc)
                 if (code not in _RETRYABLE or attempt >= self._max_attempts
                         or (server_delay is None and _message_too_large(code, details))):
                     raise RpcFailedError(method, code, details, attempt) from exc
@@ -475,7 +476,7 @@ def _message_too_large(code: grpc.StatusCode, details: str) -> bool:
     return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details.lower()
 
 
-def _retry_delay(exc: grpc.RpcError) -> float | None:
+def retry_delay(exc: grpc.RpcError) -> float | None:
     """The ``google.rpc.RetryInfo`` delay in the call's status details, if any (seconds)."""
     if not hasattr(exc, "trailing_metadata"):
         return None
