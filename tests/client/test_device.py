@@ -24,6 +24,7 @@ from ldp_client.errors import (
     OutboxCorruptedError,
     PolicyViolationError,
     ProtocolError,
+    StateDirectoryError,
 )
 from ldp_client.ledger import LEDGER_FILE, MARKER_FILE, Ledger
 from ldp_client.mechanisms import GRRParams
@@ -256,36 +257,16 @@ def _state(tmp_path: Path) -> Path:
     return tmp_path / "state"
 
 
-def test_crash_after_outbox_write_is_recovered_with_the_same_report(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    device = Device(_state(tmp_path), rng=SeededRng(1))
-
-    def crash(self: Ledger, *args: Any) -> None:
-        raise OSError("simulated crash before the charge")
-
-    monkeypatch.setattr(Ledger, "_charge_locked", crash)
-    with pytest.raises(OSError, match="simulated"):
-        device.participate(make_spec(), 3)
-    monkeypatch.undo()
-    stored = device.outbox.pending()
-    assert len(stored) == 1 and Ledger(_state(tmp_path)).spent("camp") == 0.0
-    restarted = Device(_state(tmp_path), rng=SeededRng(99))
-    report = restarted.participate(make_spec(), 5)
-    assert report is not None and report.pack() == stored[0].report.pack()
-    assert [e.report_id for e in Ledger(_state(tmp_path)).entries()] == [report.report_id]
-    assert restarted.spent("camp") == 1.0 and restarted.pending_reports() == [report]
-
-
-def test_same_device_recovers_after_a_failed_charge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    device = Device(_state(tmp_path), rng=SeededRng(1))
+def test_failed_charge_leaves_nothing_to_send(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    device = Device(_state(tmp_path))
     real_charge = Ledger._charge_locked
     monkeypatch.setattr(Ledger, "_charge_locked", lambda self, *args: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
         device.participate(make_spec(), 3)
+    assert device.outbox.pending() == [] and device.pending_reports() == [] and device.spent_total() == 0.0
     monkeypatch.setattr(Ledger, "_charge_locked", real_charge)
-    assert device.pending_reports() != []  # recovered (charged) on the next locked operation
-    first = device.pending_reports()[0]
-    assert device.participate(make_spec(), 3) == first and device.spent("camp") == 1.0
+    report = device.participate(make_spec(), 3)
+    assert report is not None and device.pending_reports() == [report] and device.spent("camp") == 1.0
 
 
 def _replace_failing_on(n: int) -> Callable[[Any, Any], None]:
@@ -301,71 +282,74 @@ def _replace_failing_on(n: int) -> Callable[[Any, Any], None]:
     return replace
 
 
-def test_crash_while_writing_the_outbox_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    device = Device(_state(tmp_path), rng=SeededRng(1))
-    monkeypatch.setattr(os, "replace", _replace_failing_on(1))  # the outbox record's rename
-    with pytest.raises(OSError, match="rename #1"):
+def test_crash_while_writing_the_ledger_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    device = Device(_state(tmp_path))
+    monkeypatch.setattr(os, "replace", _replace_failing_on(1))  # the ledger's rename (the charge)
+    with pytest.raises(StateDirectoryError, match="rename #1"):
         device.participate(make_spec(), 3)
     monkeypatch.undo()
-    restarted = Device(_state(tmp_path), rng=SeededRng(2))
-    assert restarted.pending_reports() == [] and restarted.spent_total() == 0.0
-    report = restarted.participate(make_spec(), 3)  # nothing was stored or sent: a fresh report
+    restarted = Device(_state(tmp_path))
+    assert restarted.pending_reports() == [] and restarted.spent_total() == 0.0 and len(restarted.outbox) == 0
+    report = restarted.participate(make_spec(), 3)  # nothing was charged, stored or sent
     assert report is not None and restarted.spent("camp") == 1.0 and restarted.pending_reports() == [report]
 
 
-def test_crash_while_writing_the_ledger_is_recovered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    device = Device(_state(tmp_path), rng=SeededRng(1))
-    monkeypatch.setattr(os, "replace", _replace_failing_on(2))  # the ledger's rename
-    with pytest.raises(OSError, match="rename #2"):
+def test_crash_while_writing_the_outbox_keeps_the_charge_and_sends_nothing(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    device = Device(_state(tmp_path))
+    monkeypatch.setattr(os, "replace", _replace_failing_on(2))  # the outbox record's rename
+    with pytest.raises(StateDirectoryError, match="rename #2"):
         device.participate(make_spec(), 3)
     monkeypatch.undo()
-    (stored,) = device.outbox.pending()
-    restarted = Device(_state(tmp_path), rng=SeededRng(2))
-    report = restarted.participate(make_spec(), 3)
-    assert report is not None and report.pack() == stored.report.pack()
-    assert len(Ledger(_state(tmp_path)).entries()) == 1
+    restarted = Device(_state(tmp_path))
+    assert restarted.pending_reports() == [] and restarted.spent("camp") == 1.0  # over-stated, never under
+    with pytest.raises(AlreadyReportedError):
+        restarted.participate(make_spec(), 3)
 
 
-def test_crash_after_the_charge_returns_the_same_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    device = Device(_state(tmp_path), rng=SeededRng(1))
+def test_crash_after_the_outbox_write_returns_the_same_report(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    device = Device(_state(tmp_path))
     real = ledger_module.fsync_directory
     calls = [0]
 
     def fsync_directory(path: Path) -> None:
         calls[0] += 1
         real(path)
-        if calls[0] == 2:  # the ledger is renamed and synced; crash before participate returns
-            raise OSError("simulated crash after the charge")
+        if calls[0] == 2:  # charged, then the report renamed and synced; crash before participate returns
+            raise OSError("simulated crash after the outbox write")
 
     monkeypatch.setattr(ledger_module, "fsync_directory", fsync_directory)
-    with pytest.raises(OSError, match="after the charge"):
+    with pytest.raises(StateDirectoryError, match="after the outbox write"):
         device.participate(make_spec(), 3)
     monkeypatch.undo()
-    restarted = Device(_state(tmp_path), rng=SeededRng(2))
+    restarted = Device(_state(tmp_path))
     (pending,) = restarted.pending_reports()
     report = restarted.participate(make_spec(), 3)
     assert report is not None and report.pack() == pending.pack()
     assert len(Ledger(_state(tmp_path)).entries()) == 1 and restarted.spent("camp") == 1.0
 
 
-def test_uncharged_report_of_a_charged_round_is_discarded(tmp_path: Path) -> None:
-    device = Device(_state(tmp_path), rng=SeededRng(1))
+def test_stored_report_of_a_round_charged_with_another_id_is_discarded(tmp_path: Path) -> None:
+    device = Device(_state(tmp_path))
     charged = device.participate(make_spec(), 3)
     assert charged is not None
-    orphan = Report(report_id=b"\x07" * 16, campaign_id="camp", round=0, group=0, payloads=(1,))
-    device.outbox.put(orphan, 1.0)
-    assert device.recover() == [] and device.pending_reports() == [charged]
-    assert device.outbox.get(orphan.report_id) is None and device.spent("camp") == 1.0
+    stray = Report(report_id=b"\x07" * 16, campaign_id="camp", round=0, group=0, payloads=(1,))
+    device.outbox.put(stray, 1.0)
+    (discarded,) = device.recover()
+    assert discarded.report_id == stray.report_id and device.pending_reports() == [charged]
+    assert device.outbox.get(stray.report_id) is None and device.spent("camp") == 1.0
 
 
-def test_uncharged_report_beyond_a_lowered_policy_is_discarded(tmp_path: Path) -> None:
+def test_uncharged_report_is_discarded_never_charged(tmp_path: Path) -> None:
+    """A report stored without a charge (an older SDK's crash window, a rolled-back ledger, a file
+    put there by hand) is never sent, and the device does not charge it after the fact."""
     Device(_state(tmp_path))
-    orphan = Report(report_id=b"\x07" * 16, campaign_id="camp", round=0, group=0, payloads=(1,))
-    Device(_state(tmp_path)).outbox.put(orphan, 3.0)
-    device = Device(_state(tmp_path), DevicePolicy(max_epsilon_per_campaign=2.0))
-    assert device.recover() == [] and device.pending_reports() == [] and device.spent_total() == 0.0
-    Device(_state(tmp_path)).outbox.put(orphan, 1.0)
-    assert Device(_state(tmp_path)).recover() == [orphan]
+    stray = Report(report_id=b"\x07" * 16, campaign_id="camp", round=0, group=0, payloads=(1,))
+    Device(_state(tmp_path)).outbox.put(stray, 1.0)
+    device = Device(_state(tmp_path))
+    assert device.pending_reports() == [] and device.spent_total() == 0.0 and len(device.outbox) == 0
+    assert device.recover() == []
 
 
 # ---------------------------------------------------------------------------- corrupted state
@@ -387,11 +371,23 @@ def test_corrupted_ledger_stops_the_device(tmp_path: Path, corrupt: Callable[[Pa
             attempt()
 
 
-def test_lost_ledger_and_marker_with_outbox_reports_is_detected(tmp_path: Path) -> None:
-    Device(_state(tmp_path)).participate(make_spec(), 3)
+@pytest.mark.parametrize("acknowledged", [False, True], ids=["outbox-holds-reports", "outbox-empty"])
+def test_lost_ledger_and_device_file_is_never_a_fresh_start(tmp_path: Path, acknowledged: bool) -> None:
+    device = Device(_state(tmp_path))
+    report = device.participate(make_spec(), 3)
+    assert report is not None
+    if acknowledged:
+        device.acknowledge([report.report_id])
     (_state(tmp_path) / LEDGER_FILE).unlink()
     (_state(tmp_path) / MARKER_FILE).unlink()
-    with pytest.raises(LedgerCorruptedError, match="holds outbox reports but neither"):
+    with pytest.raises(LedgerCorruptedError, match="missing beside the device state outbox"):
+        Device(_state(tmp_path))
+
+
+def test_lost_device_file_beside_a_used_ledger_is_corruption(tmp_path: Path) -> None:
+    Device(_state(tmp_path)).participate(make_spec(), 3)
+    (_state(tmp_path) / MARKER_FILE).unlink()
+    with pytest.raises(LedgerCorruptedError, match=f"{MARKER_FILE} is corrupted: missing beside a ledger that was used"):
         Device(_state(tmp_path))
 
 
@@ -413,15 +409,16 @@ def test_corrupted_outbox_file_is_reported_then_quarantined(tmp_path: Path) -> N
         device.participate(make_spec(), 3)
 
 
-def test_corrupted_uncharged_outbox_file_blocks_until_quarantined(tmp_path: Path) -> None:
+def test_unreadable_outbox_file_blocks_sending_until_quarantined(tmp_path: Path) -> None:
     device = Device(_state(tmp_path))
-    orphan = Report(report_id=b"\x07" * 16, campaign_id="camp", round=0, group=0, payloads=(1,))
-    entry = device.outbox.put(orphan, 1.0)
+    report = device.participate(make_spec(), 3)
+    assert report is not None
+    entry = device.outbox.entries()[0]
     (_state(tmp_path) / "outbox" / entry.name).write_bytes(b"LDPR")
     with pytest.raises(OutboxCorruptedError, match=entry.name):
-        device.participate(make_spec("other"), 3)
+        device.pending_reports()
     device.quarantine_corrupted_reports()
-    assert device.participate(make_spec("other"), 3) is not None
+    assert device.pending_reports() == [] and device.participate(make_spec("other"), 3) is not None
 
 
 # ---------------------------------------------------------------------------- in memory, imports

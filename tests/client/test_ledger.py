@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import multiprocessing
 import os
 import threading
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ldp_client.errors import BudgetExhaustedError, InvalidParameterError, LedgerCorruptedError
+from ldp_client.budget import exact_sum, split_epsilon
+from ldp_client.errors import BudgetExhaustedError, InvalidParameterError, LedgerCorruptedError, StateDirectoryError
 from ldp_client.ledger import LEDGER_FILE, MARKER_FILE, Ledger, write_durably
 
 CAPS: dict[str, Any] = {"campaign_cap": 4.0, "total_cap": 32.0, "max_reports": 16}
@@ -42,12 +45,15 @@ def test_new_directory_is_initialised_and_reopens(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "state")
     assert (tmp_path / "state" / LEDGER_FILE).is_file()
     marker = json.loads((tmp_path / "state" / MARKER_FILE).read_text())
-    assert marker == {"format": "ldp-client-device", "version": 1, "device_id": ledger.device_id}
-    assert len(ledger.device_id) == 32 and int(ledger.device_id, 16) >= 0
+    assert marker == {"format": "ldp-client-device", "version": 2, "device_id": ledger.device_id,
+                      "secret": ledger.secret.hex()}
+    assert (tmp_path / "state" / MARKER_FILE).stat().st_mode & 0o077 == 0  # the secret is the user's alone
+    assert len(ledger.device_id) == 32 and int(ledger.device_id, 16) >= 0 and len(ledger.secret) == 32
     doc = json.loads((tmp_path / "state" / LEDGER_FILE).read_text())
-    assert doc["format"] == "ldp-client-ledger" and doc["version"] == 1 and doc["entries"] == []
+    assert doc["format"] == "ldp-client-ledger" and doc["version"] == 2 and doc["entries"] == []
     assert doc["checksum"].startswith("sha256:")
-    assert Ledger(tmp_path / "state").device_id == ledger.device_id
+    again = Ledger(tmp_path / "state")
+    assert again.device_id == ledger.device_id and again.secret == ledger.secret
 
 
 @pytest.mark.parametrize("make", ["file", "memory"])
@@ -87,13 +93,33 @@ def test_caps_refuse_without_recording(tmp_path: Path) -> None:
     assert ledger.spent_total() == 3.0 and len(Ledger(tmp_path).entries()) == 1
 
 
-def test_float_sums_are_exact_and_fill_the_cap() -> None:
+def test_budget_is_compared_exactly() -> None:
+    """No relative slack: ten charges of the float 0.1 exceed a cap of 1.0 by 5.6e-17 exactly, so
+    the tenth is refused; the shares split_epsilon cuts from 1.0 all fit."""
     ledger = Ledger.in_memory()
-    for r in range(10):
+    for r in range(9):
         charge(ledger, "a", r, epsilon=0.1, i=r, campaign_cap=1.0)
-    assert ledger.spent("a") == 1.0  # fsum of ten 0.1s, not 0.9999999999999999
     with pytest.raises(BudgetExhaustedError):
-        charge(ledger, "a", 10, epsilon=0.1, i=10, campaign_cap=1.0)
+        charge(ledger, "a", 9, epsilon=0.1, i=9, campaign_cap=1.0)
+    with pytest.raises(BudgetExhaustedError):  # the total cap too
+        charge(ledger, "b", 0, epsilon=0.1 + 2**-55, i=20, total_cap=1.0)
+    shares = split_epsilon(1.0, [1] * 10)
+    for r, share in enumerate(shares):
+        charge(ledger, "c", r, epsilon=share, i=100 + r, campaign_cap=1.0)
+    assert exact_sum(shares) <= 1 and ledger.spent("c") == pytest.approx(1.0, abs=1e-15)
+    with pytest.raises(BudgetExhaustedError):
+        charge(ledger, "c", 10, epsilon=2**-1074, i=110, campaign_cap=1.0, max_reports=100)
+
+
+@pytest.mark.parametrize("total,weights", [(1.0, [1] * 10), (0.3, [1, 1, 1]), (2.0, [0.4, 0.6]), (5e-324, [1]),
+                                           (0.7, [1] * 7), (1e-300, [3, 1, 1]), (19.999, [1] * 17)])
+def test_split_epsilon_never_exceeds_the_total(total: float, weights: list[float]) -> None:
+    shares = split_epsilon(total, weights)
+    assert len(shares) == len(weights) and all(s > 0 for s in shares) and exact_sum(shares) <= Fraction(total)
+    assert sum(shares) == pytest.approx(total, rel=1e-12)
+    for bad in ((0.0, [1]), (math.inf, [1]), (1.0, []), (1.0, [0]), (5e-324, [1, 1])):
+        with pytest.raises(ValueError):
+            split_epsilon(*bad)
 
 
 def test_bad_charges() -> None:
@@ -131,7 +157,7 @@ def test_write_is_atomic_when_rename_fails(tmp_path: Path, monkeypatch: pytest.M
         raise OSError("simulated crash before rename")
 
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError, match="simulated"):
+    with pytest.raises(StateDirectoryError, match="simulated"):
         charge(ledger, "a", 1, i=2)
     monkeypatch.undo()
     assert (tmp_path / LEDGER_FILE).read_bytes() == before
@@ -197,10 +223,11 @@ def _corrupt_empty(p: Path) -> None:
     (_corrupt_truncate, "not valid JSON"),
     (_corrupt_garbage, "not valid JSON"),
     (_corrupt_flip, "checksum mismatch"),
-    (_corrupt_delete, "ledger missing"),
+    (_corrupt_delete, f"missing beside the device state {MARKER_FILE}"),
     (_corrupt_empty, "not valid JSON"),
     (lambda p: rewrite(p, lambda d: d.update(format="something-else")), "format must be"),
-    (lambda p: rewrite(p, lambda d: d.update(version=2)), "version 2 is not supported"),
+    (lambda p: rewrite(p, lambda d: d.update(version=3)), "version 3 is not supported"),
+    (lambda p: rewrite(p, lambda d: d["entries"][0].update(rng=7)), "rng must be null or a generator's name"),
     (lambda p: rewrite(p, lambda d: d["entries"][0].update(epsilon=-1.0)), "epsilon must be a finite number > 0"),
     (lambda p: rewrite(p, lambda d: d["entries"][0].update(report_id="zz")), "report_id must be"),
     (lambda p: rewrite(p, lambda d: d.update(entries=[*d["entries"], dict(d["entries"][0])])), "charged twice"),
@@ -231,13 +258,47 @@ def test_corrupted_marker(tmp_path: Path) -> None:
         Ledger(tmp_path)
 
 
-def test_missing_marker_is_recreated_from_the_ledger(tmp_path: Path) -> None:
+def test_missing_device_file_beside_an_empty_ledger_is_recreated(tmp_path: Path) -> None:
+    """The first start was interrupted between the ledger and the device file: nothing was ever
+    drawn from a secret, so a new one is safe."""
     ledger = Ledger(tmp_path)
-    charge(ledger, "c", 0, i=1)
     (tmp_path / MARKER_FILE).unlink()
     again = Ledger(tmp_path)
-    assert again.device_id == ledger.device_id and again.spent("c") == 1.0
-    assert json.loads((tmp_path / MARKER_FILE).read_text())["device_id"] == ledger.device_id
+    assert again.device_id == ledger.device_id and len(again.secret) == 32
+    assert json.loads((tmp_path / MARKER_FILE).read_text())["secret"] == again.secret.hex()
+
+
+@pytest.mark.parametrize("use", [lambda ledger: charge(ledger, "c", 0, i=1), lambda ledger: ledger.set_group("c", 1)],
+                         ids=["charged", "group-chosen"])
+def test_missing_device_file_beside_a_used_ledger_is_corruption(tmp_path: Path, use: Any) -> None:
+    use(Ledger(tmp_path))
+    (tmp_path / MARKER_FILE).unlink()
+    for _ in range(2):
+        with pytest.raises(LedgerCorruptedError, match="missing beside a ledger that was used"):
+            Ledger(tmp_path)
+
+
+def test_version_1_files_are_upgraded_in_place(tmp_path: Path) -> None:
+    """An older SDK's ledger (entries without rng) and device file (no secret) are read, and
+    rewritten as version 2 with the same charges and a new secret."""
+    ledger = Ledger(tmp_path)
+    charge(ledger, "c", 0, i=1, epsilon=0.5)
+    ledger.close()
+
+    def downgrade(d: dict[str, Any]) -> None:
+        d["version"] = 1
+        for e in d["entries"]:
+            del e["rng"]
+
+    rewrite(tmp_path / LEDGER_FILE, downgrade)
+    (tmp_path / MARKER_FILE).write_text(json.dumps({"format": "ldp-client-device", "version": 1,
+                                                    "device_id": ledger.device_id}))
+    upgraded = Ledger(tmp_path)
+    assert upgraded.spent("c") == 0.5 and upgraded.entries()[0].rng is None and len(upgraded.secret) == 32
+    assert json.loads((tmp_path / LEDGER_FILE).read_text())["version"] == 2
+    marker = json.loads((tmp_path / MARKER_FILE).read_text())
+    assert marker["version"] == 2 and marker["secret"] == upgraded.secret.hex()
+    assert Ledger(tmp_path).secret == upgraded.secret
 
 
 def test_two_instances_see_each_others_charges(tmp_path: Path) -> None:

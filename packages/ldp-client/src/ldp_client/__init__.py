@@ -9,7 +9,9 @@ from here.
 Submodules: :mod:`~ldp_client.mechanisms` (one module per randomizer), :mod:`~ldp_client.encoders`
 (pure public encoders and the shared cell geometry), :mod:`~ldp_client.spec` (round specs),
 :mod:`~ldp_client.report` (reports and their msgpack form), :mod:`~ldp_client.device`,
-:mod:`~ldp_client.rng`, :mod:`~ldp_client.clusters` (local labels from a published clustering).
+:mod:`~ldp_client.rng`, :mod:`~ldp_client.memo` (memoized randomness from the device's secret),
+:mod:`~ldp_client.budget` (exact budget arithmetic), :mod:`~ldp_client.clusters` (local labels from a
+published clustering).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ if TYPE_CHECKING:  # the names below are loaded on first use (PEP 562), keeping 
         PolicyViolationError,
         ProtocolError,
         StateCorruptedError,
+        StateDirectoryError,
         TransportError,
     )
     from .report import Report, pack_batch, unpack_batch
@@ -47,7 +50,7 @@ _LAZY = {
     "AlreadyReportedError": "errors", "BudgetExhaustedError": "errors", "EncodingError": "errors",
     "InvalidParameterError": "errors", "LdpError": "errors", "LedgerCorruptedError": "errors",
     "OutboxCorruptedError": "errors", "PolicyViolationError": "errors", "ProtocolError": "errors",
-    "StateCorruptedError": "errors", "TransportError": "errors",
+    "StateCorruptedError": "errors", "StateDirectoryError": "errors", "TransportError": "errors",
     "Report": "report", "pack_batch": "report", "unpack_batch": "report",
     "Rng": "rng", "SecureRng": "rng", "SeededRng": "rng",
     "Component": "spec", "GroupTask": "spec", "RoundSpec": "spec",
@@ -92,6 +95,7 @@ __all__ = [
     "SecureRng",
     "SeededRng",
     "StateCorruptedError",
+    "StateDirectoryError",
     "TransportError",
     "__version__",
     "cluster_model_from_dict",

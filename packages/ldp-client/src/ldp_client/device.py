@@ -35,22 +35,41 @@ What :meth:`Device.participate` guarantees
       (the report is no longer stored, and a second report would spend the budget twice).
     * With a :class:`RoundAssignment` from the collector (enrolled devices), the report carries the
       assigned report id and every seeded component (local hashing, bucketized vectors) uses the
-      assigned hash seed instead of drawing one. Both are public randomness derived from the
-      device identity, campaign and round only, so the privacy guarantee is unchanged.
+      assigned hash seed instead of drawing one. Both are public randomness, so the privacy
+      guarantee is unchanged; an assigned id the device already used for another report is refused
+      (:class:`~ldp_client.errors.ProtocolError`).
     * Budget: the campaign's charges plus this report stay within
       ``min(spec.campaign_epsilon, policy.max_epsilon_per_campaign)``, the device's total within
-      ``policy.max_epsilon_total``, and the number of reports within
-      ``min(spec.max_reports_per_device, policy.max_reports_per_campaign)``; otherwise
-      :class:`~ldp_client.errors.BudgetExhaustedError`.
+      ``policy.max_epsilon_total`` (both compared exactly, :mod:`ldp_client.budget`), and the number
+      of reports within ``min(spec.max_reports_per_device, policy.max_reports_per_campaign)``;
+      otherwise :class:`~ldp_client.errors.BudgetExhaustedError`.
+    * Everything the collector chose (the spec's epsilons and caps, the group weights, the assigned
+      report id and hash seeds) is checked before anything is randomized.
+
+The collector is untrusted
+    A report leaves the device (is returned by :meth:`Device.pending_reports`) only while the
+    ledger holds a charge for exactly its campaign, round and report id. The charge is written
+    before the report is stored, so a failed charge leaves nothing to send, and a stored report
+    without its own charge (a rolled-back ledger, a file put there by hand) is discarded unsent.
+
+Memoized randomness
+    With the default ``rng=None``, every coin of a report -- the group choice, the report id, each
+    component's randomization -- is drawn from a stream keyed by the device's secret and the
+    report's public context (:mod:`ldp_client.memo`). A device whose ledger was rolled back (a backup
+    restored) and that is asked the same question again gives the same report, bit for bit: the
+    collector sees a duplicate and learns nothing new. An injected ``rng`` (tests and simulations
+    only) replaces all of this; each charge records the generator's name in the ledger, and a
+    device with a state directory logs a warning once.
 
 Crash safety
-    The report is written to the outbox first, then the ledger is charged; only charged reports are
-    handed to a sender. A crash in between leaves an uncharged report in the outbox: the next
-    locked operation (``participate``, ``pending_reports``, :meth:`Device.recover`) charges it and
-    it is returned, never re-sampled. It is discarded instead, unsent, only when charging it is no
-    longer allowed (the round was meanwhile charged with another report, or the policy was lowered
-    below what it costs). A corrupted ledger raises :class:`~ldp_client.errors.LedgerCorruptedError`
-    and the device stops reporting; the budget is never reset.
+    The ledger is charged first, then the report is written to the outbox. A crash in between
+    leaves a charged round without a stored report: the report was never sent, and the round is
+    not answered again (:class:`~ldp_client.errors.AlreadyReportedError`; the budget stays spent, so
+    it is over-stated, never under-stated). A corrupted ledger raises
+    :class:`~ldp_client.errors.LedgerCorruptedError` and the device stops reporting; the budget is
+    never reset, and a ledger missing beside any other device state is corruption, not a fresh
+    start. A state directory that cannot be written raises
+    :class:`~ldp_client.errors.StateDirectoryError` naming the path.
 
 Durability is not optional on a real device. Simulations that create many devices use
 :meth:`Device.in_memory`, which keeps identical semantics without files.
@@ -58,6 +77,7 @@ Durability is not optional on a real device. Simulations that create many device
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -67,18 +87,17 @@ from typing import Any
 from ._validation import check_float, check_int
 from .errors import (
     AlreadyReportedError,
-    BudgetExhaustedError,
-    LedgerCorruptedError,
     PolicyViolationError,
     ProtocolError,
 )
-from .ledger import LEDGER_FILE, MARKER_FILE, Ledger
+from .ledger import Ledger
 from .mechanisms.bucketized_vector import BucketizedVectorParams
 from .mechanisms.local_hashing import SEED_BITS, LocalHashingParams
-from .outbox import Outbox
+from .memo import Memo
+from .outbox import Outbox, OutboxEntry
 from .payload import Payload
 from .report import REPORT_ID_BYTES, Report, new_report_id
-from .rng import Rng, resolve_rng
+from .rng import Rng, is_secure, resolve_rng, rng_name
 from .spec import MAX_COMPONENTS, MAX_EPSILON_PER_CAMPAIGN, Component, RoundSpec
 
 __all__ = ["OUTBOX_DIR", "SEEDED_MECHANISMS", "Device", "DevicePolicy", "RoundAssignment", "run_component"]
@@ -86,6 +105,10 @@ __all__ = ["OUTBOX_DIR", "SEEDED_MECHANISMS", "Device", "DevicePolicy", "RoundAs
 OUTBOX_DIR = "outbox"
 #: Largest total budget a policy may allow over the device's lifetime.
 MAX_EPSILON_TOTAL = 1e6
+
+_log = logging.getLogger(__name__)
+#: State directories whose injected generator was already logged (once per directory and process).
+_WARNED: set[tuple[str, str]] = set()
 
 
 #: Mechanisms whose payload carries a hash seed drawn by the device (or assigned by the collector).
@@ -209,27 +232,30 @@ class Device:
         created if missing. Keep it on persistent storage and never share it between devices.
     policy : DevicePolicy, optional
     rng : Rng, optional
-        Randomness of the group choice, the mechanisms and the report ids; defaults to the OS
-        CSPRNG. Inject a seeded one for tests and simulations only.
+        ``None`` (the default, and the only choice for a real device): every coin is memoized
+        randomness from the device's secret (see "Memoized randomness" in :mod:`ldp_client.device`).
+        An injected generator replaces it, for tests and simulations only: it is recorded with
+        each charge and logged once.
 
     Raises
     ------
     LedgerCorruptedError
-        The ledger is missing from an initialised directory, or is unreadable.
+        The ledger is missing beside other device state, or is unreadable.
+    StateDirectoryError
+        The state directory cannot be created or written.
     """
 
     def __init__(self, state_dir: str | os.PathLike[str], policy: DevicePolicy | None = None, *,
                  rng: Rng | None = None) -> None:
         path = Path(state_dir)
-        outbox_dir = path / OUTBOX_DIR
-        if (not (path / MARKER_FILE).exists() and not (path / LEDGER_FILE).exists()
-                and outbox_dir.is_dir() and any(not n.startswith(".") for n in os.listdir(outbox_dir))):
-            raise LedgerCorruptedError(
-                f"state directory {path} holds outbox reports but neither {LEDGER_FILE} nor {MARKER_FILE}: "
-                "the ledger was lost; the device refuses to report rather than reset its privacy budget")
-        self._setup(policy, rng, Ledger(path, rng=resolve_rng(rng)), Outbox(outbox_dir), path)
+        self._setup(policy, rng, Ledger(path, rng=resolve_rng(rng)), Outbox(path / OUTBOX_DIR), path)
         with self._ledger.locked():
             self._outbox.remove_temporary_files()
+        if self._rng_record is not None and (str(path), self._rng_record) not in _WARNED:
+            _WARNED.add((str(path), self._rng_record))
+            _log.warning("device state %s uses the injected generator %s instead of its memoized randomness: its "
+                         "reports are reproducible by whoever knows the generator's seed; tests and simulations "
+                         "only", path, self._rng_record)
 
     @classmethod
     def in_memory(cls, policy: DevicePolicy | None = None, *, rng: Rng | None = None,
@@ -240,13 +266,14 @@ class Device:
         ----------
         policy : DevicePolicy, optional
         rng : Rng, optional
-            Defaults to the OS CSPRNG.
+            As for a device with a state directory (recorded with each charge; not logged: an
+            in-memory device is a simulation by construction).
         device_id : str, optional
             32 lowercase hex digits; drawn from ``rng`` by default.
         """
         self = cls.__new__(cls)
         self._setup(policy, rng, Ledger.in_memory(device_id=device_id, rng=rng), Outbox.in_memory(), None)
-        self._may_hold_orphans = False  # a new in-memory outbox is empty ...
+        self._may_hold_strays = False  # a new in-memory outbox is empty ...
         self._seen_generation = self._ledger.generation  # ... and no other process shares it
         return self
 
@@ -258,13 +285,17 @@ class Device:
             raise TypeError(f"policy must be a DevicePolicy, got {type(policy).__name__}")
         self._policy = policy
         self._rng = resolve_rng(rng)
+        # The device's own randomness is memoized from its secret; an injected generator is named in
+        # every charge it pays for.
+        self._memo = Memo(ledger.secret) if is_secure(rng) else None
+        self._rng_record = None if is_secure(rng) else rng_name(self._rng)
         self._ledger = ledger
         self._outbox = outbox
         self._state_dir = state_dir
         self._seen_generation = -1
-        # Whether the outbox may hold uncharged reports: at start, after a failed charge, and
-        # whenever another process changed the ledger. Saves a scan on every participate.
-        self._may_hold_orphans = True
+        # Whether the outbox may hold reports without their own charge: at start, and whenever
+        # another process changed the ledger (a rollback, a file put there). Saves a scan per call.
+        self._may_hold_strays = True
 
     # ------------------------------------------------------------------ properties
 
@@ -340,56 +371,70 @@ class Device:
             raise TypeError(f"assignment must be a RoundAssignment, got {type(assignment).__name__}")
         policy = self._policy
         policy.check(spec)
-        ledger, outbox, rng = self._ledger, self._outbox, self._rng
-        campaign = spec.campaign_id
+        ledger, outbox = self._ledger, self._outbox
+        campaign, round_ = spec.campaign_id, spec.round
         with ledger.locked():
-            self._recover_locked(rescan=False)
-            charged = ledger._charge_for_locked(campaign, spec.round)
+            self._discard_strays_locked(rescan=False)
+            charged = ledger._charge_for_locked(campaign, round_)
             if charged is not None:
                 stored = outbox.get(charged.report_id)
                 if stored is None:
-                    raise AlreadyReportedError(campaign, spec.round, charged.report_id)
+                    raise AlreadyReportedError(campaign, round_, charged.report_id)
                 return stored.report
             group = ledger._group_of_locked(campaign)
             is_new_group = group is None
             if group is None:
                 group = self._pick_group(spec)
             elif group >= len(spec.group_weights):
-                raise ProtocolError(f"campaign {campaign!r} round {spec.round} has {len(spec.group_weights)} groups, "
+                raise ProtocolError(f"campaign {campaign!r} round {round_} has {len(spec.group_weights)} groups, "
                                     f"but the device is in group {group} (group weights must not change)")
             task = spec.task_for(group)
             if task is None:
                 if is_new_group:
                     ledger.set_group(campaign, group)
                 return None
-            # With a task, the group is recorded together with the charge (one durable write fewer).
+            # Everything the collector chose is checked before anything is randomized.
             epsilon = task.epsilon
             campaign_cap = min(spec.campaign_epsilon, policy.max_epsilon_per_campaign)
             max_reports = min(spec.max_reports_per_device, policy.max_reports_per_campaign)
             ledger._check_budget(campaign, epsilon, campaign_cap, policy.max_epsilon_total, max_reports)
-            seeds = ([assignment.seed_for(i, c) for i, c in enumerate(task.components)] if assignment is not None
-                     else [None] * len(task.components))
-            payloads = tuple(c.mechanism.check_payload(run_component(c, point, rng=rng, seed=seed))
-                             for c, seed in zip(task.components, seeds))
-            report_id = assignment.report_id if assignment is not None else new_report_id(rng)
-            report = Report(report_id=report_id, campaign_id=campaign, round=spec.round,
-                            group=group, payloads=payloads)
-            outbox.put(report, epsilon)  # first the outbox, then the charge: see "Crash safety"
-            try:
-                # The values come from a validated spec and report, and the lock is held.
-                ledger._charge_locked(campaign, spec.round, group, epsilon, report.report_id, campaign_cap,
-                                      policy.max_epsilon_total, max_reports)
-            except BaseException:
-                self._may_hold_orphans = True  # recovered (charged, never re-sampled) on the next call
-                raise
+            if assignment is not None:
+                seeds = [assignment.seed_for(i, c) for i, c in enumerate(task.components)]
+                report_id = assignment.report_id
+            else:
+                seeds = [None] * len(task.components)
+                report_id = (self._memo.report_id(campaign, round_) if self._memo is not None
+                             else new_report_id(self._rng))
+            used = ledger._by_id.get(report_id)
+            if used is not None or outbox.get(report_id) is not None:
+                where = "a stored report" if used is None else f"campaign {used.campaign_id!r} round {used.round}"
+                raise ProtocolError(f"report id {report_id.hex()} for campaign {campaign!r} round {round_} is already "
+                                    f"used by {where}: a report id is never reused")
+            payloads = tuple(
+                c.mechanism.check_payload(run_component(c, point, rng=self._coins(spec, group, i, c, seed), seed=seed))
+                for i, (c, seed) in enumerate(zip(task.components, seeds)))
+            report = Report(report_id=report_id, campaign_id=campaign, round=round_, group=group, payloads=payloads)
+            # First the charge (with the group, one durable write), then the outbox: a report is
+            # stored for sending only with its own charge; see "Crash safety". The values come from a
+            # validated spec and report, and the lock is held.
+            ledger._charge_locked(campaign, round_, group, epsilon, report_id, campaign_cap,
+                                  policy.max_epsilon_total, max_reports, self._rng_record)
+            outbox.put(report, epsilon)
             return report
+
+    def _coins(self, spec: RoundSpec, group: int, index: int, component: Component, seed: int | None) -> Rng:
+        """The generator of component ``index``'s coins: memoized, or the injected one."""
+        if self._memo is None:
+            return self._rng
+        return self._memo.coins(spec.campaign_id, spec.round, group, index, component, seed)
 
     def _pick_group(self, spec: RoundSpec) -> int:
         """Group g with probability exactly ``group_weights[g] / sum(group_weights)``."""
         weights = spec.group_weights
         if len(weights) == 1:
             return 0  # certain: no randomness needed
-        u = self._rng.randbelow(sum(weights))
+        rng = self._rng if self._memo is None else self._memo.group_rng(spec.campaign_id)
+        u = rng.randbelow(sum(weights))
         for group, weight in enumerate(weights):
             if u < weight:
                 return group
@@ -401,7 +446,7 @@ class Device:
         if not isinstance(spec, RoundSpec):
             raise TypeError(f"spec must be a RoundSpec, got {type(spec).__name__}")
         with self._ledger.locked():
-            self._recover_locked(rescan=False)
+            self._discard_strays_locked(rescan=False)
             group = self._ledger.group_of(spec.campaign_id)
             if group is None:
                 group = self._ledger.set_group(spec.campaign_id, self._pick_group(spec))
@@ -410,7 +455,7 @@ class Device:
     def has_reported(self, campaign_id: str, round: int) -> bool:
         """Whether the device has a (charged) report for ``campaign_id`` round ``round``."""
         with self._ledger.locked():
-            self._recover_locked(rescan=False)
+            self._discard_strays_locked(rescan=False)
             return self._ledger.has_charge(campaign_id, round)
 
     # ------------------------------------------------------------------ outbox
@@ -418,16 +463,20 @@ class Device:
     def pending_reports(self) -> list[Report]:
         """Charged reports not yet acknowledged, oldest first: what a sender sends.
 
+        Only a report for whose campaign, round and id the ledger holds a charge is returned.
+
         Raises
         ------
         OutboxCorruptedError
             A stored report cannot be read back (see :meth:`quarantine_corrupted_reports`).
         """
         with self._ledger.locked():
-            self._recover_locked()
-            pending = self._outbox.pending()
-            uncharged = set(self._ledger.uncharged(s.report.report_id for s in pending))
-            return [s.report for s in pending if s.report.report_id not in uncharged]
+            self._discard_strays_locked()
+            return [s.report for s in self._outbox.pending() if self._has_own_charge(s.report)]
+
+    def _has_own_charge(self, report: Report) -> bool:
+        charge = self._ledger._charge_for_locked(report.campaign_id, report.round)
+        return charge is not None and charge.report_id == report.report_id
 
     def acknowledge(self, report_ids: Iterable[bytes]) -> int:
         """Forget reports the collector stored (or rejected for good); returns how many were pending.
@@ -442,52 +491,38 @@ class Device:
             self._outbox.rescan()
             return self._outbox.remove_all(ids)
 
-    def recover(self) -> list[Report]:
-        """Charge reports a crash left in the outbox uncharged; returns them (also done implicitly).
+    def recover(self) -> list[OutboxEntry]:
+        """Discard stored reports without their own charge (also done implicitly); returns their entries.
 
-        An uncharged report whose round has meanwhile been charged with another report, or whose
-        charge the policy no longer allows, was never sent: it is discarded.
+        Such a report was never sent and never will be: its round has no charge, or a charge for
+        another report id. It appears only when the ledger was rolled back (a restored backup),
+        after a crash of an SDK older than this rule, or when a file was put in the outbox by hand.
         """
         with self._ledger.locked():
-            return self._recover_locked()
+            return self._discard_strays_locked()
 
-    def _recover_locked(self, *, rescan: bool = True) -> list[Report]:
-        ledger, outbox, policy = self._ledger, self._outbox, self._policy
+    def _discard_strays_locked(self, *, rescan: bool = True) -> list[OutboxEntry]:
+        ledger, outbox = self._ledger, self._outbox
         # Other processes sharing the directory change the ledger whenever they store a report, so a
         # full re-listing of the outbox is needed only then (or when asked); otherwise the outbox
         # notices changes from the directory's modification time.
         if rescan or ledger.generation != self._seen_generation:
             outbox.rescan()
             self._seen_generation = ledger.generation
-            self._may_hold_orphans = True
-        if not self._may_hold_orphans:
+            self._may_hold_strays = True
+        if not self._may_hold_strays:
             return []
-        uncharged = set(ledger.uncharged(outbox.report_ids()))
-        if not uncharged:
-            self._may_hold_orphans = False
-            return []
-        recovered: list[Report] = []
-        for entry in outbox.entries():
-            if entry.report_id not in uncharged:
-                continue
-            stored = outbox.load(entry)
-            report = stored.report
-            known_group = ledger.group_of(report.campaign_id)
-            if ledger.has_charge(report.campaign_id, report.round) or (
-                    known_group is not None and known_group != report.group):
-                outbox.remove(report.report_id)
-                continue
-            try:
-                ledger.charge(campaign_id=report.campaign_id, round=report.round, group=report.group,
-                              epsilon=stored.epsilon, report_id=report.report_id,
-                              campaign_cap=policy.max_epsilon_per_campaign, total_cap=policy.max_epsilon_total,
-                              max_reports=policy.max_reports_per_campaign)
-            except BudgetExhaustedError:
-                outbox.remove(report.report_id)
-                continue
-            recovered.append(report)
-        self._may_hold_orphans = False
-        return recovered
+        strays = []
+        for entry in outbox.entries():  # from the file names: nothing is read
+            charge = ledger._charge_for_locked(entry.campaign_id, entry.round)
+            if charge is None or charge.report_id != entry.report_id:
+                outbox.remove(entry.report_id)
+                strays.append(entry)
+        if strays:
+            _log.warning("discarded %d stored report(s) without their own charge in the ledger (never sent): %s",
+                         len(strays), ", ".join(e.name for e in strays[:5]))
+        self._may_hold_strays = False
+        return strays
 
     def quarantine_corrupted_reports(self) -> list[Path | str]:
         """Move outbox files that cannot be read back out of the way (an operator's decision).

@@ -17,6 +17,7 @@ __all__ = [
     "PolicyViolationError",
     "ProtocolError",
     "StateCorruptedError",
+    "StateDirectoryError",
     "TransportError",
 ]
 
@@ -96,6 +97,22 @@ class LedgerCorruptedError(StateCorruptedError):
 
 class OutboxCorruptedError(StateCorruptedError):
     """A stored report in the outbox is unreadable."""
+
+
+class StateDirectoryError(LdpError):
+    """The device's state directory cannot be written (read-only, full, no permission).
+
+    Nothing was charged or stored by the operation that raised it, unless its message says so.
+
+    Attributes
+    ----------
+    path : pathlib.Path
+        The file or directory that could not be written.
+    """
+
+    def __init__(self, message: str, *, path: object) -> None:
+        self.path = path
+        super().__init__(message)
 
 
 class TransportError(LdpError):

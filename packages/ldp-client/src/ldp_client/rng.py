@@ -2,7 +2,9 @@
 
 Every randomized function of the SDK takes ``rng=None``, which means the operating system's
 CSPRNG (:class:`SecureRng`). :class:`SeededRng` exists for tests and simulations only: it is
-reproducible and therefore offers no privacy.
+reproducible and therefore offers no privacy. :class:`KeyedRng` is the deterministic stream of a
+secret key (HMAC-SHA256 in counter mode) that a device's memoized randomness draws its coins from
+(:mod:`ldp_client.memo`).
 
 All privacy-relevant coins are exact: :meth:`Rng.bernoulli` draws ``randbelow(den) < num`` with
 integers, never ``random() < p`` with a float.
@@ -11,13 +13,15 @@ integers, never ``random() < p`` with a float.
 from __future__ import annotations
 
 import abc
+import hashlib
+import hmac
 import math
 import os
 import random
 import secrets
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Rng", "SecureRng", "SeededRng", "resolve_rng"]
+__all__ = ["KeyedRng", "Rng", "SecureRng", "SeededRng", "is_secure", "resolve_rng", "rng_name"]
 
 _TWO_POW_53 = 2.0**-53
 
@@ -120,7 +124,93 @@ class SeededRng(_RngBase):
         return self._gen.getrandbits(8 * n).to_bytes(n, "little") if n > 0 else b""
 
 
+class KeyedRng(_RngBase):
+    """The deterministic stream of a secret key: HMAC-SHA256 in counter mode.
+
+    The stream is ``B_0 || B_1 || ...`` with ``B_i = HMAC-SHA256(key, uint64_be(i))`` (32 bytes
+    each), read from the start; every draw takes the next bytes of it:
+
+    * ``token_bytes(n)``: the next ``n`` bytes;
+    * ``randbits(k)``: the next ``ceil(k / 8)`` bytes as a big-endian integer, shifted right by
+      ``8 * ceil(k / 8) - k`` bits (``k = 0`` takes nothing and gives 0);
+    * ``randbelow(n)``: ``0`` for ``n = 1`` (nothing taken); otherwise ``v = randbits(b)`` with
+      ``b = bit_length(n - 1)``, repeated until ``v < n`` (rejection sampling: exactly uniform);
+    * ``bernoulli``, ``uniform`` and ``gauss`` as for every generator here (``randbelow(den) < num``,
+      ``randbits(53) * 2^-53``, Box-Muller on two such uniforms).
+
+    Equal keys give equal streams, so a device that draws every coin of a report from a key derived
+    from its secret and the report's public context reproduces the report bit for bit
+    (:mod:`ldp_client.memo`). As long as the key is secret and uniformly random, the stream is
+    indistinguishable from uniform bits (HMAC-SHA256 is a PRF).
+
+    Parameters
+    ----------
+    key : bytes
+        At least 16 bytes (32 from :mod:`ldp_client.memo`).
+    """
+
+    __slots__ = ("_buffer", "_counter", "_key", "_pos")
+
+    #: Blocks computed per refill: amortizes the call overhead without computing much unused stream.
+    _BLOCKS = 4
+
+    def __init__(self, key: bytes) -> None:
+        if not isinstance(key, bytes):
+            raise TypeError(f"key must be bytes, got {type(key).__name__}")
+        if len(key) < 16:
+            raise ValueError(f"key must have at least 16 bytes, got {len(key)}")
+        self._key = key
+        self._counter = 0
+        self._buffer = b""
+        self._pos = 0
+
+    def _take(self, n: int) -> bytes:
+        end = self._pos + n
+        if end > len(self._buffer):
+            rest = self._buffer[self._pos:]
+            blocks = max(self._BLOCKS, -(-(n - len(rest)) // 32))
+            digest, key, first = hmac.digest, self._key, self._counter
+            self._buffer = rest + b"".join(digest(key, i.to_bytes(8, "big"), hashlib.sha256)
+                                           for i in range(first, first + blocks))
+            self._counter = first + blocks
+            self._pos, end = 0, n
+        out = self._buffer[self._pos:end]
+        self._pos = end
+        return out
+
+    def randbits(self, k: int) -> int:
+        if k <= 0:
+            return 0
+        nbytes = (k + 7) >> 3
+        return int.from_bytes(self._take(nbytes), "big") >> (8 * nbytes - k)
+
+    def randbelow(self, n: int) -> int:
+        if n <= 0:
+            raise ValueError(f"randbelow needs n >= 1, got {n}")
+        if n == 1:
+            return 0
+        k = (n - 1).bit_length()
+        while True:
+            v = self.randbits(k)
+            if v < n:
+                return v
+
+    def token_bytes(self, n: int) -> bytes:
+        return self._take(n) if n > 0 else b""
+
+
 _SECURE = SecureRng()
+
+
+def is_secure(rng: Rng | None) -> bool:
+    """Whether ``rng`` is the OS CSPRNG (``None`` or a :class:`SecureRng`)."""
+    return rng is None or type(rng) is SecureRng
+
+
+def rng_name(rng: Rng) -> str:
+    """The qualified class name of ``rng`` (what a ledger records of an injected generator)."""
+    cls = type(rng)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def resolve_rng(rng: Rng | None) -> Rng:

@@ -7,7 +7,6 @@ before it reports.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ import msgpack
 
 from ._spec import Spec
 from ._validation import check_float, check_int, check_msgpack_complete
+from .budget import sum_up
 from .encoders.base import ENCODERS, Encoder
 from .errors import InvalidParameterError, ProtocolError
 from .mechanisms.base import MECHANISMS, MechanismParams
@@ -114,8 +114,8 @@ class GroupTask(Spec):
 
     @property
     def epsilon(self) -> float:
-        """Budget one report charges: the sum over components (sequential composition)."""
-        return math.fsum(c.mechanism.epsilon for c in self.components)
+        """Budget one report charges: the sum over components (sequential composition), rounded up."""
+        return sum_up(c.mechanism.epsilon for c in self.components)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,7 +166,7 @@ class RoundSpec(Spec):
                 if g in seen:
                     raise InvalidParameterError(f"group {g} appears in two tasks")
                 seen.add(g)
-            if task.epsilon > self.campaign_epsilon * (1 + 1e-12):
+            if task.epsilon > self.campaign_epsilon:  # exactly: no slack
                 raise InvalidParameterError(
                     f"a task charges epsilon {task.epsilon:g}, more than the campaign's {self.campaign_epsilon:g}")
 

@@ -46,6 +46,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
@@ -53,6 +54,7 @@ from numpy.typing import ArrayLike, NDArray
 from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
 
 from ldp.v1 import campaigns_pb2, service_pb2
+from ldp_client.budget import fits
 from ldp_client.device import Device, DevicePolicy
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.geometry import TreeCell
@@ -124,8 +126,6 @@ KINDS: tuple[str, ...] = tuple(
     kind_name(v) for v in campaigns_pb2.CampaignKind.values() if v != campaigns_pb2.CAMPAIGN_KIND_UNSPECIFIED)
 #: Kinds whose result is a clustering.
 CLUSTERING_KINDS: frozenset[str] = frozenset({"grid", "stemmer", "nettree", "bitvector", "laplace", "ldp_kmeans"})
-#: Relative slack of budget comparisons, as in :mod:`ldp_client.ledger`.
-_TOLERANCE = 1e-12
 
 
 class SimulationError(RuntimeError):
@@ -182,7 +182,7 @@ class _CampaignState:
     """Per-device ledger of one campaign in ``direct`` mode."""
 
     groups: NDArray[np.int32]
-    spent: NDArray[np.float64]
+    spent: list[Fraction]  # exact sums, as a device's ledger keeps them
     reports: NDArray[np.int32]
     #: Round -> which devices were charged a report in it.
     charged: dict[int, NDArray[np.bool_]]
@@ -232,7 +232,7 @@ class Population:
         self._devices: list[Device | None] = [None] * len(self._points) if self._mode == "device" else []
         self._campaigns: dict[str, _CampaignState] = {}
         self._unacknowledged: dict[bytes, int] = {}
-        self._total_spent = np.zeros(len(self._points)) if self._mode == "direct" else np.zeros(0)
+        self._total_spent = [Fraction(0)] * (len(self._points) if self._mode == "direct" else 0)
         #: Reports the devices refused to produce (budget or report cap exhausted).
         self.refused = 0
 
@@ -291,7 +291,7 @@ class Population:
         if state is None:
             n = len(self._points)
             state = self._campaigns[spec.campaign_id] = _CampaignState(
-                groups=np.full(n, -1, dtype=np.int32), spent=np.zeros(n), reports=np.zeros(n, dtype=np.int32),
+                groups=np.full(n, -1, dtype=np.int32), spent=[Fraction(0)] * n, reports=np.zeros(n, dtype=np.int32),
                 charged={})
         return state
 
@@ -300,8 +300,8 @@ class Population:
         policy.check(spec)
         state = self._state(spec)
         weights = spec.group_weights
-        campaign_cap = min(spec.campaign_epsilon, policy.max_epsilon_per_campaign) * (1 + _TOLERANCE)
-        total_cap = policy.max_epsilon_total * (1 + _TOLERANCE)
+        campaign_cap = min(spec.campaign_epsilon, policy.max_epsilon_per_campaign)
+        total_cap = policy.max_epsilon_total
         max_reports = min(spec.max_reports_per_device, policy.max_reports_per_campaign)
         tasks = {g: spec.task_for(g) for g in range(len(weights))}
         charged = state.charged.setdefault(spec.round, np.zeros(len(points), dtype=np.bool_))
@@ -314,16 +314,15 @@ class Population:
             if task is None or charged[i]:
                 continue  # sits out this round, or already reported in it (a resend, not a new report)
             epsilon = task.epsilon
-            if (math.fsum((float(state.spent[i]), epsilon)) > campaign_cap
-                    or math.fsum((float(self._total_spent[i]), epsilon)) > total_cap
+            if (not fits(state.spent[i], epsilon, campaign_cap) or not fits(self._total_spent[i], epsilon, total_cap)
                     or state.reports[i] >= max_reports):
                 self.refused += 1
                 continue
             payloads = tuple(c.mechanism.check_payload(c.run(points[i], rng=rng)) for c in task.components)
             out.append(Report(report_id=new_report_id(rng), campaign_id=spec.campaign_id,
                               round=spec.round, group=group, payloads=payloads))
-            state.spent[i] += epsilon
-            self._total_spent[i] += epsilon
+            state.spent[i] += Fraction(epsilon)
+            self._total_spent[i] += Fraction(epsilon)
             state.reports[i] += 1
             charged[i] = True
         return out
@@ -342,7 +341,7 @@ class Population:
         if self._mode == "device":
             return np.array([d.spent(campaign_id) if d is not None else 0.0 for d in self._devices])
         state = self._campaigns.get(campaign_id)
-        return state.spent.copy() if state is not None else np.zeros(len(self._points))
+        return np.array(state.spent, dtype=np.float64) if state is not None else np.zeros(len(self._points))
 
 
 def simulate_round(spec: RoundSpec, points: Any, rng_seed: int, *, policy: DevicePolicy | None = None,

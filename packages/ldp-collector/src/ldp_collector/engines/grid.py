@@ -60,6 +60,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
+from ldp_client.budget import equal_share
 from ldp_client.encoders.geometry import TreeCell, max_tree_level
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
@@ -264,7 +265,7 @@ class GridEngine(CampaignEngine):
             else:
                 refine = tuple(every for _ in range(slots))
             plan = GridPlan(weights=(1,) * groups, calibrate=every, refine=refine, aggregate=every,
-                            round_epsilon=epsilon / rounds)
+                            round_epsilon=equal_share(epsilon, rounds))
         else:
             a = round(p.calibration_share * _WEIGHT_SCALE)
             b_total = round(p.refinement_share * _WEIGHT_SCALE)

@@ -55,6 +55,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
+from ldp_client.budget import equal_share
 from ldp_client.encoders.base import Encoder, NumericDomain
 from ldp_client.encoders.categorical import CategoricalEncoder
 from ldp_client.encoders.grid import UniformGridEncoder
@@ -292,7 +293,7 @@ class HistogramEngine(CampaignEngine):
             raise InvalidArgumentError(
                 f"a histogram with windows > 1 needs at most {MAX_WINDOWED_DOMAIN} values or cells, got {size}")
         split = self.windows > 1 and normalized.budget_policy == campaigns_pb2.SPLIT
-        mechanism = frequency_oracle(params.oracle, size, epsilon / self.windows if split else epsilon,
+        mechanism = frequency_oracle(params.oracle, size, equal_share(epsilon, self.windows) if split else epsilon,
                                      params.max_payload_bits)
         self._reports_per_device = self.windows if split else 1
         try:

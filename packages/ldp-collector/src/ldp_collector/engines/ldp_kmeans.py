@@ -93,9 +93,9 @@ Budget policies
         epsilon_device = epsilon_data + T * epsilon_label
                        = (T + 1) * epsilon_data / (T + 1) + T * (1 - data_share) * epsilon / T = epsilon
 
-    (in real numbers; the per-round charges are floats, so the ledger's sum can differ from
-    epsilon in the last bit, e.g. 4/3 + 10/3 + 10/3 = 7.999999999999999 for epsilon = 8, T = 2,
-    well within the ledger's 1e-12 relative tolerance).
+    (in real numbers; the per-round charges are floats cut by :func:`ldp_client.budget.split_epsilon`,
+    so that their exact sum is at most epsilon -- the device's ledger compares exactly -- and falls
+    short of it by a few ulps at most).
 
     ``PARTITION`` (the collector's default policy): ``T + 1`` equally weighted groups; group 0
     reports only in round 1 (its vector with the whole epsilon), group ``t`` only in label round
@@ -149,6 +149,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
+from ldp_client.budget import split_epsilon
 from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms import GRRParams
@@ -389,14 +390,16 @@ class LdpKmeansEngine(CampaignEngine):
     def _plan(self, config: campaigns_pb2.CampaignConfig) -> LdpKmeansPlan:
         epsilon, share, t = config.epsilon, float(self.params.data_share), self.iterations
         if config.budget_policy == campaigns_pb2.SPLIT:
-            vector_epsilon = share * epsilon / (t + 1)
+            shares = split_epsilon(epsilon, [share / (t + 1)] * (t + 1) + [(1.0 - share) / t] * t)
+            vector_epsilon = min(shares[:t + 1])
             plan = LdpKmeansPlan(weights=(1,), round_groups=((0,),) * (t + 1), init_epsilon=vector_epsilon,
-                                 label_epsilon=(1.0 - share) * epsilon / t, label_vector_epsilon=vector_epsilon,
+                                 label_epsilon=min(shares[t + 1:]), label_vector_epsilon=vector_epsilon,
                                  max_reports_per_device=t + 1)
         else:
+            label_epsilon, vector_epsilon = split_epsilon(epsilon, [1.0 - share, share])
             plan = LdpKmeansPlan(weights=(1,) * (t + 1), round_groups=tuple((g,) for g in range(t + 1)),
-                                 init_epsilon=epsilon, label_epsilon=(1.0 - share) * epsilon,
-                                 label_vector_epsilon=share * epsilon, max_reports_per_device=1)
+                                 init_epsilon=epsilon, label_epsilon=label_epsilon,
+                                 label_vector_epsilon=vector_epsilon, max_reports_per_device=1)
         for name in ("init_epsilon", "label_epsilon", "label_vector_epsilon"):
             value = getattr(plan, name)
             if not 0.0 < value <= MAX_MECHANISM_EPSILON:

@@ -43,6 +43,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldp.v1 import campaigns_pb2
+from ldp_client.budget import split_epsilon
 from ldp_client.encoders.base import Encoder
 from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.lsh import ShiftedGridEncoder, SimHashEncoder
@@ -206,8 +207,8 @@ class NetTreeEngine(CampaignEngine):
             raise InvalidArgumentError(f"nettree.false_positive_rate must be in (0, 1), got {p.false_positive_rate:g}")
         self.params = p
         self.layout = NetTreeLayout(levels=int(p.depth), child_bits=int(p.bits_per_level))
-        self.node_epsilon = epsilon * p.node_share
-        self.vector_epsilon = epsilon - self.node_epsilon
+        # Shares whose exact sum is at most epsilon: the device's ledger compares exactly.
+        self.node_epsilon, self.vector_epsilon = split_epsilon(epsilon, [p.node_share, 1.0 - p.node_share])
         seed = self._seed()
         self.projection = (None if p.projection_dimension == d
                            else RandomProjection(input_dimension=d, output_dimension=int(p.projection_dimension),

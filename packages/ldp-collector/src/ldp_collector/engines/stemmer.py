@@ -60,6 +60,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldp.v1 import campaigns_pb2
+from ldp_client.budget import equal_share
 from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.lsh import ShiftedGridEncoder
 from ldp_client.encoders.nearest import NearestCandidateEncoder
@@ -163,7 +164,7 @@ class StemmerEngine(CampaignEngine):
         self.split = normalized.budget_policy == campaigns_pb2.SPLIT
         self.rounds = 4 if self.lloyd else 3
         epsilon = normalized.epsilon
-        self.round_epsilon = epsilon / self.rounds if self.split else epsilon
+        self.round_epsilon = equal_share(epsilon, self.rounds) if self.split else epsilon
         if not (math.isfinite(epsilon) and 0.0 < self.round_epsilon <= MAX_MECHANISM_EPSILON):
             raise InvalidArgumentError(f"stemmer: each report's epsilon must be in (0, {MAX_MECHANISM_EPSILON:g}], got "
                                        f"{self.round_epsilon:g} (epsilon {epsilon:g})")
