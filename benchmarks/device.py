@@ -6,7 +6,7 @@ Two columns of time:
 * ``compute`` -- an in-memory device (``Device.in_memory``): encoding, randomization, policy and
   budget checks, report packing. This is the SDK's own cost and what the targets bound.
 * ``durable`` -- a device with its ledger and outbox on disk: the same plus two fsync'ed atomic
-  file replacements (outbox, then ledger). It is dominated by the storage's fsync latency, which
+  file replacements (ledger, then outbox). It is dominated by the storage's fsync latency, which
   differs widely between devices (flash phones, SD-card edge boxes, this machine's disk).
 
 Payload bytes are the msgpack size of the mechanism output alone (``payload_to_wire``); report bytes

@@ -45,6 +45,7 @@ derivation would turn every re-answer after an upgrade into a fresh report).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from typing import TYPE_CHECKING
@@ -81,6 +82,7 @@ def context(label: str, *parts: str | int | bytes) -> bytes:
     return _PREFIX + _enc(label) + b"".join(_enc(p) for p in parts)
 
 
+@functools.lru_cache(maxsize=64)  # components are frozen and hashable; a device meets few of them
 def component_digest(component: Component) -> bytes:
     """SHA-256 of the component's msgpack form: its encoder and mechanism with every parameter."""
     return hashlib.sha256(msgpack.packb(component.to_dict(), use_bin_type=True)).digest()

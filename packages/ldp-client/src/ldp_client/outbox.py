@@ -8,8 +8,9 @@ report's msgpack bytes (:meth:`ldp_client.report.Report.pack`)::
     b"LDPR" | version (1 byte) | CRC-32 of the rest (4 bytes, big-endian) | epsilon (float64, big-endian)
     | packed report
 
-The epsilon is what the report charges: after a crash between writing the report and charging the
-ledger, the device can charge it without the round spec (see :mod:`ldp_client.device`).
+The epsilon is what the report charged (for inspection: a report is stored only after its charge,
+and :class:`~ldp_client.device.Device` sends only reports whose campaign, round and id match a
+charge in the ledger; see :mod:`ldp_client.device`).
 
 Files are written with :func:`ldp_client.ledger.write_durably` (temporary file, fsync, rename, fsync
 of the directory). A file that cannot be read back raises :class:`~ldp_client.errors.OutboxCorruptedError`

@@ -151,7 +151,7 @@ class KeyedRng(_RngBase):
 
     __slots__ = ("_buffer", "_counter", "_key", "_pos")
 
-    #: Blocks computed per refill: amortizes the call overhead without computing much unused stream.
+    #: Blocks computed per refill after the first (one block serves most reports' coins).
     _BLOCKS = 4
 
     def __init__(self, key: bytes) -> None:
@@ -168,7 +168,7 @@ class KeyedRng(_RngBase):
         end = self._pos + n
         if end > len(self._buffer):
             rest = self._buffer[self._pos:]
-            blocks = max(self._BLOCKS, -(-(n - len(rest)) // 32))
+            blocks = max(self._BLOCKS if self._counter else 1, -(-(n - len(rest)) // 32))
             digest, key, first = hmac.digest, self._key, self._counter
             self._buffer = rest + b"".join(digest(key, i.to_bytes(8, "big"), hashlib.sha256)
                                            for i in range(first, first + blocks))
