@@ -459,6 +459,9 @@ class Collector:
             A bad field, or a kind that is not implemented yet.
         AlreadyExistsError
             The campaign id is taken.
+        OverloadedError
+            Another collector process held the id's step lock for ``STEP_LOCK_WAIT_SECONDS``
+            (it runs a step of an existing campaign of that id): retry later.
         """
         prepared = prepare_campaign(config)
         cid = prepared.config.campaign_id
