@@ -7,12 +7,14 @@ the fleet's distribution and no car reveals its own bucket.
 1. A collector runs (here: in-process on a free loopback port with a temporary data directory;
    ``--collector HOST:PORT`` uses a running one, with ``$LDP_OPERATOR_TOKEN``).
 2. The operator creates a histogram campaign (an operator call with the bearer token).
-3. The car fetches the round, participates (the report is charged to its budget ledger and stored
-   durably in its outbox *before* anything is sent) ...
+3. The car fetches the round -- between two rounds the collector answers "not yet, ask again after
+   ...", and the app waits as told -- and participates (the report is charged to its budget ledger
+   and stored durably in its outbox *before* anything is sent) ...
 4. ... but the collector is down: sending fails, and the report stays in the outbox.
 5. The collector restarts on the same data directory; the car resumes and drains its outbox.
 6. Other cars (simulated) report too; the operator closes the round; the car downloads the result
-   and reads off its own bucket's estimate -- post-processing, at no privacy cost.
+   and reads off its own bucket's estimate -- post-processing, at no privacy cost -- and sees that
+   no further round is coming.
 
 Run::
 
@@ -26,13 +28,15 @@ import os
 import secrets
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 
 import grpc
 
 from ldp.v1 import campaigns_pb2, service_pb2, service_pb2_grpc
 from ldp_client.device import Device, DevicePolicy
-from ldp_client.grpc import CollectorClient, RpcFailedError, Sender
+from ldp_client.grpc import CollectorClient, RoundNotOpen, RpcFailedError, Sender
+from ldp_client.spec import RoundSpec
 from ldp_collector.config import CollectorConfig
 from ldp_collector.service import RunningServer, start_server
 from ldp_collector.simulate import simulate_round
@@ -68,6 +72,21 @@ def close_round(address: str, token: str | None, campaign_id: str, round: int) -
         operator.CloseRound(service_pb2.CloseRoundRequest(campaign_id=campaign_id, round=round), metadata=metadata)
 
 
+def current_round(client: CollectorClient, campaign_id: str) -> RoundSpec | None:
+    """The campaign's open round, or ``None`` once it is finished.
+
+    Between two rounds (the collector is computing the next one) the answer is "not yet, ask again
+    after ...": not an error. This app simply waits; an app on a battery would schedule its next
+    check instead of sleeping.
+    """
+    while True:
+        answer = client.poll_round_spec(campaign_id)
+        if not isinstance(answer, RoundNotOpen):
+            return answer
+        print(f"   the collector is between two rounds; asking again in {answer.retry_after:g} s")
+        time.sleep(answer.retry_after)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--collector", metavar="HOST:PORT", help="use a running collector (no outage step)")
@@ -95,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             device = Device(os.path.join(work, "car-state"), DevicePolicy(max_epsilon_per_campaign=2.0))
             # Short retries so the outage shows quickly; a real app keeps the defaults.
             client = CollectorClient(address, timeout=2.0, max_attempts=3, backoff_base=0.05, backoff_max=0.2)
-            spec = client.get_round_spec(campaign_id)
+            spec = current_round(client, campaign_id)
             assert spec is not None
             report = device.participate(spec, MY_BUCKET)
             assert report is not None
@@ -147,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"(95% interval {mine.ci_lower:,.0f} .. {mine.ci_upper:,.0f}; truth {fleet.count(MY_BUCKET) + 1:,}), "
                   "read locally at no privacy cost")
             print(f"   budget spent by this car: {device.spent(campaign_id):g} of its cap 2")
+            print(f"   another round to report in: {current_round(client, campaign_id) is not None}")
             client.close()
             device.close()
         finally:

@@ -14,7 +14,8 @@ locally, at no privacy cost.
    closes by itself -- and the server step runs -- the moment the last rider's report is in.
 3. Every round, the riders fetch the round's ``RoundSpec`` over gRPC (the collector computed it
    from the previous round's reports: the calibration picks the grid's granularity, the
-   refinement merges and splits cells), participate (real SDK devices: ``Device.in_memory`` with
+   refinement merges and splits cells; while it computes, it answers "not yet, ask again after
+   ...", and the riders wait as told), participate (real SDK devices: ``Device.in_memory`` with
    a budget ledger and an outbox each) and send: the first rider drains its own outbox with
    ``Sender``, the rest of the fleet's reports travel in batches of 1000, as an app backend
    relaying many riders would send them.
@@ -46,7 +47,7 @@ import numpy as np
 
 from ldp.v1 import campaigns_pb2, service_pb2, service_pb2_grpc
 from ldp_client import Device, DevicePolicy, RoundSpec, SeededRng
-from ldp_client.grpc import CollectorClient, OutcomeStatus, Sender
+from ldp_client.grpc import CollectorClient, OutcomeStatus, RoundNotOpen, Sender
 from ldp_collector.config import CollectorConfig
 from ldp_collector.service import RunningServer, start_server
 from ldp_collector.simulate import evaluate_clustering
@@ -89,17 +90,25 @@ def describe(spec: RoundSpec) -> str:
 
 def wait_for_next(client: CollectorClient, operator: service_pb2_grpc.OperatorServiceStub,
                   metadata: tuple[tuple[str, str], ...], campaign_id: str, after: int) -> RoundSpec | None:
-    """The next open round's spec, or ``None`` once the campaign is finished."""
+    """The next open round's spec, or ``None`` once the campaign is finished.
+
+    Between two rounds the collector answers "not yet, ask again after ..." (the SDK's
+    ``RoundNotOpen``): the rider waits as told, it is not an error.
+    """
     deadline = time.monotonic() + 60.0
     while time.monotonic() < deadline:
-        spec = client.get_round_spec(campaign_id)
-        if spec is not None and spec.round > after:
-            return spec
-        campaign = operator.GetCampaign(service_pb2.GetCampaignRequest(campaign_id=campaign_id), metadata=metadata)
-        if campaign.state == campaigns_pb2.FINISHED:
+        answer = client.poll_round_spec(campaign_id)
+        if isinstance(answer, RoundNotOpen):
+            time.sleep(answer.retry_after)
+            continue
+        if answer is not None and answer.round > after:
+            return answer
+        if answer is None:  # finished, or failed: the operator API says which
+            campaign = operator.GetCampaign(service_pb2.GetCampaignRequest(campaign_id=campaign_id),
+                                            metadata=metadata)
+            if campaign.state == campaigns_pb2.FAILED:
+                raise RuntimeError(f"campaign {campaign_id} failed: {campaign.error}")
             return None
-        if campaign.state == campaigns_pb2.FAILED:
-            raise RuntimeError(f"campaign {campaign_id} failed: {campaign.error}")
         time.sleep(0.05)
     raise TimeoutError(f"campaign {campaign_id}: no round after {after} opened within 60 s")
 

@@ -25,7 +25,7 @@ from ldp_client.clusters import CellClusterModel, CenterModel
 from ldp_client.device import Device
 from ldp_client.encoders import CategoricalEncoder, NumericDomain, TreeCell
 from ldp_client.encoders.geometry import tree_children
-from ldp_client.errors import EncodingError, ProtocolError, TransportError
+from ldp_client.errors import EncodingError, InvalidParameterError, ProtocolError, TransportError
 from ldp_client.grpc import (
     CollectorClient,
     OutcomeStatus,
@@ -38,7 +38,7 @@ from ldp_client.mechanisms import GRRParams
 from ldp_client.report import Report, unpack_batch
 from ldp_client.rng import SeededRng
 from ldp_client.serde import cluster_model_to_proto, report_from_proto, round_spec_to_proto
-from ldp_client.spec import Component, GroupTask, RoundSpec
+from ldp_client.spec import ROUND_NOT_OPEN_REASON, Component, GroupTask, RoundNotOpen, RoundSpec
 
 pytestmark = pytest.mark.integration
 
@@ -48,8 +48,12 @@ SPEC = RoundSpec(campaign_id="camp", round=0, group_weights=(1,),
                  campaign_epsilon=4.0, max_reports_per_device=4, kind="histogram")
 
 
-def _status(code: int, message: str, retry_delay: float | None = None) -> Any:
+def _status(code: int, message: str, retry_delay: float | None = None, reason: str | None = None) -> Any:
     details = []
+    if reason is not None:
+        detail = any_pb2.Any()
+        detail.Pack(error_details_pb2.ErrorInfo(reason=reason, domain="ldp.v1"))
+        details.append(detail)
     if retry_delay is not None:
         detail = any_pb2.Any()
         delay = duration_pb2.Duration()
@@ -73,6 +77,11 @@ class FakeCollector(service_pb2_grpc.DeviceServiceServicer):
         self.finished = False
         self.slow_first_call = 0.0
         self.results: dict[str, campaigns_pb2.Result] = {}  # published results by campaign id
+        #: Answers of the next GetRoundSpec calls, one popped per call: "not-open" (UNAVAILABLE,
+        #: RetryInfo 0.25 s, ErrorInfo ROUND_NOT_OPEN), "empty" (an older collector's between-rounds
+        #: answer) or "busy" (overload: UNAVAILABLE, RetryInfo 0.01 s, no reason); then the spec.
+        self.round_answers: list[str] = []
+        self.round_calls = 0
 
     def _fail_if_asked(self, context: grpc.ServicerContext) -> None:
         with self.lock:
@@ -122,6 +131,16 @@ class FakeCollector(service_pb2_grpc.DeviceServiceServicer):
         self.metadata.append(dict(context.invocation_metadata()))
         if request.campaign_id != "camp":
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown campaign {request.campaign_id}")
+        with self.lock:
+            self.round_calls += 1
+            answer = self.round_answers.pop(0) if self.round_answers else None
+        if answer == "not-open":
+            context.abort_with_status(_status(code_pb2.UNAVAILABLE, "round 1 closed; the next is being prepared",
+                                              0.25, reason=ROUND_NOT_OPEN_REASON))
+        if answer == "busy":
+            context.abort_with_status(_status(code_pb2.UNAVAILABLE, "busy", 0.01))
+        if answer == "empty":
+            return service_pb2.GetRoundSpecResponse()
         if self.finished:
             return service_pb2.GetRoundSpecResponse(finished=True)
         return service_pb2.GetRoundSpecResponse(spec=round_spec_to_proto(SPEC))
@@ -346,3 +365,69 @@ def test_sender_keeps_unsent_batches_pending(collector: tuple[FakeCollector, str
         assert device.pending_reports() == reports[2:]
         monkeypatch.undo()
         assert Sender(device, client).drain().accepted == 2 and device.pending_reports() == []
+
+
+# -- between two rounds: "not yet", never an error ------------------------------------------------
+
+
+def test_poll_round_spec_between_rounds_answers_not_yet_at_once(collector: tuple[FakeCollector, str]) -> None:
+    fake, target = collector
+    fake.round_answers = ["not-open", "empty"]
+    sleeps = Sleeps()
+    with CollectorClient(target, rng=SeededRng(2), sleep=sleeps) as client:
+        assert client.poll_round_spec("camp") == RoundNotOpen(campaign_id="camp", retry_after=0.25)
+        # An older collector answered between two rounds with neither a spec nor finished.
+        assert client.poll_round_spec("camp") == RoundNotOpen(campaign_id="camp", retry_after=1.0)
+        assert client.poll_round_spec("camp") == SPEC
+        fake.round_answers = ["not-open"]
+        assert client.poll_round("camp") == RoundNotOpen(campaign_id="camp", retry_after=0.25)
+        assert client.poll_round("camp") == (SPEC, None)
+        fake.finished = True
+        assert client.poll_round_spec("camp") is None and client.poll_round("camp") is None
+    assert sleeps.delays == []  # polling never waits for the next round
+
+
+def test_get_round_spec_waits_between_rounds_as_the_collector_says(collector: tuple[FakeCollector, str]) -> None:
+    fake, target = collector
+    fake.round_answers = ["not-open", "empty", "not-open"]
+    sleeps = Sleeps()
+    with CollectorClient(target, rng=SeededRng(3), sleep=sleeps) as client:
+        assert client.get_round_spec("camp") == SPEC
+        fake.round_answers = ["empty"]
+        assert client.get_round("camp") == (SPEC, None)
+    assert fake.round_calls == 6
+    limits = [0.25, 1.0, 0.25, 1.0]
+    assert len(sleeps.delays) == 4 and all(low <= d <= low * 1.2 for d, low in zip(sleeps.delays, limits))
+
+
+def test_get_round_spec_between_rounds_gives_up_with_retry_after(collector: tuple[FakeCollector, str]) -> None:
+    fake, target = collector
+    fake.round_answers = ["not-open"] * 10
+    with CollectorClient(target, max_attempts=3, sleep=Sleeps()) as client:
+        with pytest.raises(RpcFailedError) as info:
+            client.get_round_spec("camp")
+    assert isinstance(info.value, TransportError) and not isinstance(info.value, ProtocolError)
+    assert info.value.code == grpc.StatusCode.UNAVAILABLE and info.value.attempts == 3
+    assert info.value.retry_after == 0.25 and "no open round yet" in str(info.value)
+    assert fake.round_calls == 3
+
+
+def test_overload_is_retried_not_taken_for_a_closed_round(collector: tuple[FakeCollector, str]) -> None:
+    fake, target = collector
+    fake.round_answers = ["busy", "busy"]
+    sleeps = Sleeps()
+    with CollectorClient(target, sleep=sleeps) as client:
+        assert client.poll_round_spec("camp") == SPEC
+    assert fake.round_calls == 3 and len(sleeps.delays) == 2
+
+
+def test_round_not_open_is_checked() -> None:
+    assert RoundNotOpen(campaign_id="camp", retry_after=0) == RoundNotOpen("camp", 0.0)
+    with pytest.raises(InvalidParameterError):
+        RoundNotOpen(campaign_id="camp", retry_after=-1.0)
+    with pytest.raises(InvalidParameterError):
+        RoundNotOpen(campaign_id="camp", retry_after=float("nan"))
+    with pytest.raises(InvalidParameterError):
+        RoundNotOpen(campaign_id="", retry_after=1.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        RoundNotOpen("camp", 1.0).retry_after = 2.0  # type: ignore[misc]

@@ -26,10 +26,11 @@ from ldp_client.payload import HashedValue
 from ldp_client.report import Report
 from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
-from ldp_collector.core import RECOVERY_GRACE_SECONDS, Collector
+from ldp_collector.core import Collector
 from ldp_collector.engines import ENGINES, HistogramEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.errors import (
     AlreadyExistsError,
+    CollectorError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
@@ -43,6 +44,7 @@ from ldp_collector.storage.base import (
     RoundRecord,
     StoredReport,
 )
+from ldp_collector.storage.sqlite import SqliteReportStore
 
 ACCEPTED, DUPLICATE, REJECTED = Outcome.ACCEPTED, Outcome.DUPLICATE, Outcome.REJECTED
 
@@ -660,24 +662,54 @@ def test_multi_round_campaign(store: ReportStore, monkeypatch: pytest.MonkeyPatc
     assert collector.get_result("hist-1").estimates.round == 2
 
 
-def test_close_lost_to_another_process_returns_state(store: ReportStore) -> None:
-    clock = Clock()
-    collector = Collector(store, clock=clock)
-    collector.create_campaign(histogram_config(oracle=campaigns_pb2.GRR))
+def windowed_campaign(collector: Collector, clock: Clock, store: ReportStore, windows: int = 3) -> RoundSpec:
+    """A histogram with ``windows`` rounds; round 1 holds 50 reports and was closed by "another
+    process" that died in the server step (it won the close, then no process holds the step lock)."""
+    config = histogram_config(oracle=campaigns_pb2.GRR)
+    config.histogram.windows = windows
+    collector.create_campaign(config)
     spec = spec_of(collector, "hist-1")
     collector.submit("r", simulated_reports(spec, true_values(50), seed=1))
-    assert store.close_round("hist-1", 1, clock.now)  # "another process" won the CAS, then died
-    campaign = collector.close_round("hist-1", 1)
-    assert campaign.state == campaigns_pb2.COLLECTING and not campaign.rounds[0].open
-    assert collector.get_round_spec("hist-1") == (None, False)  # between rounds
-    assert "no open round" in collector.submit("r2", simulated_reports(spec, [1], seed=2))[0][1]
-    # tick() resumes the interrupted server step once the grace period has passed.
+    assert store.close_round("hist-1", 1, clock.now)
+    return spec
+
+
+def test_between_rounds_the_spec_answer_says_ask_again(store: ReportStore) -> None:
+    clock = Clock()
+    collector = Collector(store, clock=clock)
+    spec = windowed_campaign(collector, clock, store)
+    with pytest.raises(CollectorError) as between:
+        collector.get_round_spec("hist-1")
+    # UNAVAILABLE with a RetryInfo delay, not an empty answer the SDK cannot tell from a bug.
+    assert between.value.code == "UNAVAILABLE" and getattr(between.value, "retry_after", 0) > 0
+    assert "no open round yet" in str(between.value)
+    # A report now is for the round that closed, whatever the step does: a final, clear answer.
+    late = collector.submit("late", simulated_reports(spec, [1], seed=2))
+    assert late == [(REJECTED, "round 1 of campaign hist-1 closed before the report arrived "
+                               "(the next round is being prepared)")]
+
+
+def test_tick_resumes_an_interrupted_step_at_once(store: ReportStore) -> None:
+    clock = Clock()
+    collector = Collector(store, clock=clock)
+    windowed_campaign(collector, clock, store)
+    # No live process holds the step lock, so the step was interrupted: no grace period, no clock
+    # advance -- the next tick (a restarted collector's first) resumes it.
     assert collector.tick() == 0
-    assert collector.get_campaign("hist-1").state == campaigns_pb2.COLLECTING
-    clock.now += RECOVERY_GRACE_SECONDS + 1
-    collector.tick()
-    assert collector.get_campaign("hist-1").state == campaigns_pb2.FINISHED
-    assert collector.get_estimates("hist-1").reports == 50
+    assert spec_of(collector, "hist-1").round == 2
+    assert collector.get_estimates("hist-1", 1).reports == 50
+
+
+def test_operator_close_resumes_an_interrupted_step(store: ReportStore) -> None:
+    clock = Clock()
+    collector = Collector(store, clock=clock)
+    windowed_campaign(collector, clock, store)
+    campaign = collector.close_round("hist-1", 1)  # resumed, not "OK" over a campaign stuck between rounds
+    assert campaign.state == campaigns_pb2.COLLECTING and campaign.current_round.round == 2
+    assert [(r.round, r.open) for r in campaign.rounds] == [(1, False), (2, True)]
+    assert collector.get_estimates("hist-1", 1).reports == 50
+    with pytest.raises(FailedPreconditionError, match="round 1 is not open"):
+        collector.close_round("hist-1", 1)
 
 
 def test_interrupted_creation_is_repaired_by_tick() -> None:
@@ -687,12 +719,36 @@ def test_interrupted_creation_is_repaired_by_tick() -> None:
     collector.create_campaign(histogram_config(oracle=campaigns_pb2.GRR))
     # Simulate a crash between create_campaign and open_round.
     del store.rounds[("hist-1", 1)]
-    assert Collector(store, clock=clock).get_round_spec("hist-1") == (None, False)
-    clock.now += RECOVERY_GRACE_SECONDS + 1
-    fresh = Collector(store, clock=clock)
+    with pytest.raises(CollectorError) as between:
+        Collector(store, clock=clock).get_round_spec("hist-1")
+    assert between.value.code == "UNAVAILABLE"
+    fresh = Collector(store, clock=clock)  # a restarted collector, at once
     fresh.tick()
     spec, finished = fresh.get_round_spec("hist-1")
     assert spec is not None and spec.round == 1 and not finished
+
+
+def test_create_campaign_holds_the_cross_process_step_lock(tmp_path: Any) -> None:
+    """Another process's tick must never see a campaign between its creation and its first round as
+    an interrupted creation (it would open a first round of its own)."""
+    other = _sqlite_store(tmp_path)  # the storage as another collector process sees it
+    held_while_opening: list[bool] = []
+
+    class Watching(SqliteReportStore):
+        def open_round(self, campaign_id: str, round: int, spec: bytes, opened_at: float) -> None:
+            with other.step_lock(campaign_id) as free:
+                held_while_opening.append(not free)
+            super().open_round(campaign_id, round, spec, opened_at)
+
+    store = Watching(tmp_path / "ldp-data")
+    try:
+        Collector(store).create_campaign(histogram_config(oracle=campaigns_pb2.GRR))
+        assert held_while_opening == [True]
+        with other.step_lock("hist-1") as free:
+            assert free  # released once the first round is open
+    finally:
+        store.close()
+        other.close()
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,11 +33,7 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import socket
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -49,7 +45,6 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ldp.v1 import campaigns_pb2, service_pb2, service_pb2_grpc
 from ldp_client import serde
@@ -64,15 +59,13 @@ from ldp_collector.estimation.accumulators import (
     component_params_from_spec,
     rebuild,
 )
-from ldp_collector.service import DEVICE_SERVICE
 from ldp_collector.storage.base import StoredReport
 from ldp_collector.storage.sqlite import DATABASE_FILE
 from support.postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
+from support.server_process import AUTH, CHANNEL_OPTIONS, ServerProcess, read_round
 
 pytestmark = pytest.mark.integration
 
-TOKEN = "operator-token-for-crash-tests-0123456789"
-AUTH = (("authorization", f"Bearer {TOKEN}"),)
 SEED = 20240612
 #: SIGKILLs of a serving server during ingestion (start-up kills come on top); the fault suite sets 200.
 KILLS = int(os.environ.get("LDP_FAULT_KILLS", "24"))
@@ -92,12 +85,8 @@ ABANDON_PROBABILITY = 0.2
 #: Probability that a batch carries reports of abandoned batches (the device came back).
 ORPHAN_PROBABILITY = 0.3
 RPC_TIMEOUT_S = 10.0
-READY_TIMEOUT_S = 30.0
 #: After the last restart, how long clients keep retrying before they give up.
 GIVE_UP_AFTER_S = 20.0
-# Reconnect fast after a restart (gRPC's default backoff grows to minutes).
-CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.min_reconnect_backoff_ms", 50),
-                   ("grpc.max_reconnect_backoff_ms", 250)]
 #: What a client sees when the server dies under a call or is down: retry with the same request.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                        grpc.StatusCode.CANCELLED, grpc.StatusCode.RESOURCE_EXHAUSTED})
@@ -105,96 +94,6 @@ ACCEPTED = service_pb2.ReportOutcome.ACCEPTED
 DUPLICATE = service_pb2.ReportOutcome.DUPLICATE
 
 Request = service_pb2.SubmitReportsRequest | service_pb2.SubmitPackedRequest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class ServerProcess:
-    """``python -m ldp_collector.cli serve`` on a fixed port and store, restartable."""
-
-    def __init__(self, tmp: Path, store: str) -> None:
-        self.store = store  # a data directory or a postgresql:// URL
-        self.log_dir = tmp / "logs"
-        self.log_dir.mkdir()
-        self.cwd = tmp  # no ./ldp-collector.toml of the caller's working directory is read
-        self.address = f"127.0.0.1:{free_port()}"
-        self.incarnations = 0
-        self.process: subprocess.Popen[bytes] | None = None
-        self._log = self.log_dir / "server-0.log"
-        env = {key: value for key, value in os.environ.items() if not key.startswith("LDP_")}
-        env["LDP_OPERATOR_TOKEN"] = TOKEN
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        self._env = env
-
-    def start(self) -> None:
-        assert self.process is None or self.process.poll() is not None, "the previous server still runs"
-        self.incarnations += 1
-        self._log = self.log_dir / f"server-{self.incarnations}.log"
-        with self._log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "ldp_collector.cli", "serve", "--listen", self.address,
-                 "--data-dir", self.store, "--log-format", "json", "--log-level", "WARNING"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self._env, cwd=self.cwd)
-
-    def log_tail(self, chars: int = 4000) -> str:
-        try:
-            return self._log.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
-
-    def wait_serving(self) -> float:
-        """Wait until the health check of the device service says SERVING; the seconds it took."""
-        assert self.process is not None
-        started = time.monotonic()
-        with grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            while True:
-                code = self.process.poll()
-                if code is not None:
-                    pytest.fail(f"server incarnation {self.incarnations} exited with {code} before serving:\n"
-                                f"{self.log_tail()}")
-                try:
-                    response = health.Check(health_pb2.HealthCheckRequest(service=DEVICE_SERVICE), timeout=0.25,
-                                            wait_for_ready=True)
-                    if response.status == health_pb2.HealthCheckResponse.SERVING:
-                        return time.monotonic() - started
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() - started > READY_TIMEOUT_S:
-                    pytest.fail(f"server incarnation {self.incarnations} not SERVING after {READY_TIMEOUT_S} s:\n"
-                                f"{self.log_tail()}")
-                time.sleep(0.02)
-
-    def kill(self) -> None:
-        """SIGKILL the server and reap it; it must not have exited on its own before."""
-        assert self.process is not None
-        code = self.process.poll()
-        if code is None:
-            self.process.send_signal(signal.SIGKILL)
-            code = self.process.wait(timeout=30)
-        assert code == -signal.SIGKILL, (f"server incarnation {self.incarnations} exited by itself with {code}:\n"
-                                         f"{self.log_tail()}")
-
-    def terminate(self) -> int:
-        """SIGTERM (graceful shutdown) and the exit code."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise
-
-    def ensure_dead(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
 
 @dataclass
@@ -374,47 +273,6 @@ def histogram_config() -> campaigns_pb2.CampaignConfig:
         kind=campaigns_pb2.HISTOGRAM, domain=campaigns_pb2.Domain(categorical_size=DOMAIN), epsilon=EPSILON,
         close_after_reports=0, description="server crash test",
         histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.GRR))
-
-
-RoundContents = tuple[list[tuple[int, bytes, int, bytes]], int, int, dict[str, bytes]]
-
-
-def read_round(store: str, campaign_id: str, round: int) -> RoundContents:
-    """Rows (seq, report_id, group, payloads), the round's report_count, the report_ids count and
-    the accumulator blobs, from one read-only snapshot of either backend."""
-    if store.startswith("postgresql://"):
-        return read_postgres_round(store, campaign_id, round)
-    conn = sqlite3.connect(f"file:{Path(store) / DATABASE_FILE}?mode=ro", uri=True)
-    try:
-        conn.execute("BEGIN")  # one snapshot for every query
-        rows = conn.execute("SELECT seq, report_id, group_index, payloads FROM reports "
-                            "WHERE campaign_id = ? AND round = ? ORDER BY seq", (campaign_id, round)).fetchall()
-        count = conn.execute("SELECT report_count FROM rounds WHERE campaign_id = ? AND round = ?",
-                             (campaign_id, round)).fetchone()[0]
-        ids = conn.execute("SELECT COUNT(*) FROM report_ids").fetchone()[0]
-        blobs = dict(conn.execute("SELECT name, data FROM accumulators WHERE campaign_id = ? AND round = ?",
-                                  (campaign_id, round)).fetchall())
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
-    return rows, int(count), int(ids), blobs
-
-
-def read_postgres_round(url: str, campaign_id: str, round: int) -> RoundContents:
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")  # one snapshot
-        rows = [(seq, bytes(rid), group, bytes(payloads)) for seq, rid, group, payloads in conn.execute(
-            "SELECT seq, report_id, group_index, payloads FROM reports WHERE campaign_id = %s AND round = %s "
-            "ORDER BY seq", (campaign_id, round)).fetchall()]
-        count = conn.execute("SELECT report_count FROM rounds WHERE campaign_id = %s AND round = %s",
-                             (campaign_id, round)).fetchone()
-        ids = conn.execute("SELECT COUNT(*) FROM report_ids").fetchone()
-        blobs = {name: bytes(data) for name, data in conn.execute(
-            "SELECT name, data FROM accumulators WHERE campaign_id = %s AND round = %s", (campaign_id, round))}
-    assert count is not None and ids is not None
-    return rows, int(count[0]), int(ids[0]), blobs
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])

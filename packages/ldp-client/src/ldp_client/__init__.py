@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # the names below are loaded on first use (PEP 562), keeping 
     )
     from .report import Report, pack_batch, unpack_batch
     from .rng import Rng, SecureRng, SeededRng
-    from .spec import Component, GroupTask, RoundSpec
+    from .spec import Component, GroupTask, RoundNotOpen, RoundSpec
 
 _LAZY = {
     "CellClusterModel": "clusters", "CenterModel": "clusters", "ClusterModel": "clusters",
@@ -53,7 +53,7 @@ _LAZY = {
     "StateCorruptedError": "errors", "StateDirectoryError": "errors", "TransportError": "errors",
     "Report": "report", "pack_batch": "report", "unpack_batch": "report",
     "Rng": "rng", "SecureRng": "rng", "SeededRng": "rng",
-    "Component": "spec", "GroupTask": "spec", "RoundSpec": "spec",
+    "Component": "spec", "GroupTask": "spec", "RoundNotOpen": "spec", "RoundSpec": "spec",
 }
 
 
@@ -91,6 +91,7 @@ __all__ = [
     "ProtocolError",
     "Report",
     "Rng",
+    "RoundNotOpen",
     "RoundSpec",
     "SecureRng",
     "SeededRng",

@@ -20,11 +20,23 @@ removed as well -- resending the same bytes cannot succeed, and the device never
 returned in :attr:`DrainResult.rejected` with the collector's reason, so the app can log or surface
 it. Its budget stays charged.
 
+Between two rounds -- while the collector runs the server step that turns one round's reports into
+the next round's spec, or resumes such a step after a restart -- there is no spec to fetch. That is
+not an error: :meth:`CollectorClient.poll_round_spec` returns a :class:`~ldp_client.spec.RoundNotOpen`
+saying how long to wait before asking again, and :meth:`CollectorClient.get_round_spec` does that
+wait itself (within the client's retry budget)::
+
+    answer = client.poll_round_spec("traffic-2026")
+    if isinstance(answer, RoundNotOpen):
+        schedule_next_check(answer.retry_after)                 # nothing to do until then
+    elif answer is not None and not device.has_reported(answer.campaign_id, answer.round):
+        device.participate(answer, value)
+
 With enrolment on, a device first gets its identity, then reports with the collector's assigned
 report id and hash seeds (one report per round; local-hashing seeds are not the device's choice)::
 
     client.enroll()                                            # token kept for later calls
-    fetched = client.get_round("traffic-2026")                 # (spec, assignment) or None
+    fetched = client.get_round("traffic-2026")                 # (spec, assignment) or None; poll_round too
     if fetched is not None:
         spec, assignment = fetched
         device.participate(spec, value, assignment=assignment)
@@ -67,7 +79,7 @@ from .errors import InvalidParameterError, ProtocolError, TransportError
 from .report import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, REPORT_ID_BYTES, Report, pack_batch
 from .rng import Rng, resolve_rng
 from .serde import cluster_model_from_proto, report_to_proto, round_spec_from_proto
-from .spec import RoundSpec, check_campaign_id
+from .spec import MAX_RETRY_AFTER, ROUND_NOT_OPEN_REASON, RoundNotOpen, RoundSpec, check_campaign_id
 
 __all__ = [
     "CollectorClient",
@@ -75,6 +87,7 @@ __all__ = [
     "OutcomeStatus",
     "RejectedReport",
     "ReportOutcome",
+    "RoundNotOpen",
     "RequestRejectedError",
     "RpcFailedError",
     "Sender",
@@ -89,6 +102,9 @@ _REJECTED = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOU
                        grpc.StatusCode.ALREADY_EXISTS})
 #: Extra random delay on top of a server's RetryInfo delay, as a fraction of it (de-synchronizes devices).
 _RETRY_INFO_JITTER = 0.2
+#: Wait before asking again when a collector answers "no open round" without a delay (collectors
+#: before the UNAVAILABLE + RetryInfo answer sent a response with neither a spec nor ``finished``).
+_ROUND_NOT_OPEN_DEFAULT_WAIT = 1.0
 #: Room for the request envelope around a batch at the largest allowed batch size.
 _MESSAGE_LIMIT = MAX_BATCH_BYTES + (1 << 20)
 
@@ -125,8 +141,10 @@ class RpcFailedError(TransportError):
     attempts : int
         Calls made.
     retry_after : float or None
-        The server's RetryInfo delay when it asked for a longer wait than ``backoff_max``: try again
-        (e.g. :meth:`Sender.drain`) no sooner than this many seconds from now.
+        The server's RetryInfo delay when it asked for a longer wait than ``backoff_max``, or the
+        wait the collector asked for when it still had no open round after the retries of
+        :meth:`CollectorClient.get_round_spec`: try again (e.g. :meth:`Sender.drain`) no sooner
+        than this many seconds from now.
     """
 
     def __init__(self, method: str, code: grpc.StatusCode, details: str, attempts: int,
@@ -260,6 +278,12 @@ class CollectorClient:
     def get_round_spec(self, campaign_id: str) -> RoundSpec | None:
         """The campaign's current round, or ``None`` once the campaign is finished.
 
+        Between two rounds (the collector is computing the next one) this waits and asks again
+        after the delay the collector names, like any retried call: up to ``max_attempts`` asks,
+        each wait at most ``backoff_max``. It keeps its contract of earlier releases -- a spec or
+        ``None`` -- so existing callers need no change; an app that would rather not block uses
+        :meth:`poll_round_spec`, which returns the "not yet" answer instead of waiting.
+
         Raises
         ------
         RequestRejectedError
@@ -267,19 +291,34 @@ class CollectorClient:
         ProtocolError
             The collector sent a spec that does not validate.
         RpcFailedError
-            The collector could not be reached.
+            The collector could not be reached, or still had no open round after the retries
+            (``retry_after`` then says when to ask again).
         """
-        check_campaign_id(campaign_id)
-        response = self._call("GetRoundSpec", self._stub.GetRoundSpec,
-                              service_pb2.GetRoundSpecRequest(campaign_id=campaign_id))
-        if response.finished:
-            return None
-        if not response.HasField("spec"):
-            raise ProtocolError("GetRoundSpec: the response has neither a spec nor finished=true")
-        return round_spec_from_proto(response.spec)
+        return self._round_spec_of(self._wait_for_round(campaign_id))
+
+    def poll_round_spec(self, campaign_id: str) -> RoundSpec | RoundNotOpen | None:
+        """The campaign's current round now: a spec, "not yet", or ``None`` once finished.
+
+        Unlike :meth:`get_round_spec` this never waits for the next round: between two rounds it
+        returns :class:`~ldp_client.spec.RoundNotOpen` at once, with the seconds to wait before
+        asking again. (Transport failures and overload are still retried as for every call.)
+
+        Returns
+        -------
+        RoundSpec, RoundNotOpen or None
+
+        Raises
+        ------
+        RequestRejectedError, ProtocolError, RpcFailedError
+            As for :meth:`get_round_spec`.
+        """
+        polled = self._poll_round(campaign_id)
+        return polled if isinstance(polled, RoundNotOpen) else self._round_spec_of(polled)
 
     def get_round(self, campaign_id: str) -> tuple[RoundSpec, RoundAssignment | None] | None:
         """The campaign's current round and this device's assignment for it (enrolled devices).
+
+        Waits between two rounds as :meth:`get_round_spec` does; :meth:`poll_round` does not.
 
         Returns
         -------
@@ -293,19 +332,12 @@ class CollectorClient:
         RequestRejectedError, ProtocolError, RpcFailedError
             As for :meth:`get_round_spec`; ``ProtocolError`` also for a malformed assignment.
         """
-        check_campaign_id(campaign_id)
-        response = self._call("GetRoundSpec", self._stub.GetRoundSpec,
-                              service_pb2.GetRoundSpecRequest(campaign_id=campaign_id))
-        if response.finished:
-            return None
-        if not response.HasField("spec"):
-            raise ProtocolError("GetRoundSpec: the response has neither a spec nor finished=true")
-        spec = round_spec_from_proto(response.spec)
-        if not response.HasField("assignment"):
-            return spec, None
-        assignment = RoundAssignment(report_id=response.assignment.report_id,
-                                     hash_seeds=tuple(response.assignment.hash_seeds))
-        return spec, assignment
+        return self._round_of(self._wait_for_round(campaign_id))
+
+    def poll_round(self, campaign_id: str) -> tuple[RoundSpec, RoundAssignment | None] | RoundNotOpen | None:
+        """:meth:`get_round` without waiting: :class:`~ldp_client.spec.RoundNotOpen` between two rounds."""
+        polled = self._poll_round(campaign_id)
+        return polled if isinstance(polled, RoundNotOpen) else self._round_of(polled)
 
     def enroll(self) -> str:
         """Obtain a new device identity from the collector and use its token for every later call.
@@ -408,6 +440,48 @@ class CollectorClient:
 
     # ------------------------------------------------------------------ internals
 
+    def _poll_round(self, campaign_id: str) -> service_pb2.GetRoundSpecResponse | RoundNotOpen:
+        """One ``GetRoundSpec`` ask: a response with a spec or ``finished``, or "not yet"."""
+        check_campaign_id(campaign_id)
+        request = service_pb2.GetRoundSpecRequest(campaign_id=campaign_id)
+        try:
+            response = self._call("GetRoundSpec", self._stub.GetRoundSpec, request, round_not_open=True)
+        except _RoundNotOpenAnswer as answer:
+            return RoundNotOpen(campaign_id=campaign_id, retry_after=answer.retry_after)
+        if response.finished or response.HasField("spec"):
+            return response
+        # What collectors before the UNAVAILABLE + RetryInfo answer sent between two rounds.
+        return RoundNotOpen(campaign_id=campaign_id, retry_after=_ROUND_NOT_OPEN_DEFAULT_WAIT)
+
+    def _wait_for_round(self, campaign_id: str) -> service_pb2.GetRoundSpecResponse:
+        """Ask until a round is open or the campaign finished, waiting as the collector says (retry budget)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            polled = self._poll_round(campaign_id)
+            if not isinstance(polled, RoundNotOpen):
+                return polled
+            if attempt >= self._max_attempts or polled.retry_after > self._backoff_max:
+                raise RpcFailedError("GetRoundSpec", grpc.StatusCode.UNAVAILABLE,
+                                     f"campaign {campaign_id} has no open round yet (the collector is "
+                                     f"preparing the next one)", attempt, retry_after=polled.retry_after)
+            self._sleep(self._backoff(attempt, polled.retry_after))
+
+    @staticmethod
+    def _round_spec_of(response: service_pb2.GetRoundSpecResponse) -> RoundSpec | None:
+        return None if response.finished else round_spec_from_proto(response.spec)
+
+    @staticmethod
+    def _round_of(response: service_pb2.GetRoundSpecResponse) -> tuple[RoundSpec, RoundAssignment | None] | None:
+        if response.finished:
+            return None
+        spec = round_spec_from_proto(response.spec)
+        if not response.HasField("assignment"):
+            return spec, None
+        assignment = RoundAssignment(report_id=response.assignment.report_id,
+                                     hash_seeds=tuple(response.assignment.hash_seeds))
+        return spec, assignment
+
     def _batches(self, reports: Sequence[Report]) -> list[Sequence[Report]]:
         for r in reports:
             if not isinstance(r, Report):
@@ -433,8 +507,12 @@ class CollectorClient:
             out.append(ReportOutcome(report_id=report.report_id, status=status, reason=outcome.reason))
         return out
 
-    def _call(self, method: str, rpc: Callable[..., Resp], request: Any) -> Resp:
-        """Call ``rpc(request)`` with retries; the same request object (same request_id) every time."""
+    def _call(self, method: str, rpc: Callable[..., Resp], request: Any, *, round_not_open: bool = False) -> Resp:
+        """Call ``rpc(request)`` with retries; the same request object (same request_id) every time.
+
+        With ``round_not_open``, the collector's "no open round yet" answer is not retried here but
+        raised as :class:`_RoundNotOpenAnswer` (the caller decides whether to wait).
+        """
         attempt = 0
         while True:
             attempt += 1
@@ -445,6 +523,9 @@ class CollectorClient:
                 if code in _REJECTED:
                     raise RequestRejectedError(method, code, details) from exc
                 server_delay = retry_delay(exc)
+                if round_not_open and code == grpc.StatusCode.UNAVAILABLE and _error_reason(exc) == ROUND_NOT_OPEN_REASON:
+                    wait = _ROUND_NOT_OPEN_DEFAULT_WAIT if server_delay is None else min(server_delay, MAX_RETRY_AFTER)
+                    raise _RoundNotOpenAnswer(wait) from exc
                 if (code not in _RETRYABLE or attempt >= self._max_attempts
                         or (server_delay is None and _message_too_large(code, details))):
                     raise RpcFailedError(method, code, details, attempt) from exc
@@ -476,22 +557,43 @@ def _message_too_large(code: grpc.StatusCode, details: str) -> bool:
     return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details.lower()
 
 
-def retry_delay(exc: grpc.RpcError) -> float | None:
-    """The ``google.rpc.RetryInfo`` delay in the call's status details, if any (seconds)."""
+class _RoundNotOpenAnswer(Exception):
+    """Internal: the collector answered "no open round yet, ask again after ``retry_after`` s"."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(retry_after)
+        self.retry_after = retry_after
+
+
+def _status_details(exc: grpc.RpcError) -> list[Any]:
+    """The ``google.rpc.Status`` details (``Any`` messages) of a failed call; empty if it has none."""
     if not hasattr(exc, "trailing_metadata"):
-        return None
+        return []
     try:
         status = rpc_status.from_call(cast(grpc.Call, exc))
     except ValueError:  # details inconsistent with the call's code/message: ignore them
-        return None
-    if status is None:
-        return None
-    for detail in status.details:
+        return []
+    return list(status.details) if status is not None else []
+
+
+def retry_delay(exc: grpc.RpcError) -> float | None:
+    """The ``google.rpc.RetryInfo`` delay in the call's status details, if any (seconds)."""
+    for detail in _status_details(exc):
         if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
             info = error_details_pb2.RetryInfo()
             detail.Unpack(info)
             delay = info.retry_delay.seconds + info.retry_delay.nanos / 1e9
             return max(0.0, float(delay))
+    return None
+
+
+def _error_reason(exc: grpc.RpcError) -> str | None:
+    """The ``google.rpc.ErrorInfo`` reason in the call's status details, if any."""
+    for detail in _status_details(exc):
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return str(info.reason)
     return None
 
 

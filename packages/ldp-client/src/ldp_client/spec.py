@@ -20,12 +20,17 @@ from .encoders.base import ENCODERS, Encoder
 from .errors import InvalidParameterError, ProtocolError
 from .mechanisms.base import MECHANISMS, MechanismParams
 
-__all__ = ["Component", "GroupTask", "RoundSpec", "check_campaign_id"]
+__all__ = ["ROUND_NOT_OPEN_REASON", "Component", "GroupTask", "RoundNotOpen", "RoundSpec", "check_campaign_id"]
 
 MAX_GROUPS = 4096
 MAX_COMPONENTS = 8
 MAX_EPSILON_PER_CAMPAIGN = 100.0
 MAX_SPEC_BYTES = 16 * 1024 * 1024
+#: ``google.rpc.ErrorInfo.reason`` of the collector's "no round is open yet" answer to
+#: ``GetRoundSpec`` (UNAVAILABLE with ``RetryInfo``): between two rounds, while the server step runs.
+ROUND_NOT_OPEN_REASON = "ROUND_NOT_OPEN"
+#: Longest wait a :class:`RoundNotOpen` can ask for (an hour): a collector's larger delay is capped.
+MAX_RETRY_AFTER = 3600.0
 _CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -195,3 +200,29 @@ class RoundSpec(Spec):
         except Exception as exc:  # msgpack raises several unrelated types on garbage
             raise ProtocolError(f"packed round spec is not valid msgpack: {exc}") from exc
         return cls.from_dict(obj, where="round spec")
+
+
+@dataclass(frozen=True, slots=True)
+class RoundNotOpen:
+    """The collector has no open round right now: ask again after ``retry_after`` seconds.
+
+    Not an error. A campaign is *between two rounds* while the collector runs the server step
+    that turns one round's reports into the next round's spec (or the result), and for a moment
+    after a collector restart that resumes such a step. Nothing is wrong with the device or its
+    reports; the next round's spec comes with a later ask.
+
+    Parameters
+    ----------
+    campaign_id : str
+        The campaign asked about.
+    retry_after : float
+        Seconds to wait before asking again, in [0, 3600] (the collector's ``RetryInfo`` delay;
+        a larger one is capped at an hour).
+    """
+
+    campaign_id: str
+    retry_after: float
+
+    def __post_init__(self) -> None:
+        check_campaign_id(self.campaign_id)
+        object.__setattr__(self, "retry_after", check_float("retry_after", self.retry_after, 0.0, MAX_RETRY_AFTER))

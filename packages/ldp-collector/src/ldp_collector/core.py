@@ -13,17 +13,31 @@ closing of a round: a batch holds the read side from the moment it checks that a
 until its reports are committed, and closing takes the write side only for the atomic
 ``store.close_round`` (so no acknowledged report can land in a round after the engine started
 reading it). A second, plain lock per campaign serializes the server steps (close, advance,
-recovery) so one engine runs at a time. Across *processes* sharing one store, the store's
-compare-and-set ``close_round`` decides who runs the server step; a store shared by several
-processes must also refuse reports to closed rounds inside ``add_reports``.
+recovery) so one engine runs at a time. Across *processes* sharing one store, every server step
+(creating a campaign's first round, closing, advancing, resuming) also holds the store's
+cross-process :meth:`~ldp_collector.storage.base.ReportStore.step_lock`, and the store's
+compare-and-set ``close_round`` decides who closes a round; a store shared by several processes
+must also refuse reports to closed rounds inside ``add_reports``.
+
+Between two rounds
+------------------
+While a server step runs, the campaign is ``collecting`` with a closed current round: there is no
+spec to hand out, and :meth:`Collector.get_round_spec` raises :class:`RoundNotOpenError`
+(UNAVAILABLE with ``RetryInfo``: ask again after :data:`ROUND_NOT_OPEN_RETRY_SECONDS`). Reports
+that arrive then are for the closed round -- no device can hold the next round's spec before it is
+opened -- so their answer does not depend on the step: they arrived after their round closed.
 
 Crash recovery
 --------------
 Closing is: CAS-close the round, run the engine, store the estimates, open the next round (or
 store the result). If the process dies in between, the campaign is left ``collecting`` with a
-closed current round; :meth:`Collector.tick` resumes the server step once the round has been
-closed for :data:`RECOVERY_GRACE_SECONDS` (the raw reports are the source of truth, so nothing is
-lost). A campaign whose first round was never opened is repaired the same way.
+closed current round. Every server step holds the step lock from before the close until the next
+round is open, and that lock dies with its process (``flock``, a PostgreSQL session lock); so
+whoever takes the lock and finds the current round closed knows the step was interrupted and
+resumes it at once: :meth:`Collector.tick` (which the service runs when it starts and then every
+``tick_interval_s``) and an operator's :meth:`Collector.close_round` of that round. The raw
+reports are the source of truth, so nothing is lost. A campaign whose first round was never
+opened is repaired the same way.
 
 Auto-closing
 ------------
@@ -67,20 +81,27 @@ from .campaigns import (
     timestamp,
 )
 from .engines import CampaignEngine, RoundOutcome, RoundPlan, RoundReports
-from .errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, OverloadedError
+from .errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    OverloadedError,
+    RoundNotOpenError,
+)
 from .ingest import Assign, RoundContext, StoredReportColumns, check_request_id, validate_batch
 from .storage.base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoredReport
 
-__all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "RECOVERY_GRACE_SECONDS", "Collector"]
+__all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "ROUND_NOT_OPEN_RETRY_SECONDS", "Collector"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
-#: A server step interrupted (closed round not advanced, first round not opened) for this long is
-#: resumed by :meth:`Collector.tick`; shorter gaps are a step still running somewhere.
-RECOVERY_GRACE_SECONDS = 60.0
+#: How long a device asking for the round spec between two rounds is told to wait before asking
+#: again (the RetryInfo of :class:`RoundNotOpenError`): short against a typical server step, long
+#: enough that a fleet polling through one does not flood the collector.
+ROUND_NOT_OPEN_RETRY_SECONDS = 1.0
 #: How long an operator's CloseRound waits for another process's server step of the campaign.
 STEP_LOCK_WAIT_SECONDS = 30.0
 _LIST_CHUNK = 500
@@ -307,21 +328,26 @@ class Collector:
         Returns
         -------
         (RoundSpec or None, bool)
-            ``(spec, False)`` while a round is open; ``(None, False)`` between two rounds (a
-            server step is running: ask again later); ``(None, True)`` once the campaign is
+            ``(spec, False)`` while a round is open; ``(None, True)`` once the campaign is
             finished or failed (nothing more to report).
 
         Raises
         ------
         NotFoundError
             Unknown campaign.
+        RoundNotOpenError
+            Between two rounds (a server step is running, or is about to be resumed): not an
+            error of the caller, who asks again after the error's ``retry_after`` seconds.
         """
         record = self._store.get_campaign(campaign_id)
         if record.state != COLLECTING:
             return None, True
         round_record = self._open_round_record(record)
         if round_record is None:
-            return None, False
+            raise RoundNotOpenError(
+                f"campaign {campaign_id} has no open round yet: round {record.current_round} closed and the "
+                f"next round is being prepared; ask again in {ROUND_NOT_OPEN_RETRY_SECONDS:g} s",
+                retry_after=ROUND_NOT_OPEN_RETRY_SECONDS)
         return self._spec(campaign_id, round_record), False
 
     def _round_context(self, campaign_id: str) -> tuple[RoundContext | str, AccumulateFn | None]:
@@ -333,8 +359,9 @@ class Collector:
         if record.state != COLLECTING:
             return f"campaign {campaign_id} is {record.state}", None
         round_record = self._open_round_record(record)
-        if round_record is None:
-            return f"campaign {campaign_id} has no open round (round {record.current_round} is closing)", None
+        if round_record is None:  # between two rounds: a report now is for a round that closed (module docstring)
+            return (f"round {record.current_round} of campaign {campaign_id} closed before the report arrived "
+                    f"(the next round is being prepared)"), None
         spec = self._spec(campaign_id, round_record)
         context = RoundContext(campaign_id=campaign_id, round=round_record.round, spec=spec)
         return context, self._accumulate_fn(record, spec)
@@ -432,11 +459,16 @@ class Collector:
             A bad field, or a kind that is not implemented yet.
         AlreadyExistsError
             The campaign id is taken.
+        OverloadedError
+            Another collector process held the id's step lock for ``STEP_LOCK_WAIT_SECONDS``
+            (it runs a step of an existing campaign of that id): retry later.
         """
         prepared = prepare_campaign(config)
         cid = prepared.config.campaign_id
         plan = prepared.engine.first_round()
-        with self._campaign_locks(cid).step:
+        # The store's step lock too: another process's tick must not take this campaign, seen
+        # between its creation and its first round, for an interrupted creation and open that round.
+        with self._campaign_locks(cid).step, self._wait_for_store_step_lock(cid):
             now = self._clock()
             spec = self._checked_plan_spec(cid, plan, prepared.config, now, after_round=0)
             self._store.create_campaign(CampaignRecord(
@@ -507,8 +539,9 @@ class Collector:
         """Close the open round ``round`` now and run the server step.
 
         Returns the campaign afterwards: in its next round, FINISHED with a result, or FAILED with
-        the engine's error (the reports are kept). If another process closed the round first,
-        this returns the state without running anything.
+        the engine's error (the reports are kept). If the round is already closed and its server
+        step was interrupted (the process running it died), this resumes the step and returns the
+        campaign after it.
 
         Raises
         ------
@@ -579,7 +612,10 @@ class Collector:
         return estimates
 
     def tick(self) -> int:
-        """Close every round that is due and resume interrupted server steps.
+        """Close every round that is due and resume interrupted server steps at once.
+
+        A step is interrupted when its campaign's current round is closed (or its first round was
+        never opened) and no live process holds the campaign's step lock.
 
         A round is due when its ``round_duration`` has elapsed or it holds ``close_after_reports``
         reports, and it holds at least ``min_reports_per_round``. Errors of one campaign are
@@ -613,12 +649,10 @@ class Collector:
         try:
             rr = self._store.get_round(cid, record.current_round)
         except NotFoundError:
-            if now - record.created_at >= RECOVERY_GRACE_SECONDS:
-                self._with_step_lock(cid, self._reopen_first_round)
+            self._with_step_lock(cid, self._reopen_first_round)
             return False
-        if not rr.open:
-            if rr.closed_at is not None and now - rr.closed_at >= RECOVERY_GRACE_SECONDS:
-                self._with_step_lock(cid, self._resume_step)
+        if not rr.open:  # a step runs (its holder keeps the lock: skipped) or was interrupted: resume it
+            self._with_step_lock(cid, self._resume_step)
             return False
         config = self._config(record)
         count = self._store.count_reports(cid, rr.round)
@@ -636,7 +670,8 @@ class Collector:
         Two locks: this process's thread lock, then the store's cross-process
         :meth:`~ldp_collector.storage.base.ReportStore.step_lock`, so a collector process never
         resumes (or runs) a step another live process is running; a dead process's lock is gone,
-        so its interrupted step is resumed by the next ``tick``.
+        so its interrupted step is resumed by the next ``tick`` -- the first one of a restarted
+        collector.
         """
         lock = self._campaign_locks(campaign_id).step
         if not lock.acquire(blocking=False):
@@ -680,10 +715,11 @@ class Collector:
             log.exception("automatic close failed", extra={"campaign_id": campaign_id, "round": round})
 
     def _close_locked(self, campaign_id: str, round: int, *, auto: bool = False) -> bool:
-        """Close ``round`` and run the server step; the caller holds the step lock.
+        """Close ``round`` and run the server step; the caller holds both step locks.
 
         Returns whether this call closed the round. With ``auto`` a round that is no longer open
-        or below its minimum is left alone instead of raising.
+        or below its minimum is left alone instead of raising; without it, a closed current round
+        has its interrupted step resumed.
         """
         record = self._store.get_campaign(campaign_id)
         if record.state != COLLECTING:
@@ -696,7 +732,13 @@ class Collector:
             raise FailedPreconditionError(
                 f"round {round} is not open; the open round of campaign {campaign_id} is {record.current_round}")
         rr = self._store.get_round(campaign_id, round)
-        if not rr.open:  # closed by another process, which runs (or ran) the server step
+        if not rr.open:
+            # Closed, still current, and we hold the step lock: the step that closed it was
+            # interrupted (a live process would still hold the lock). An operator's close resumes it
+            # rather than answer OK over a campaign stuck between rounds; an automatic one leaves
+            # that to tick().
+            if not auto:
+                self._resume_step(campaign_id)
             return False
         minimum = self._config(record).min_reports_per_round
         with self._campaign_locks(campaign_id).ingest.write():

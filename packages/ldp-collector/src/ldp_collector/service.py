@@ -135,8 +135,8 @@ def _code_name(exc: BaseException) -> str:
 def status_for_error(exc: BaseException) -> status_pb2.Status:
     """The ``google.rpc.Status`` the service answers ``exc`` with.
 
-    Every status carries an ``ErrorInfo`` (``reason`` = the exception class, ``domain`` =
-    ``ldp.v1``); INVALID_ARGUMENT adds ``BadRequest`` (the field, when known),
+    Every status carries an ``ErrorInfo`` (``reason`` = the error's ``reason``, else the exception
+    class; ``domain`` = ``ldp.v1``); INVALID_ARGUMENT adds ``BadRequest`` (the field, when known),
     FAILED_PRECONDITION adds ``PreconditionFailure``, UNAVAILABLE adds ``RetryInfo`` with the
     collector's ``retry_after``, RESOURCE_EXHAUSTED from a rate limit adds ``QuotaFailure`` (which
     limit) and ``RetryInfo`` (when the bucket holds enough again). Unexpected exceptions become
@@ -147,7 +147,8 @@ def status_for_error(exc: BaseException) -> status_pb2.Status:
     if len(message) > _MAX_MESSAGE:
         message = message[:_MAX_MESSAGE] + "..."
     status = status_pb2.Status(code=code_pb2.Code.Value(code), message=message)
-    status.details.add().Pack(error_details_pb2.ErrorInfo(reason=type(exc).__name__, domain=_ERROR_DOMAIN))
+    reason = (exc.reason if isinstance(exc, CollectorError) else None) or type(exc).__name__
+    status.details.add().Pack(error_details_pb2.ErrorInfo(reason=reason, domain=_ERROR_DOMAIN))
     if code == "INVALID_ARGUMENT":
         violation = error_details_pb2.BadRequest.FieldViolation(
             field=getattr(exc, "field_name", ""), description=message)
@@ -977,14 +978,16 @@ class _Runtime:
     async def _tick_loop(self) -> None:
         assert self._pool is not None
         while True:
-            await asyncio.sleep(self.config.tick_interval_s)
+            # Tick first: a restarted collector resumes the server steps its predecessor left
+            # interrupted at once, not one interval later.
             try:
                 closed = await self._pool.run(self.collector.tick, shed=False)
             except Exception:
                 log.exception("automatic round closing failed")
-                continue
+                closed = 0
             if closed:
                 self.metrics.rounds_closed.labels(trigger="automatic").inc(closed)
+            await asyncio.sleep(self.config.tick_interval_s)
 
     def request_stop(self, grace: float | None = None) -> None:
         """Begin a graceful shutdown (idempotent); a second request drains no longer."""

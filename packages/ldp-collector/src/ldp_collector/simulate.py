@@ -62,10 +62,11 @@ from ldp_client.encoders.grid import CellListEncoder
 from ldp_client.errors import AlreadyReportedError, BudgetExhaustedError, InvalidParameterError, LdpError
 from ldp_client.report import REPORT_ID_BYTES, Report, new_report_id
 from ldp_client.rng import Rng, SeededRng
-from ldp_client.spec import MAX_EPSILON_PER_CAMPAIGN, RoundSpec
+from ldp_client.spec import MAX_EPSILON_PER_CAMPAIGN, RoundNotOpen, RoundSpec
 
 from .campaigns import kind_name
 from .core import Collector
+from .errors import RoundNotOpenError
 from .evaluation import (
     adjusted_rand_index,
     assign,
@@ -439,7 +440,10 @@ class InProcessCollector:
         return self.collector.get_campaign(campaign_id)
 
     def get_round_spec(self, campaign_id: str) -> tuple[RoundSpec | None, bool]:
-        return self.collector.get_round_spec(campaign_id)
+        try:
+            return self.collector.get_round_spec(campaign_id)
+        except RoundNotOpenError:
+            return None, False
 
     def submit(self, reports: Sequence[Report]) -> SubmitCounts:
         request_id = self._rng.token_bytes(REPORT_ID_BYTES).hex()
@@ -626,7 +630,9 @@ class RemoteCollector:
         return self.operator.get_campaign(campaign_id)
 
     def get_round_spec(self, campaign_id: str) -> tuple[RoundSpec | None, bool]:
-        spec = self.device.get_round_spec(campaign_id)
+        spec = self.device.poll_round_spec(campaign_id)  # between two rounds: RoundNotOpen, at once
+        if isinstance(spec, RoundNotOpen):
+            return None, False
         if spec is not None:
             return spec, False
         return None, self.operator.get_campaign(campaign_id).state != campaigns_pb2.COLLECTING

@@ -3,7 +3,8 @@
 isort:skip_file
 The collector's gRPC API. Errors carry google.rpc.Status details:
 INVALID_ARGUMENT (bad input), NOT_FOUND (unknown campaign), FAILED_PRECONDITION (round closed
-or wrong), UNAVAILABLE with RetryInfo (overload), UNAUTHENTICATED (operator calls).
+or wrong), UNAVAILABLE with RetryInfo (overload; and GetRoundSpec between two rounds, with the
+ErrorInfo reason ROUND_NOT_OPEN: ask again after the delay), UNAUTHENTICATED (operator calls).
 """
 
 from collections import abc as _abc
@@ -77,6 +78,11 @@ Global___RoundAssignment: _TypeAlias = RoundAssignment  # noqa: Y015
 
 @_typing.final
 class GetRoundSpecResponse(_message.Message):
+    """Between two rounds (the collector is computing the next round from the last one's reports)
+    there is no response: GetRoundSpec fails with UNAVAILABLE, a RetryInfo delay and the ErrorInfo
+    reason ROUND_NOT_OPEN. Collectors before that answered with neither spec nor finished.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SPEC_FIELD_NUMBER: _builtins.int

@@ -3,7 +3,8 @@
 isort:skip_file
 The collector's gRPC API. Errors carry google.rpc.Status details:
 INVALID_ARGUMENT (bad input), NOT_FOUND (unknown campaign), FAILED_PRECONDITION (round closed
-or wrong), UNAVAILABLE with RetryInfo (overload), UNAUTHENTICATED (operator calls).
+or wrong), UNAVAILABLE with RetryInfo (overload; and GetRoundSpec between two rounds, with the
+ErrorInfo reason ROUND_NOT_OPEN: ask again after the delay), UNAUTHENTICATED (operator calls).
 """
 
 from collections import abc as _abc
