@@ -131,7 +131,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _usage_error(prog: str, message: str) -> str:
-    return f"{prog}: error: {' '.join(message.split())} (see {prog} --help)\n"
+    return f"{prog}: error: {_one_line(message)} (see {prog} --help)\n"
 
 
 # -- argument types ----------------------------------------------------------------------------------
@@ -1265,9 +1265,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
+def _one_line(error: BaseException | str) -> str:
+    text = " ".join(str(error).split())
+    return text or type(error).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
