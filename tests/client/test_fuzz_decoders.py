@@ -8,7 +8,7 @@ SDK conversions of ``ldp_client.serde`` (round specs, reports, report columns, p
 clusterings). Inputs are arbitrary bytes, arbitrary msgpack trees, and hostile mutations of valid
 messages (``support.fuzz``).
 
-The number of examples per property is ``LDP_FUZZ_EXAMPLES`` (a small CI default; the ``fuzz`` tox
+The number of examples per property is ``LDP_TEST_FUZZ_EXAMPLES`` (a small CI default; the ``fuzz`` tox
 environment runs the full count).
 """
 
@@ -43,7 +43,7 @@ def _importable(module: str) -> bool:
 HAVE_PROTO = _importable("google.protobuf") and _importable("ldp.v1")
 needs_proto = pytest.mark.skipif(not HAVE_PROTO, reason="protobuf conversions need the [grpc] extra")
 
-EXAMPLES = env_count("LDP_FUZZ_EXAMPLES", 200)
+EXAMPLES = env_count("LDP_TEST_FUZZ_EXAMPLES", 200)
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 

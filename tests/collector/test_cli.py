@@ -45,6 +45,14 @@ def assert_one_line_error(code: int, err: str, expected: str) -> None:
     assert "Traceback" not in err
 
 
+def assert_one_line_usage_error(code: int, err: str, expected: str) -> None:
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {err!r}"
+    assert lines[0].startswith("ldp-collector") and ": error: " in lines[0] and lines[0].endswith(" --help)")
+    assert expected in lines[0], lines[0]
+
+
 # -- parsing and usage errors ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv", [
@@ -69,8 +77,67 @@ def assert_one_line_error(code: int, err: str, expected: str) -> None:
 ])
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     code, _, err = run_cli(capsys, *argv)
-    assert code == 2
-    assert "usage: ldp-collector" in err
+    assert_one_line_usage_error(code, err, "")
+
+
+U32, U64 = 2**32, 2**64
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["campaign", "create", "--epsilon", "1", "--categories", str(U64)],
+     f"argument --categories: expected an integer in [1, {U64 - 1}], got {U64}"),
+    (["campaign", "create", "--epsilon", "1", "--categories", "4", "--min-reports", str(U64)],
+     f"argument --min-reports: expected an integer in [1, {U64 - 1}], got {U64}"),
+    (["campaign", "create", "--epsilon", "1", "--categories", "4", "--close-after", str(U64)],
+     f"argument --close-after: expected an integer in [1, {U64 - 1}], got {U64}"),
+    (["campaign", "create", "--epsilon", "1", "--categories", "4", "--max-payload-bits", str(U32)],
+     f"argument --max-payload-bits: expected an integer in [1, {U32 - 1}], got {U32}"),
+    (["campaign", "create", "--epsilon", "1", "--categories", "4", "--windows", str(U32)],
+     f"argument --windows: expected an integer in [1, {U32 - 1}], got {U32}"),
+    (["campaign", "create", "--kind", "stemmer", "--epsilon", "1", "--dims", "0:1", "--k", str(U32)],
+     f"argument --k: expected an integer in [1, {U32 - 1}], got {U32}"),
+    (["campaign", "create", "--kind", "heavy_hitters", "--epsilon", "1", "--categories", "4", "--value-bits",
+      str(U32)], "argument --value-bits: expected an integer in"),
+    (["campaign", "create", "--kind", "heavy_hitters", "--epsilon", "1", "--categories", "4", "--bits-per-level",
+      str(U32)], "argument --bits-per-level: expected an integer in"),
+    (["campaign", "create", "--kind", "heavy_hitters", "--epsilon", "1", "--categories", "4", "--max-candidates",
+      str(U32)], "argument --max-candidates: expected an integer in"),
+    (["campaign", "create", "--kind", "grid", "--epsilon", "1", "--dims", "0:1", "--granularity-level", str(U32)],
+     "argument --granularity-level: expected an integer in"),
+    (["campaign", "create", "--kind", "grid", "--epsilon", "1", "--dims", "0:1", "--tree-height", str(U32)],
+     "argument --tree-height: expected an integer in"),
+    (["campaign", "create", "--kind", "grid", "--epsilon", "1", "--dims", "0:1", "--max-iterations", str(U32)],
+     "argument --max-iterations: expected an integer in"),
+    (["campaign", "create", "--epsilon", "1", "--dims", "0:1,0:1", "--cells", f"4,{U32}"],
+     f"argument --cells: expected M or M1,M2,... with integers in [1, {U32 - 1}], got '4,{U32}'"),
+    (["campaign", "create", "--epsilon", "1", "--categories", "4", "--round-duration", "1e300"],
+     "argument --round-duration: expected a positive number up to 315576000000, got '1e300'"),
+    (["campaign", "create", "--epsilon", "1", "--categories", "4", "--timeout", "1e300"],
+     "argument --timeout: expected a positive number up to 86400, got '1e300'"),
+    (["campaign", "close", "c1", "--round", str(U32)], "argument --round: expected an integer in"),
+    (["plot", "c1", "--round", str(U32)], "argument --round: expected an integer in"),
+    (["simulate", "--kind", "stemmer", "--dataset", "moons", "--k", str(U32)], "argument --k: expected an integer in"),
+    (["simulate", "--kind", "histogram", "--dataset", "moons", "--cells", str(U32)],
+     "argument --cells: expected M or M1,M2,... with integers in"),
+    (["simulate", "--kind", "grid", "--dataset", "moons", "--tree-height", str(U32)],
+     "argument --tree-height: expected an integer in"),
+    (["demo", "--cells", str(U32)], "argument --cells: expected an integer in"),
+])
+def test_integers_beyond_the_wire_fields_are_one_line_usage_errors(capsys: pytest.CaptureFixture[str],
+                                                                    argv: list[str], message: str) -> None:
+    """A value a protobuf field cannot hold is refused while parsing, naming the flag, the range and
+    the value, instead of a protobuf ValueError traceback when the request is built."""
+    code, _, err = run_cli(capsys, *argv)
+    assert_one_line_usage_error(code, err, message)
+
+
+def test_the_largest_wire_values_still_parse() -> None:
+    args = cli.build_parser().parse_args(["campaign", "create", "--epsilon", "1", "--categories", str(U64 - 1),
+                                          "--close-after", str(U64 - 1), "--round-duration", "315576000000"])
+    config = cli.build_campaign_config("histogram", epsilon=args.epsilon, categories=args.categories,
+                                       close_after=args.close_after, round_duration_s=args.round_duration)
+    assert config.domain.categorical_size == U64 - 1 and config.close_after_reports == U64 - 1
+    assert config.round_duration.seconds == 315_576_000_000
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -102,8 +169,7 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]
 def test_flags_that_do_not_fit_together_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
                                                message: str) -> None:
     code, _, err = run_cli(capsys, *argv)
-    assert code == 2
-    assert message in err
+    assert_one_line_usage_error(code, err, message)
 
 
 def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -483,3 +549,75 @@ def test_serve_workers_flag_and_setting_are_checked(capsys: pytest.CaptureFixtur
     monkeypatch.delenv("LDP_WORKERS")
     code, _, err = run_cli(capsys, "serve", "--workers", "3", "--metrics-port", "65534", "--data-dir", str(tmp_path))
     assert_one_line_error(code, err, "metrics_port + workers - 1 must be at most 65535")
+
+
+def test_serve_config_file_that_is_not_utf8_is_one_line(capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("LDP_OPERATOR_TOKEN", raising=False)
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('description = "caf\xe9"\n'.encode("latin-1"))
+    code, _, err = run_cli(capsys, "serve", "--config", str(path), "--data-dir", str(tmp_path / "data"))
+    assert_one_line_error(code, err, "latin1.toml' is not UTF-8 text (TOML is UTF-8): invalid continuation byte")
+
+
+def _serve_failure(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """``ldp-collector serve ARGS`` in a subprocess that must fail at start-up: its stderr.
+
+    A server that starts instead fails the test at the timeout, rather than serving forever.
+    """
+    proc = subprocess.run([sys.executable, "-m", "ldp_collector.cli", "serve", *args], env={**_env(), **(env or {})},
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    return proc.stderr
+
+
+def assert_one_line(err: str, expected: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {err!r}"
+    assert lines[0].startswith("ldp-collector: error: ") and expected in lines[0], lines[0]
+
+
+@pytest.mark.integration
+def test_serve_refuses_an_unknown_ldp_variable_naming_the_nearest_one(tmp_path: Path) -> None:
+    # The token the operator meant to set: without the check the server would start without it.
+    err = _serve_failure(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"),
+                         env={"LDP_OPERATOR_TOKN": TOKEN})
+    assert_one_line(err, "unknown environment variable LDP_OPERATOR_TOKN (did you mean LDP_OPERATOR_TOKEN?)")
+    assert not (tmp_path / "data").exists()  # refused before anything was opened
+
+
+@pytest.mark.integration
+def test_serve_on_a_data_dir_whose_database_is_not_one_is_one_line(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    database = data / "collector.sqlite3"
+    database.write_text("not a database, a page of text\n" * 200)
+    err = _serve_failure(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", str(data))
+    assert_one_line(err, f"cannot open the report store {str(database)!r}: file is not a database")
+    assert database.read_text() == "not a database, a page of text\n" * 200  # left as it was
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port another socket listens on."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_on_a_port_in_use_says_so_in_one_line(tmp_path: Path, taken_port: int, workers: str) -> None:
+    err = _serve_failure(tmp_path, "--listen", f"127.0.0.1:{taken_port}", "--data-dir", str(tmp_path / "data"),
+                         "--workers", workers)
+    assert_one_line(err, f"cannot listen on 127.0.0.1:{taken_port}: address already in use")
+
+
+@pytest.mark.integration
+def test_serve_with_a_metrics_port_in_use_says_so_in_one_line(tmp_path: Path, taken_port: int) -> None:
+    err = _serve_failure(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"),
+                         "--metrics-port", str(taken_port))
+    assert_one_line(err, f"cannot serve metrics on 127.0.0.1:{taken_port}: address already in use")

@@ -8,7 +8,7 @@
 * Stored state read back (accumulator blobs, stored payloads, engine state): a corrupted value
   raises ``ProtocolError`` and nothing else; valid values round-trip.
 
-Examples per property: ``LDP_FUZZ_EXAMPLES`` (small by default; the ``fuzz`` tox environment runs
+Examples per property: ``LDP_TEST_FUZZ_EXAMPLES`` (small by default; the ``fuzz`` tox environment runs
 the full count).
 """
 
@@ -43,7 +43,7 @@ from ldp_collector.service import _packed_batch_size, _parse
 from ldp_collector.storage.base import StoredReport
 from support.fuzz import SPECS, Mutator, env_count, honest_reports
 
-EXAMPLES = env_count("LDP_FUZZ_EXAMPLES", 200)
+EXAMPLES = env_count("LDP_TEST_FUZZ_EXAMPLES", 200)
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 

@@ -3,7 +3,7 @@
 A collector runs in its own process (so a crash is seen as a dead process, and its memory is its
 own) with an SQLite store, a few real campaigns (histogram GRR, OUE and OLH, a uniform-grid
 clustering, one finished, one whose round the fuzz may close) and an operator token. Every RPC of
-``DeviceService`` and ``OperatorService`` then receives ``LDP_FUZZ_MESSAGES`` messages (a CI-sized
+``DeviceService`` and ``OperatorService`` then receives ``LDP_TEST_FUZZ_MESSAGES`` messages (a CI-sized
 default; the ``fuzz`` tox environment sends 100 000+) built from *valid* requests by
 ``support.fuzz.Mutator``: random bytes, truncations, bit flips, field-tag and wire-type confusion,
 length prefixes that lie, msgpack payload mutations (wrong types, huge ints, NaN/inf, deep
@@ -60,7 +60,7 @@ from support.fuzz import Mutator, env_count
 
 pytestmark = pytest.mark.integration
 
-MESSAGES = env_count("LDP_FUZZ_MESSAGES", 3000)
+MESSAGES = env_count("LDP_TEST_FUZZ_MESSAGES", 3000)
 TOKEN = "fuzz-operator-token-0123456789abcdef"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
 RECEIVE_LIMIT = 256 * 1024
@@ -562,7 +562,7 @@ def test_fuzzed_grpc_traffic_stores_exactly_what_was_acknowledged(tmp_path: Path
                 operator.CreateCampaign(service_pb2.CreateCampaignRequest(config=config), metadata=AUTH)
             specs = {cid: serde.round_spec_from_proto(device.GetRoundSpec(
                 service_pb2.GetRoundSpecRequest(campaign_id=cid), metadata=DEVICE_AUTH).spec) for cid in CAMPAIGNS}
-            forge = Forge(random.Random(int(os.environ.get("LDP_FUZZ_SEED", "20261122"))), specs,
+            forge = Forge(random.Random(int(os.environ.get("LDP_TEST_FUZZ_SEED", "20261122"))), specs,
                           specs["fz-finished"], device_auth=device_auth)
             # Finish one campaign (with reports) before the fuzz.
             finished = [forge.report("fz-grr") for _ in range(30)]

@@ -231,7 +231,7 @@ def test_workers_share_the_port_restart_and_drain(supervised: tuple[Supervised, 
     assert len(stored) == len(set(stored)) and set(stored) == acknowledged
 
 
-def test_port_in_use_ends_with_a_clear_error(tmp_path: Path) -> None:
+def test_port_in_use_ends_with_one_line_before_any_worker_starts(tmp_path: Path) -> None:
     with socket.socket() as taken:  # no SO_REUSEPORT: nobody else may bind this port
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -245,7 +245,26 @@ def test_port_in_use_ends_with_a_clear_error(tmp_path: Path) -> None:
                 sup.proc.wait()
     output = sup.drain_output()
     assert code == 1, output
-    assert f"worker 0: cannot listen on 127.0.0.1:{port}" in output
+    # The supervisor binds the port itself first (and holds it for restarts): no worker is forked.
+    assert output.strip().splitlines() == [
+        f"ldp-collector: error: cannot listen on 127.0.0.1:{port}: address already in use "
+        "(another process is listening on that port)"], output
+
+
+def test_a_worker_that_fails_before_serving_stops_everything(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    database = tmp_path / "data" / "collector.sqlite3"
+    database.write_text("not a database\n" * 100)
+    sup = Supervised(tmp_path, "--listen", "127.0.0.1:0", "--workers", str(WORKERS))
+    try:
+        code = sup.proc.wait(timeout=START_TIMEOUT_S)
+    finally:
+        if sup.proc.poll() is None:
+            sup.proc.kill()
+            sup.proc.wait()
+    output = sup.drain_output()
+    assert code == 1, output
+    assert f"worker 0: cannot open the report store {str(database)!r}: file is not a database" in output
     assert output.rstrip().splitlines()[-1].startswith("ldp-collector: error: worker 0 exited with code 1 before serving")
     assert output.count('"msg":"worker started"') == 1, "the supervisor must not start the others or retry"
 

@@ -17,7 +17,7 @@ answer comes from a retry after a crash: a request that was committed before the
 with its first answer.
 
 Meanwhile the test SIGKILLs the server 0.05 to 0.6 s after it reported SERVING, restarts it on the
-same store and waits for SERVING again, ``KILLS`` times (``LDP_FAULT_KILLS``, default 24; the fault
+same store and waits for SERVING again, ``KILLS`` times (``LDP_TEST_FAULT_KILLS``, default 24; the fault
 suite, ``tox -e fault``, runs 200); now and then the restarted server
 is killed once more while it is still starting up. At the end, with the server up and the clients
 done, the database (read in one snapshot) must hold every acknowledged report exactly once and no
@@ -68,7 +68,7 @@ pytestmark = pytest.mark.integration
 
 SEED = 20240612
 #: SIGKILLs of a serving server during ingestion (start-up kills come on top); the fault suite sets 200.
-KILLS = int(os.environ.get("LDP_FAULT_KILLS", "24"))
+KILLS = int(os.environ.get("LDP_TEST_FAULT_KILLS", "24"))
 #: Every this many kills, the restarted server is also killed while it is still starting up.
 STARTUP_KILL_EVERY = 6
 CLIENT_THREADS = 6

@@ -13,14 +13,14 @@ wire) or when the collector is down, build their share of each new round's repor
 round's spec and send them with ``submit_packed``, resending a batch whose call failed until it is
 acknowledged. Any REJECTED outcome is a failure.
 
-For each of ``STEP_KILLS`` kills (``LDP_STEP_KILLS``, default 3; the fault suite runs 30): once
+For each of ``STEP_KILLS`` kills (``LDP_TEST_STEP_KILLS``, default 3; the fault suite runs 30): once
 every report of the open round is acknowledged, the operator calls ``CloseRound``; as soon as the
 store shows the round closed, the test waits 0 to 0.3 s and SIGKILLs the server, then checks in
 the store that the next round is not open yet (the kill landed inside the step; otherwise the
 attempt is counted as missed and does not count), restarts the server and measures the time from
 the restart to the next round's spec being served by ``GetRoundSpec``. That must happen without
 waiting out any timeout: within :data:`WAIT_S` here (the 60 s recovery grace of earlier releases
-fails this), and within ``LDP_STEP_MAX_RESTART_TO_SPEC_S`` seconds in every run when that is set
+fails this), and within ``LDP_TEST_STEP_MAX_RESTART_TO_SPEC_S`` seconds in every run when that is set
 (the fault suite sets 5; a timing target is checked by the opt-in suite only).
 
 At the end every round's stored reports must be exactly the reports the devices built for it
@@ -59,9 +59,9 @@ pytestmark = pytest.mark.integration
 
 SEED = 20260115
 #: Kills inside a server step; the fault suite sets 30.
-STEP_KILLS = int(os.environ.get("LDP_STEP_KILLS", "3"))
+STEP_KILLS = int(os.environ.get("LDP_TEST_STEP_KILLS", "3"))
 #: The restart -> next spec bound every run must meet, when set (the fault suite sets 5 s).
-MAX_RESTART_TO_SPEC_S = float(os.environ.get("LDP_STEP_MAX_RESTART_TO_SPEC_S", "0")) or None
+MAX_RESTART_TO_SPEC_S = float(os.environ.get("LDP_TEST_STEP_MAX_RESTART_TO_SPEC_S", "0")) or None
 DOMAIN = 1 << 16
 EPSILON = 2.0
 WINDOWS = 64

@@ -34,8 +34,9 @@ Grid campaigns (``--kind grid``, AGCluster) take ``--variant uniform|tree|iterat
 ``--max-iterations`` and ``--cells`` (the calibration grid's cells per dimension); unset, the
 collector's defaults apply (tree, consistent).
 
-Exit codes: 0 success, 2 usage error, 1 runtime error (one line on stderr, no traceback: SDK,
-collector, configuration, gRPC and file errors), 130 interrupted.
+Exit codes: 0 success, 2 usage error, 1 runtime error, 130 interrupted. Errors are one line on
+stderr, never a traceback: usage errors name the flag and point at ``--help``; runtime errors cover
+SDK, collector, configuration, gRPC, store and file errors.
 
 The simulator's randomness is seeded and therefore not privacy-preserving; it exists to measure.
 """
@@ -55,7 +56,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import numpy as np
 from google.protobuf import json_format
@@ -106,10 +107,31 @@ _RUNTIME_ERRORS = (LdpError, CollectorError, ConfigError, SimulationError, Matpl
 _HEAVY_HITTER_CELLS_2D = 32
 #: Kinds whose simulation ``--plot`` draws.
 _PLOTTED_KINDS = frozenset({"histogram", "grid"})
+#: Largest values of the wire's unsigned fields: a flag beyond them is a usage error naming the flag,
+#: not a protobuf ValueError when the request is built.
+_UINT32_MAX = 2**32 - 1
+_UINT64_MAX = 2**64 - 1
+#: ``google.protobuf.Duration``'s range (10 000 years), the bound of ``--round-duration``.
+_MAX_DURATION_S = 315_576_000_000.0
+#: Largest ``--timeout``: a gRPC deadline too far away (beyond about 1e10 s) overflows into an
+#: immediate DEADLINE_EXCEEDED; a day is more than any call needs.
+_MAX_TIMEOUT_S = 86_400.0
 
 
 class UsageError(Exception):
     """Flags that parse but do not fit together (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line pointing at ``--help``, not the usage text (many lines for a
+    command with many flags) above the error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, _usage_error(self.prog, message))
+
+
+def _usage_error(prog: str, message: str) -> str:
+    return f"{prog}: error: {_one_line(message)} (see {prog} --help)\n"
 
 
 # -- argument types ----------------------------------------------------------------------------------
@@ -134,14 +156,41 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def _int_in(low: int, high: int) -> Callable[[str], int]:
+    """An argument type: an integer in ``[low, high]`` (the range of the wire field it fills)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {value}")
+        return value
+
+    return parse
+
+
+_uint32 = _int_in(1, _UINT32_MAX)
+_uint64 = _int_in(1, _UINT64_MAX)
+
+
+def _positive_float(text: str, high: float = math.inf) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= high):
+        limit = "" if high == math.inf else f" up to {high:.12g}"
+        raise argparse.ArgumentTypeError(f"expected a positive number{limit}, got {text!r}")
     return value
+
+
+def _seconds_up_to(high: float) -> Callable[[str], float]:
+    """An argument type: a positive number of seconds, at most ``high``."""
+    def parse(text: str) -> float:
+        return _positive_float(text, high)
+
+    return parse
 
 
 def _dims(text: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -168,8 +217,9 @@ def _cells(text: str) -> tuple[int, ...]:
         cells = tuple(int(p) for p in text.split(","))
     except ValueError:
         cells = ()
-    if not cells or any(c < 1 for c in cells):
-        raise argparse.ArgumentTypeError(f"expected M or M1,M2,... with positive integers, got {text!r}")
+    if not cells or any(not 1 <= c <= _UINT32_MAX for c in cells):
+        raise argparse.ArgumentTypeError(
+            f"expected M or M1,M2,... with integers in [1, {_UINT32_MAX}], got {text!r}")
     return cells
 
 
@@ -460,8 +510,9 @@ class _Supervisor:
 
     The parent never creates a gRPC object: it forks each worker, which opens its own store and
     its own ``grpc.aio`` server (gRPC's threads and sockets do not survive a fork, so they must
-    be created after it). Port 0 is resolved first, by binding a socket with SO_REUSEPORT that
-    the parent keeps (not listening) so the port stays reserved for restarts. Worker 0 starts
+    be created after it). The port is bound first, by a socket with SO_REUSEPORT that the parent
+    keeps (not listening) so the port stays reserved for restarts: a port in use is reported
+    before any worker starts, and port 0 is resolved to a free one. Worker 0 starts
     first and alone -- it creates or migrates the store and proves the port can be bound -- then
     the others. Worker ``i`` serves metrics on ``metrics_port + i`` and only worker 0 closes
     rounds on the timer.
@@ -596,24 +647,19 @@ class _Supervisor:
     # -- starting and stopping -----------------------------------------------------------------
 
     def _reserve_port(self) -> None:
-        import socket
+        """Bind the port (SO_REUSEPORT, not listening) and keep it for the supervisor's lifetime.
 
+        A port another process holds is reported here, in one line, before any worker starts;
+        port 0 is resolved to the free port chosen.
+        """
+        from .binding import reserve_address
         from .config import split_listen
 
         host, port = split_listen(self._config.listen)
-        if port != 0:
-            return
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind((host, 0))
-        except OSError as exc:
-            sock.close()
-            raise OSError(f"cannot reserve a port on {host}: {exc}") from exc
-        self._reservation = sock
-        port = sock.getsockname()[1]
-        self._config = self._config.replace(listen=f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}")
+        self._reservation = reserve_address(self._config.listen, reuse_port=True)
+        if port == 0:
+            port = self._reservation.getsockname()[1]
+            self._config = self._config.replace(listen=f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
 
     def _start(self, worker: _Worker) -> None:
         worker.restart_at = None
@@ -1063,7 +1109,8 @@ def _add_remote(parser: argparse.ArgumentParser, *, required: bool = True) -> No
     parser.add_argument("--collector", metavar="HOST:PORT", type=_host_port, default=default if required else None,
                         help=help_text)
     if required:
-        parser.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds per call (default 30)")
+        parser.add_argument("--timeout", type=_seconds_up_to(_MAX_TIMEOUT_S), default=30.0,
+                            help=f"seconds per call (default 30, at most {_MAX_TIMEOUT_S:g})")
 
 
 def _add_grid_options(parser: argparse.ArgumentParser) -> None:
@@ -1072,17 +1119,17 @@ def _add_grid_options(parser: argparse.ArgumentParser) -> None:
                        help="uniform (UGC, no feedback), tree (TreeAdaptive, default) or iterative (IterAdaptive)")
     group.add_argument("--granularity", choices=tuple(_GRANULARITIES),
                        help="cell side rule: paper (Theorem 1 as printed) or consistent (default)")
-    group.add_argument("--granularity-level", metavar="LEVEL", type=_positive_int,
+    group.add_argument("--granularity-level", metavar="LEVEL", type=_uint32,
                        help="fix the grid's dyadic level (2^LEVEL cells per dimension) instead of the rule")
-    group.add_argument("--tree-height", type=_positive_int,
+    group.add_argument("--tree-height", type=_uint32,
                        help="deepest tree level the refinement may reach (tree and iterative variants)")
-    group.add_argument("--max-iterations", type=_positive_int,
+    group.add_argument("--max-iterations", type=_uint32,
                        help="most merge/split rounds (iterative variant; default 3)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``ldp-collector`` argument parser."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=_PROG, description="LDP collector: serve, manage campaigns, simulate devices, demo.",
         epilog="Exit codes: 0 ok, 1 runtime error, 2 usage error.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -1114,29 +1161,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_remote(create)
     create.add_argument("--kind", choices=KINDS, default="histogram", help="campaign kind (default histogram)")
     domain = create.add_mutually_exclusive_group(required=True)
-    domain.add_argument("--categories", metavar="N", type=_positive_int, help="categorical domain {0, ..., N-1}")
+    domain.add_argument("--categories", metavar="N", type=_uint64, help="categorical domain {0, ..., N-1}")
     domain.add_argument("--dims", metavar="LO:HI,...", type=_dims, help="numeric domain bounds per dimension")
     create.add_argument("--epsilon", type=_positive_float, required=True, help="per-device budget")
     create.add_argument("--cells", metavar="M[,M2...]", type=_cells,
                         help="grid cells per dimension (histogram; grid: of the calibration round)")
     create.add_argument("--oracle", choices=tuple(_ORACLES), help="frequency oracle (histogram; default auto)")
-    create.add_argument("--max-payload-bits", type=_positive_int, help="bit cap per report (histogram)")
+    create.add_argument("--max-payload-bits", type=_uint32, help="bit cap per report (histogram)")
     create.add_argument("--consistency", action="store_true", default=None,
                         help="non-negative estimates summing to n (histogram)")
-    create.add_argument("--windows", type=_positive_int,
+    create.add_argument("--windows", type=_uint32,
                         help="successive rounds compared for anomaly flags (histogram; default 1)")
     create.add_argument("--anomaly-alpha", type=_positive_float,
                         help="family-wise false-flag rate of the anomaly flags, in (0, 1) (histogram; default 0.01)")
-    create.add_argument("--k", type=_positive_int, help="number of clusters (clustering kinds)")
-    create.add_argument("--value-bits", type=_positive_int, help="values are in [0, 2^bits) (heavy_hitters)")
-    create.add_argument("--bits-per-level", type=_positive_int, help="prefix bits per level (heavy_hitters)")
+    create.add_argument("--k", type=_uint32, help="number of clusters (clustering kinds)")
+    create.add_argument("--value-bits", type=_uint32, help="values are in [0, 2^bits) (heavy_hitters)")
+    create.add_argument("--bits-per-level", type=_uint32, help="prefix bits per level (heavy_hitters)")
     create.add_argument("--false-positive-rate", type=_positive_float, help="family-wise rate (heavy_hitters)")
-    create.add_argument("--max-candidates", type=_positive_int, help="prefixes kept per level (heavy_hitters)")
+    create.add_argument("--max-candidates", type=_uint32, help="prefixes kept per level (heavy_hitters)")
     _add_grid_options(create)
     create.add_argument("--budget-policy", choices=tuple(_POLICIES), help="default partition")
-    create.add_argument("--min-reports", type=_positive_int, help="reports a round needs before it can close")
-    create.add_argument("--close-after", type=_positive_int, help="close a round automatically at this many reports")
-    create.add_argument("--round-duration", metavar="SECONDS", type=_positive_float,
+    create.add_argument("--min-reports", type=_uint64, help="reports a round needs before it can close")
+    create.add_argument("--close-after", type=_uint64, help="close a round automatically at this many reports")
+    create.add_argument("--round-duration", metavar="SECONDS", type=_seconds_up_to(_MAX_DURATION_S),
                         help="close a round automatically after this long")
     create.add_argument("--id", help="campaign id (default: assigned by the collector)")
     create.add_argument("--description")
@@ -1159,7 +1206,7 @@ def build_parser() -> argparse.ArgumentParser:
     close = campaign_commands.add_parser("close", help="close a round and run the server step")
     _add_remote(close)
     close.add_argument("campaign_id", metavar="CAMPAIGN_ID")
-    close.add_argument("--round", type=_positive_int, help="the open round (default: the current one)")
+    close.add_argument("--round", type=_uint32, help="the open round (default: the current one)")
     close.add_argument("--json", action="store_true")
     close.set_defaults(handler=_cmd_campaign_close)
 
@@ -1174,7 +1221,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--label-column", metavar="INDEX|last", type=_label_column, help="label column of --data")
     simulate.add_argument("--n", type=_positive_int, help="devices (default 20000, or every point of --data)")
     simulate.add_argument("--d", type=_positive_int, help="dimension (blobs, mixture)")
-    simulate.add_argument("--k", type=_positive_int, help="clusters (blobs, mixture; clustering kinds)")
+    simulate.add_argument("--k", type=_uint32, help="clusters (blobs, mixture; clustering kinds)")
     simulate.add_argument("--epsilon", type=_positive_float, default=2.0, help="per-device budget (default 2)")
     simulate.add_argument("--cells", metavar="M[,M2...]", type=_cells,
                           help="grid cells per dimension (histogram: 16 in 2-D, else the collector's default; "
@@ -1197,7 +1244,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="embedded end-to-end demo over real gRPC, writes a PNG")
     demo.add_argument("--n", type=_positive_int, default=200_000, help="devices (default 200000)")
     demo.add_argument("--dataset", choices=sorted(DATASETS), default="moons")
-    demo.add_argument("--cells", type=_positive_int, default=16, help="grid cells per dimension (default 16)")
+    demo.add_argument("--cells", type=_uint32, default=16, help="grid cells per dimension (default 16)")
     demo.add_argument("--epsilon", type=_positive_float, default=2.0)
     demo.add_argument("--seed", type=_non_negative_int, default=0)
     demo.add_argument("--out", metavar="FILE", default="ldp-demo.png", help="PNG heat map (default ./ldp-demo.png)")
@@ -1211,16 +1258,16 @@ def build_parser() -> argparse.ArgumentParser:
     plot = commands.add_parser("plot", help="PNG of a histogram campaign's estimates or a grid campaign's clusters")
     _add_remote(plot)
     plot.add_argument("campaign_id", metavar="CAMPAIGN_ID")
-    plot.add_argument("--round", type=_positive_int,
+    plot.add_argument("--round", type=_uint32,
                       help="round (histogram; default: the latest with estimates)")
     plot.add_argument("--out", metavar="FILE", help="default CAMPAIGN_ID.png")
     plot.set_defaults(handler=_cmd_plot)
     return parser
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
+def _one_line(error: BaseException | str) -> str:
+    text = " ".join(str(error).split())
+    return text or type(error).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1231,8 +1278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except UsageError as exc:
-        parser.print_usage(sys.stderr)
-        sys.stderr.write(f"{_PROG}: error: {exc}\n")
+        command = [_PROG, args.command, getattr(args, "campaign_command", None)]
+        sys.stderr.write(_usage_error(" ".join(c for c in command if c), str(exc)))
         return 2
     except KeyboardInterrupt:
         sys.stderr.write(f"{_PROG}: interrupted\n")

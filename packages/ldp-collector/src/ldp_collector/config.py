@@ -10,6 +10,14 @@ Environment variables are ``LDP_`` plus the upper-cased key (``LDP_LISTEN``, ``L
 ``LDP_OPERATOR_TOKEN``, ``LDP_METRICS_PORT`` ...). Lists (``device_tokens``) are comma-separated
 there, booleans are ``1/0``, ``true/false``, ``yes/no`` or ``on/off``.
 
+The configuration owns the ``LDP_`` prefix: any other ``LDP_*`` variable is an error, like an
+unknown key in the file, so a mistyped ``LDP_OPERATOR_TOKN`` cannot leave the server running
+without the token it was meant to have. Two exceptions, so that the environment of an operator or
+a CI run does not stop ``serve``: ``LDP_COLLECTOR`` (the address the ``campaign`` commands call)
+and the ``LDP_TEST_*`` namespace, reserved for the test suite's and the benchmarks' knobs
+(``LDP_TEST_POSTGRES_URL``, ``LDP_TEST_FUZZ_EXAMPLES`` ...); no configuration key starts with
+``test_``.
+
 Secrets: ``operator_token`` and ``device_tokens`` may instead be read from files
 (``operator_token_file``, ``device_tokens_file``: one token per line), which keeps them out of
 the TOML file and the process environment.
@@ -18,20 +26,29 @@ the TOML file and the process environment.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomllib  # the collector requires Python 3.11+
 
-__all__ = ["DEFAULT_CONFIG_FILE", "CollectorConfig", "ConfigError", "is_loopback", "load_config", "split_listen"]
+__all__ = ["DEFAULT_CONFIG_FILE", "NON_CONFIG_VARIABLES", "TEST_VARIABLE_PREFIX", "CollectorConfig", "ConfigError",
+           "config_variables", "is_loopback", "load_config", "split_listen"]
 
 #: Read by :func:`load_config` when no path is given and the file exists.
 DEFAULT_CONFIG_FILE = "ldp-collector.toml"
 _ENV_PREFIX = "LDP_"
+#: ``LDP_*`` variables that are not ``serve``'s configuration: the ``campaign``/``plot`` commands'
+#: collector address.
+NON_CONFIG_VARIABLES = frozenset({"LDP_COLLECTOR"})
+#: Reserved for the test suite and the benchmarks; never configuration, ignored by :func:`load_config`.
+TEST_VARIABLE_PREFIX = "LDP_TEST_"
+#: Keys the file and the environment may set beyond the dataclass fields.
+_FILE_ONLY_KEYS = ("operator_token_file", "device_tokens_file")
 _LOG_FORMATS = ("auto", "json", "text")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _MAX_TOKEN = 4096
@@ -293,7 +310,9 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
         TOML file. ``None``: ``./ldp-collector.toml`` if it exists, else no file. A given path that
         does not exist is an error.
     env : mapping, optional
-        The environment to read ``LDP_*`` variables from (default ``os.environ``).
+        The environment to read ``LDP_*`` variables from (default ``os.environ``). Every ``LDP_*``
+        name in it must be a configuration variable (:func:`config_variables`), one of
+        :data:`NON_CONFIG_VARIABLES` or start with :data:`TEST_VARIABLE_PREFIX`.
     overrides : mapping, optional
         Final values by key (``None`` values are ignored), e.g. from command-line flags.
 
@@ -304,18 +323,28 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
     Raises
     ------
     ConfigError
-        Unknown key, wrong type or out-of-range value, unreadable file; the message names the key.
+        Unknown key or ``LDP_*`` variable (with the nearest known name), wrong type or out-of-range
+        value, unreadable or non-UTF-8 file; the message names the key, variable or file.
     """
     known = {f.name: f for f in dataclasses.fields(CollectorConfig)}
-    file_keys = set(known) | {"operator_token_file", "device_tokens_file"}
+    file_keys = set(known) | set(_FILE_ONLY_KEYS)
     values: dict[str, Any] = {}
+
+    environ = os.environ if env is None else env
+    # The environment is checked first: a mistyped variable is reported even when the file is bad too.
+    variables = config_variables()
+    unknown = [name for name in sorted(environ) if name.startswith(_ENV_PREFIX) and name not in variables
+               and name not in NON_CONFIG_VARIABLES and not name.startswith(TEST_VARIABLE_PREFIX)]
+    if unknown:
+        raise ConfigError(_unknown("environment variable", unknown, variables | NON_CONFIG_VARIABLES, _ENV_PREFIX)
+                          + f"; {_ENV_PREFIX}* variables set the configuration keys ({_ENV_PREFIX}LISTEN, "
+                          f"{_ENV_PREFIX}DATA_DIR ...), {TEST_VARIABLE_PREFIX}* is left to the test suite")
 
     if path is None and Path(DEFAULT_CONFIG_FILE).is_file():
         path = DEFAULT_CONFIG_FILE
     if path is not None:
         values.update(_read_toml(Path(path), file_keys))
 
-    environ = os.environ if env is None else env
     for key in sorted(file_keys):
         name = _ENV_PREFIX + key.upper()
         if name in environ:
@@ -323,7 +352,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
 
     for key, value in (overrides or {}).items():
         if key not in file_keys:
-            raise ConfigError(f"unknown configuration key {key!r}")
+            raise ConfigError(_unknown("configuration key", [key], file_keys))
         if value is not None:
             values[key] = value
 
@@ -346,6 +375,26 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
         raise ConfigError(str(exc)) from exc
 
 
+def config_variables() -> frozenset[str]:
+    """Every environment variable :func:`load_config` reads: ``LDP_`` + each upper-cased key."""
+    keys = [f.name for f in dataclasses.fields(CollectorConfig)] + list(_FILE_ONLY_KEYS)
+    return frozenset(_ENV_PREFIX + key.upper() for key in keys)
+
+
+def _unknown(what: str, names: Iterable[str], known: Iterable[str], prefix: str = "") -> str:
+    """``unknown <what> X (did you mean Y?)``: one line, the nearest known name for each.
+
+    Names are compared without ``prefix``, which they all share and which would otherwise make
+    any two of them look alike, and without case (``LDP_data_dir`` is ``LDP_DATA_DIR``).
+    """
+    by_stem = {name.removeprefix(prefix).casefold(): name for name in known}
+    parts = []
+    for name in names:
+        close = difflib.get_close_matches(name.removeprefix(prefix).casefold(), sorted(by_stem), n=1)
+        parts.append(f"{name} (did you mean {by_stem[close[0]]}?)" if close else name)
+    return f"unknown {what}{'s' if len(parts) > 1 else ''} {', '.join(parts)}"
+
+
 def _read_toml(path: Path, keys: set[str]) -> dict[str, Any]:
     try:
         with path.open("rb") as f:
@@ -354,6 +403,9 @@ def _read_toml(path: Path, keys: set[str]) -> dict[str, Any]:
         raise ConfigError(f"configuration file {str(path)!r} does not exist") from None
     except OSError as exc:
         raise ConfigError(f"cannot read configuration file {str(path)!r}: {exc}") from exc
+    except UnicodeDecodeError as exc:  # tomllib decodes the whole file first: TOML is UTF-8
+        raise ConfigError(f"configuration file {str(path)!r} is not UTF-8 text (TOML is UTF-8): "
+                          f"{exc.reason} at byte {exc.start}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"configuration file {str(path)!r} is not valid TOML: {exc}") from exc
     table = data.pop("collector", {})
@@ -362,7 +414,7 @@ def _read_toml(path: Path, keys: set[str]) -> dict[str, Any]:
     merged = {**data, **table}
     unknown = sorted(set(merged) - keys)
     if unknown:
-        raise ConfigError(f"{path}: unknown configuration key(s) {unknown}; known: {sorted(keys)}")
+        raise ConfigError(f"{path}: {_unknown('configuration key', unknown, keys)}")
     return merged
 
 
@@ -373,6 +425,8 @@ def _read_tokens(key: str, file: Any) -> list[str]:
         text = Path(file).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{key}: cannot read {file!r}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{key}: {file!r} is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 

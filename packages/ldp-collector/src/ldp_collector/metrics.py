@@ -44,6 +44,8 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from .binding import bind_error
+
 __all__ = ["CollectorMetrics", "MetricsServer", "start_metrics_server"]
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -118,6 +120,16 @@ class MetricsServer:
 
 
 def start_metrics_server(metrics: CollectorMetrics, port: int, host: str = "127.0.0.1") -> MetricsServer:
-    """Serve ``metrics`` at ``http://host:port/metrics`` (port 0 picks a free port)."""
-    httpd, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    """Serve ``metrics`` at ``http://host:port/metrics`` (port 0 picks a free port).
+
+    Raises
+    ------
+    OSError
+        The address cannot be bound; the message names it (``cannot serve metrics on ...``).
+    """
+    try:
+        httpd, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    except OSError as exc:
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise bind_error("cannot serve metrics on", address, exc) from exc
     return MetricsServer(host=host, port=int(httpd.server_address[1]), httpd=httpd, thread=thread)

@@ -65,6 +65,7 @@ from ldp_client import serde
 from ldp_client.errors import LdpError, ProtocolError
 from ldp_client.report import MAX_REQUEST_ID, ReportColumns, unpack_batch_columns
 
+from .binding import reserve_address
 from .config import CollectorConfig, split_listen
 from .core import Collector
 from .defences import EnrolmentAuthority, EnrolmentLimiter, peer_address
@@ -904,6 +905,8 @@ class _Runtime:
     _stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     _grace: float | None = None
     _closed: bool = False
+    #: The start completed; a failed start's cleanup logs no "shutting down" for a server that never served.
+    _serving: bool = False
 
     async def start(self) -> None:
         config = self.config
@@ -948,8 +951,10 @@ class _Runtime:
             (DEVICE_SERVICE, OPERATOR_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
              reflection.SERVICE_NAME), server)
 
-        host, _ = split_listen(config.listen)
+        host, listen_port = split_listen(config.listen)
         credentials = _credentials(config)
+        if listen_port:  # a taken port, said in words before gRPC tries ("Failed to bind")
+            reserve_address(config.listen, reuse_port=config.reuse_port).close()
         try:
             if credentials is None:
                 port = server.add_insecure_port(config.listen)
@@ -960,13 +965,14 @@ class _Runtime:
         if port == 0:
             raise OSError(f"cannot listen on {config.listen}")
         self.port = port
+        if config.metrics_port:  # before serving: a metrics port that cannot be bound stops the start
+            self.metrics_server = start_metrics_server(self.metrics, config.metrics_port, config.metrics_host)
         await server.start()
         for service in ("", DEVICE_SERVICE, OPERATOR_SERVICE):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if self.run_tick:
             self._tick = asyncio.create_task(self._tick_loop(), name="ldp-collector-tick")
-        if config.metrics_port:
-            self.metrics_server = start_metrics_server(self.metrics, config.metrics_port, config.metrics_host)
+        self._serving = True
         if not config.operator_token:
             log.warning("no operator token configured: operator calls are unauthenticated (listening on %s)",
                         config.listen)
@@ -1009,7 +1015,8 @@ class _Runtime:
             return
         self._closed = True
         grace = self.config.grace_period_s if grace is None else grace
-        log.info("collector shutting down", extra={"grace_s": grace})
+        if self._serving:
+            log.info("collector shutting down", extra={"grace_s": grace})
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         self._stopping.set()
@@ -1024,7 +1031,8 @@ class _Runtime:
         await asyncio.to_thread(self.store.close)
         if self.metrics_server is not None:
             self.metrics_server.close()
-        log.info("collector stopped")
+        if self._serving:
+            log.info("collector stopped")
 
 
 def _build(config: CollectorConfig, store: ReportStore | None, *, tick: bool = True) -> _Runtime:

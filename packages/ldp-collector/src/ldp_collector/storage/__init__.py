@@ -69,6 +69,8 @@ def open_store(location: str | os.PathLike[str]) -> ReportStore:
         The PostgreSQL server cannot be reached.
     SchemaVersionError
         The database was written by a newer ldp-collector.
+    CollectorError
+        The SQLite database file cannot be opened (not a database, unreadable); the message names it.
     """
     if not isinstance(location, str):
         return SqliteReportStore(os.fspath(location))

@@ -385,6 +385,9 @@ class SqliteReportStore(ReportStore):
         ``data_dir`` exists and is not a directory.
     SchemaVersionError
         The database was written by a newer ldp-collector.
+    CollectorError
+        The database file cannot be opened as one: not an SQLite database, unreadable, or locked
+        by another process beyond the busy timeout (the message names the file).
 
     Notes
     -----
@@ -408,7 +411,10 @@ class SqliteReportStore(ReportStore):
         self._pending = 0
         self._idle_readers: list[sqlite3.Connection] = []
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._writer = self._connect()
+        try:
+            self._writer = self._connect()
+        except sqlite3.Error as exc:
+            raise self._open_error(exc) from exc
         try:
             self._writer.execute(f"PRAGMA page_size = {_PAGE_SIZE}")  # no effect on an existing database
             mode = _retry_when_locked(lambda: self._writer.execute("PRAGMA journal_mode = WAL").fetchone()[0])
@@ -418,8 +424,10 @@ class SqliteReportStore(ReportStore):
             self._writer.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
             self._writer.execute(f"PRAGMA wal_autocheckpoint = {_WAL_AUTOCHECKPOINT_PAGES}")
             _retry_when_locked(lambda: apply_migrations(self._writer, where=str(self._path)))
-        except BaseException:
+        except BaseException as exc:
             self._writer.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self._open_error(exc) from exc
             raise
         self._thread = threading.Thread(target=self._writer_main, name="ldp-store-writer", daemon=True)
         self._thread.start()
@@ -437,6 +445,10 @@ class SqliteReportStore(ReportStore):
 
     def __repr__(self) -> str:
         return f"SqliteReportStore({str(self._path.parent)!r}{', closed' if self._closed else ''})"
+
+    def _open_error(self, exc: sqlite3.Error) -> CollectorError:
+        """One line naming the database file: ``cannot open the report store '...': file is not a database``."""
+        return CollectorError(f"cannot open the report store {str(self._path)!r}: {exc}")
 
     # -- connections ---------------------------------------------------------------------------------
     def _connect(self, *, read_only: bool = False) -> sqlite3.Connection:
