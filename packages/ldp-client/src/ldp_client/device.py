@@ -406,7 +406,7 @@ class Device:
                 report_id = (self._memo.report_id(campaign, round_) if self._memo is not None
                              else new_report_id(self._rng))
             used = ledger._by_id.get(report_id)
-            if used is not None or outbox.get(report_id) is not None:
+            if used is not None or report_id in outbox.report_ids():  # the names: no file is read
                 where = "a stored report" if used is None else f"campaign {used.campaign_id!r} round {used.round}"
                 raise ProtocolError(f"report id {report_id.hex()} for campaign {campaign!r} round {round_} is already "
                                     f"used by {where}: a report id is never reused")
