@@ -190,13 +190,13 @@ class Report:
     @classmethod
     def unpack(cls, data: bytes) -> Report:
         """Inverse of :meth:`pack`; malformed bytes raise :class:`ProtocolError`."""
-        return cls.from_wire(_unpackb(_as_bytes(data, "packed report"), "packed report", reports=1))
+        return cls.from_wire(_unpackb(_as_bytes(data, "packed report"), "packed report"))
 
 
 class _ContainerBudget:
     """The ``list_hook``/``object_hook`` of a bounded decode: counts the arrays and maps built and
-    stops the decode beyond ``limit`` (``msgpack`` builds each one before handing it over, so the
-    count bounds what a hostile document makes it allocate, nesting included)."""
+    stops the decode beyond ``left`` more (``msgpack`` builds each one before handing it over, so
+    the count bounds what a hostile document makes it allocate, nesting included)."""
 
     __slots__ = ("left",)
 
@@ -206,8 +206,15 @@ class _ContainerBudget:
     def __call__(self, container: Any) -> Any:
         self.left -= 1
         if self.left < 0:
-            raise ProtocolError("too many nested arrays or maps for the reports it declares")
+            raise ProtocolError(f"a report holds at most {MAX_CONTAINERS_PER_REPORT} arrays or maps")
         return container
+
+
+#: ``msgpack`` limits of every decode of reports: the longest string, binary string, array and map of
+#: a legal batch, and no extension types.
+_LIMITS: dict[str, Any] = {
+    "raw": False, "strict_map_key": True, "max_str_len": _MAX_STRING_BYTES, "max_bin_len": _MAX_BINARY_BYTES,
+    "max_array_len": _MAX_ARRAY, "max_map_len": _MAX_MAP, "max_ext_len": 0}
 
 
 def _as_bytes(data: Any, what: str) -> bytes:
@@ -218,18 +225,19 @@ def _as_bytes(data: Any, what: str) -> bytes:
     return bytes(data)
 
 
-def _unpackb(data: bytes, what: str, *, reports: int) -> Any:
-    """Decode a msgpack document holding at most ``reports`` reports, within the module's limits."""
-    budget = _ContainerBudget(2 + MAX_CONTAINERS_PER_REPORT * reports)
+def _unpackb(data: bytes, what: str) -> Any:
+    """Decode a msgpack document holding one report's worth of arrays, within the module's limits."""
+    budget = _ContainerBudget(2 + MAX_CONTAINERS_PER_REPORT)
     try:
         check_msgpack_complete(data)
-        return msgpack.unpackb(data, raw=False, strict_map_key=True, list_hook=budget, object_hook=budget,
-                               max_str_len=_MAX_STRING_BYTES, max_bin_len=_MAX_BINARY_BYTES,
-                               max_array_len=_MAX_ARRAY, max_map_len=_MAX_MAP, max_ext_len=0)
-    except ProtocolError as exc:
-        raise ProtocolError(f"{what}: {exc}") from None
+        return msgpack.unpackb(data, list_hook=budget, object_hook=budget, **_LIMITS)
+    except ProtocolError as exc:  # the budget ran out
+        problem = f"{what}: {exc}"
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise ProtocolError(f"{what} is not valid msgpack: {exc}") from exc
+    # Raised outside the except block: chained to the budget's error, the new one would keep the
+    # frames of the aborted decode, and the arrays they hold, alive as long as itself.
+    raise ProtocolError(problem)
 
 
 def declared_batch_size(data: bytes) -> int | None:
@@ -255,15 +263,48 @@ def declared_batch_size(data: bytes) -> int | None:
     return count
 
 
-def _unpack_batch_document(data: Any, max_reports: int) -> Any:
-    """The decoded batch document; its declared report count is checked against ``max_reports``
-    before anything else is decoded."""
+def _unpack_batch_items(data: Any, max_reports: int) -> tuple[str, Sequence[Any]]:
+    """The request id and the report items of a packed batch, decoded report by report.
+
+    The declared report count is checked against ``max_reports`` before anything else. Each report
+    is first skipped over (which builds nothing) and only then decoded, with its own budget of
+    :data:`MAX_CONTAINERS_PER_REPORT` arrays: every array it declares is then backed by bytes, and
+    a report nested a thousand deep is refused after a few dozen arrays. Report by report, no
+    single ``msgpack`` call runs long, so the thread decoding gives up the GIL often.
+    """
     packed = _as_bytes(data, "packed batch")
     declared = declared_batch_size(packed)
-    if declared is not None and declared > max_reports:
+    if declared is None:  # not batch-shaped: decoded whole, with one report's budget, to say why
+        return _batch_items(_unpackb(packed, "packed batch"))
+    if declared > max_reports:
         raise ProtocolError(f"packed batch: a batch holds at most {max_reports} reports, got {declared}")
-    # Not batch-shaped: decoded with the budget of one report, enough for _batch_items to say why.
-    return _unpackb(packed, "packed batch", reports=1 if declared is None else declared)
+    budget = _ContainerBudget(0)
+    checker = msgpack.Unpacker(max_buffer_size=len(packed))
+    unpacker = msgpack.Unpacker(max_buffer_size=len(packed), list_hook=budget, object_hook=budget, **_LIMITS)
+    try:
+        checker.feed(packed)
+        unpacker.feed(packed)
+        for reader in (checker, unpacker):  # past the array header and the version
+            reader.read_array_header()
+            reader.skip()
+        checker.skip()
+        request_id = unpacker.unpack()  # a string: declared_batch_size read it
+        for reader in (checker, unpacker):
+            reader.read_array_header()
+        items = []
+        for _ in range(declared):
+            checker.skip()  # raises OutOfData, without building anything, when the report is cut short
+            budget.left = MAX_CONTAINERS_PER_REPORT
+            items.append(unpacker.unpack())
+        if unpacker.tell() != len(packed):
+            raise msgpack.ExtraData(None, packed[unpacker.tell():])
+    except ProtocolError as exc:  # a report's budget ran out
+        problem = f"packed batch: {exc}"
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise ProtocolError(f"packed batch is not valid msgpack: {exc}") from exc
+    else:
+        return _batch_items([_FORMAT, request_id, items])
+    raise ProtocolError(problem)  # outside the except block: see _unpackb
 
 
 def pack_batch(request_id: str, reports: Sequence[Report]) -> bytes:
@@ -292,13 +333,13 @@ def unpack_batch(data: bytes, *, max_reports: int = MAX_BATCH_REPORTS) -> tuple[
     """Unpack a batch; a malformed *report* comes back as its :class:`ProtocolError` (partial success),
     a malformed *batch* raises one, and so does a batch declaring more than ``max_reports`` reports
     (checked before any report is decoded)."""
-    request_id, items = _batch_items(_unpack_batch_document(data, max_reports))
+    request_id, items = _unpack_batch_items(data, max_reports)
     out: list[Report | ProtocolError] = []
     for i, item in enumerate(items):
         try:
             out.append(Report.from_wire(item, f"reports[{i}]"))
         except ProtocolError as exc:
-            out.append(exc)
+            out.append(exc.detached())
     return request_id, out
 
 
@@ -439,10 +480,14 @@ _EMPTY_COLUMNS = ReportColumns(report_ids=(), campaign_ids=(), rounds=(), groups
 
 
 def _decoded_payload_lists(payloads: Sequence[Any]) -> bool:
-    """Whether every wire payload list holds only indexes and bits, which decode to themselves."""
+    """Whether every wire payload list holds 1 to ``MAX_COMPONENTS`` indexes and bits, which decode
+    to themselves."""
     if set(map(type, payloads)) != {list}:
         return False
-    flat = [p[0] for p in payloads] if set(map(len, payloads)) == {1} else list(itertools.chain.from_iterable(payloads))
+    counts = set(map(len, payloads))
+    if min(counts) < 1 or max(counts) > MAX_COMPONENTS:  # checked before the payloads are looked at
+        return False
+    flat = [p[0] for p in payloads] if counts == {1} else list(itertools.chain.from_iterable(payloads))
     kinds = set(map(type, flat))
     if not kinds <= {int, bytes}:
         return False
@@ -487,7 +532,7 @@ def _columns_of_items(items: Sequence[Any]) -> ReportColumns:
             try:
                 report = Report.from_wire(item, f"reports[{i}]")
             except ProtocolError as exc:
-                errors[i] = exc
+                errors[i] = exc.detached()
                 report_id, campaign_id, round_, group, item_payloads = b"", "", 0, 0, ()
             else:
                 report_id, campaign_id, round_, group, item_payloads = (
@@ -510,7 +555,7 @@ def unpack_batch_columns(data: bytes, *, max_reports: int = MAX_BATCH_REPORTS) -
     :meth:`Report.from_wire` for the reports it does not cover. A malformed *batch* raises
     :class:`ProtocolError`, as does one declaring more than ``max_reports`` reports.
     """
-    request_id, items = _batch_items(_unpack_batch_document(data, max_reports))
+    request_id, items = _unpack_batch_items(data, max_reports)
     return request_id, _columns_of_items(items)
 
 

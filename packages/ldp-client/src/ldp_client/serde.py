@@ -361,7 +361,7 @@ def report_columns_from_proto(messages: Sequence[reports_pb2.Report], *, where: 
         try:
             report = report_from_proto(message, where=f"{where}[{i}]")
         except ProtocolError as exc:
-            errors[i] = exc
+            errors[i] = exc.detached()
             rows.append((b"", "", 0, 0, ()))  # ReportColumns' placeholders
         else:
             rows.append((report.report_id, report.campaign_id, report.round, report.group, report.payloads))

@@ -183,10 +183,17 @@ class _WorkerPool:
     jobs, ``threads`` at a time, at the recent job duration (moving average), clamped to
     [:data:`_MIN_RETRY_S`, :data:`_MAX_RETRY_S`]. A fixed delay would either bring refused clients
     back into a still-full queue or leave the workers idle while every client waits.
+
+    Jobs decode their request with :meth:`decode`, on one decoder thread shared by all of them:
+    decoding holds the GIL, so a second decoder would add no throughput, only the memory of another
+    half-decoded request (10 to 20 times its bytes for hostile ones) and one more thread for the
+    event loop to share the GIL with; and a request decoded on any of the worker threads would
+    leave its peak in that thread's malloc arena, so the process would hold the peak once a thread.
     """
 
     def __init__(self, threads: int, max_queued: int, metrics: CollectorMetrics, max_queued_bytes: int = 0) -> None:
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ldp-handler")
+        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ldp-decoder")
         self._threads = threads
         self._max_queued = max_queued
         self._max_bytes = max_queued_bytes
@@ -195,6 +202,15 @@ class _WorkerPool:
         self._queued = 0
         self._queued_bytes = 0
         self._job_seconds = 0.05  # moving average of the job duration
+
+    def decode(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the decoder thread (call it from a job: it waits for its turn)."""
+        return self._decoder.submit(fn).result()
+
+    def close(self) -> None:
+        """Wait for the running and queued jobs, then stop the threads."""
+        self.executor.shutdown(wait=True)
+        self._decoder.shutdown(wait=True)  # after the jobs, which may still be waiting for it
 
     def retry_after(self) -> float:
         """Seconds until the current queue has drained (the RetryInfo of a shed call)."""
@@ -241,7 +257,13 @@ class _WorkerPool:
                 self._queued_bytes -= size
             self._metrics.calls_in_flight.dec()
             raise OverloadedError("the collector is shutting down", retry_after=1.0) from None
-        return await future
+        try:
+            return await future
+        finally:
+            # A failed job's error is kept by the future, and its traceback holds this frame: without
+            # this, frame -> future -> error -> frame is a cycle that keeps the job (and its request)
+            # alive until the garbage collector runs.
+            del future
 
 
 # -- servicers ----------------------------------------------------------------------------------
@@ -473,14 +495,19 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
             raise _FieldError("reports", f"a batch holds at most {self._max_batch} reports, got more")
         assign = self._assign_for(context)
 
-        def job() -> service_pb2.SubmitReportsResponse:
+        def decode() -> tuple[str, ReportColumns, Sequence[bytes]]:
+            # The parsed message is dropped on return: it takes up to 10 times the request's bytes.
             request = _parse(service_pb2.SubmitReportsRequest, data)
             _check_request_id(request.request_id)
-            self._metrics.batch_reports.labels(api="reports").observe(len(request.reports))
             items = serde.report_columns_from_proto(request.reports)
             # Outcomes echo the id each report was sent with, also for the malformed ones.
             ids = items.report_ids if not items.errors else [r.report_id for r in request.reports]
-            return self._submit(request.request_id, items, ids, assign)
+            return request.request_id, items, ids
+
+        def job() -> service_pb2.SubmitReportsResponse:
+            request_id, items, ids = self._pool.decode(decode)
+            self._metrics.batch_reports.labels(api="reports").observe(len(items))
+            return self._submit(request_id, items, ids, assign)
 
         return await self._run_charged(context, count, len(data), job)
 
@@ -490,14 +517,15 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
         if request.request_id:
             _check_request_id(request.request_id)
 
-        declared = declared_batch_size(request.packed)
+        packed = request.packed  # each read of the field copies it
+        declared = declared_batch_size(packed)
         if declared is not None:  # refuse a huge batch before decoding any of it
             _check_batch_size(declared, self._max_batch, "packed")
         assign = self._assign_for(context)
 
         def job() -> service_pb2.SubmitReportsResponse:
             try:
-                request_id, items = unpack_batch_columns(request.packed, max_reports=self._max_batch)
+                request_id, items = self._pool.decode(lambda: unpack_batch_columns(packed, max_reports=self._max_batch))
             except (ProtocolError, TypeError) as exc:
                 raise _FieldError("packed", str(exc)) from exc
             if request.request_id and request.request_id != request_id:
@@ -506,7 +534,7 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
             self._metrics.batch_reports.labels(api="packed").observe(len(items))
             return self._submit(request_id, items, items.report_ids, assign)  # b"" for a malformed report
 
-        return await self._run_charged(context, declared or 1, len(request.packed), job)
+        return await self._run_charged(context, declared or 1, len(packed), job)
 
     async def GetResult(self, request: service_pb2.GetResultRequest,
                         context: Context) -> service_pb2.GetResultResponse:
@@ -634,11 +662,18 @@ def _parse(request_type: type[Req], data: bytes) -> Req:
         raise _FieldError("", f"malformed {request_type.DESCRIPTOR.full_name}: {exc}") from exc
 
 
-async def _fail(context: Context, exc: BaseException, method: str) -> NoReturn:
+def _failure(exc: BaseException, method: str) -> status_pb2.Status:
+    """The status a failed call answers; unexpected errors are logged with their traceback."""
     if _code_name(exc) == "INTERNAL":
         log.error("%s failed", method, exc_info=exc, extra={"method": method})
-    await _abort(context, status_for_error(exc))
+    return status_for_error(exc)
 
+
+# Aborting a call raises an AbortError that gRPC keeps in a reference cycle with the handler's
+# frame until the garbage collector runs. The handlers below therefore abort outside their except
+# block (so the error, whose traceback holds the frames that saw the request, is not chained to
+# it) and after dropping the request's bytes: a flood of refused requests of megabytes each must
+# not stay in memory until a collection.
 
 def _unary_handler(method: str, behavior: Callable[[Any, Context], Awaitable[Resp]], request_type: type[Req] | None,
                    metrics: CollectorMetrics) -> grpc.RpcMethodHandler[Any, Any]:
@@ -648,12 +683,15 @@ def _unary_handler(method: str, behavior: Callable[[Any, Context], Awaitable[Res
         start = time.perf_counter()
         code = "OK"
         try:
-            return await behavior(data if request_type is None else _parse(request_type, data), context)
-        except Exception as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            code = _code_name(exc)
-            await _fail(context, exc, method)
+            try:
+                return await behavior(data if request_type is None else _parse(request_type, data), context)
+            except Exception as exc:
+                if isinstance(exc, grpc.aio.AbortError):
+                    raise
+                code = _code_name(exc)
+                status = _failure(exc, method)
+            del data
+            await _abort(context, status)
         except asyncio.CancelledError:
             code = "CANCELLED"
             raise
@@ -670,13 +708,17 @@ def _stream_handler(method: str, behavior: Callable[[Req, Context], AsyncIterato
         start = time.perf_counter()
         code = "OK"
         try:
-            async for item in behavior(_parse(request_type, data), context):
-                yield item
-        except Exception as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            code = _code_name(exc)
-            await _fail(context, exc, method)
+            try:
+                async for item in behavior(_parse(request_type, data), context):
+                    yield item
+                return
+            except Exception as exc:
+                if isinstance(exc, grpc.aio.AbortError):
+                    raise
+                code = _code_name(exc)
+                status = _failure(exc, method)
+            del data
+            await _abort(context, status)
         except (asyncio.CancelledError, GeneratorExit):
             code = "CANCELLED"
             raise
@@ -771,18 +813,31 @@ class UndecodableRequestInterceptor(_ServerInterceptor):
         method, parse = handler_call_details.method, handler.request_deserializer
         refusals, metrics = self._refusals, self._metrics
 
-        async def decode(data: bytes, context: Context) -> Any:
+        def decode(data: bytes) -> tuple[Any, status_pb2.Status | None]:
+            """The parsed request, or the status refusing it (the caller aborts: see ``_unary_handler``)."""
             try:
-                return parse(data)
+                return parse(data), None
             except Exception as exc:  # the protobuf parser's DecodeError, or whatever a custom one raises
-                refusals.note(method, f"malformed request: {exc}")
-                metrics.rpcs.labels(method=method.lstrip("/"), code="INVALID_ARGUMENT").inc()
-                await _abort(context, status_for_error(_FieldError("", f"malformed request: {exc}")))
+                problem = f"malformed request: {exc}"
+            refusals.note(method, problem)
+            metrics.rpcs.labels(method=method.lstrip("/"), code="INVALID_ARGUMENT").inc()
+            return None, status_for_error(_FieldError("", problem))
+
+        async def decode_one(data: bytes, context: Context) -> Any:
+            request, refused = decode(data)
+            del data
+            if refused is not None:
+                await _abort(context, refused)
+            return request
 
         async def decode_stream(raw: AsyncIterator[bytes], context: Context) -> AsyncIterator[Any]:
             async def requests() -> AsyncIterator[Any]:
                 async for data in raw:
-                    yield await decode(data, context)
+                    request, refused = decode(data)
+                    del data
+                    if refused is not None:
+                        await _abort(context, refused)
+                    yield request
 
             return requests()
 
@@ -791,7 +846,7 @@ class UndecodableRequestInterceptor(_ServerInterceptor):
         if handler.request_streaming:
             inner, prepare = handler.stream_stream or handler.stream_unary, decode_stream
         else:
-            inner, prepare = handler.unary_stream or handler.unary_unary, decode
+            inner, prepare = handler.unary_stream or handler.unary_unary, decode_one
         behavior = _with_request(inner, prepare)
         if handler.request_streaming and handler.response_streaming:
             return grpc.stream_stream_rpc_method_handler(behavior, response_serializer=serialize)
@@ -807,13 +862,17 @@ def _with_request(inner: Any, prepare: Callable[[Any, Context], Awaitable[Any]])
     an async generator when it is one, else a coroutine (which may write with ``context.write``)."""
     if inspect.isasyncgenfunction(inner):
         async def generator(request: Any, context: Context) -> AsyncIterator[Any]:
-            async for item in inner(await prepare(request, context), context):
+            prepared = prepare(request, context)
+            del request  # not held by this frame while ``prepare`` may abort the call
+            async for item in inner(await prepared, context):
                 yield item
 
         return generator
 
     async def coroutine(request: Any, context: Context) -> Any:
-        return await inner(await prepare(request, context), context)
+        prepared = prepare(request, context)
+        del request  # not held by this frame while ``prepare`` may abort the call
+        return await inner(await prepared, context)
 
     return coroutine
 
@@ -1004,6 +1063,11 @@ def _server_options(config: CollectorConfig) -> list[tuple[str, Any]]:
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
         ("grpc.http2.max_ping_strikes", 2),
         ("grpc.so_reuseport", 1 if config.reuse_port else 0),
+        # gRPC buffers a whole message before it checks its size against the receive limit
+        # (grpc/grpc#43012), and with bandwidth-delay probing a connection's flow-control windows
+        # grow to megabytes, so a peer could park a message of tens of megabytes in memory on every
+        # stream. Without probing, a stream's window is the message being read, at most the limit.
+        ("grpc.http2.bdp_probe", 0),
     ]
 
 
@@ -1158,7 +1222,7 @@ class _Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._tick
         if self._pool is not None:
-            await asyncio.to_thread(self._pool.executor.shutdown, True)
+            await asyncio.to_thread(self._pool.close)
         await asyncio.to_thread(self.store.close)
         if self.metrics_server is not None:
             self.metrics_server.close()
