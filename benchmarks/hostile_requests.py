@@ -340,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
                       and set(p["honest"]["codes"]) == {"OK"}}
               for phase, p in phases.items()}
     result = {
-        "command": "python benchmarks/hostile_requests.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "command": shlex.join(["python", "benchmarks/hostile_requests.py",
+                               *(argv if argv is not None else sys.argv[1:])]),
         "receive_limit_bytes": MAX_BATCH_BYTES, "seconds_per_phase": args.seconds, "copies": args.copies,
         "honest_batch": args.honest_batch, "cpus": os.cpu_count(), "load_average_end": os.getloadavg(),
         "phases": phases, "rss_after_attacks_mib": round(rss_after / 2**20, 1),
