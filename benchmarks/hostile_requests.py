@@ -60,7 +60,7 @@ from overload import RssSampler, create_campaign, report_id, start_server, tree_
 from ldp_client.report import MAX_BATCH_BYTES
 
 #: Sizes of issue 15's attacks.
-DEEP_BYTES, DEEP_REPORTS, DEEP_NESTING = 10_000_000, 9_999, 1_000
+DEEP_REPORTS, DEEP_NESTING = 9_999, 1_000
 EMPTY_REPORTS = 15_000_000
 PAYLOAD_LIST_BYTES, PAYLOAD_LIST_ENTRIES = 10_000_000, 2_000
 #: Room left below the receive limit for the request envelope in the "at the limit" phase.
@@ -89,10 +89,11 @@ def _packed_header(request_id: str, reports: int) -> bytes:
     return b"\x93" + head[1:] + count
 
 
-def deep_request(max_bytes: int) -> bytes:
-    """``SubmitPacked`` of up to 9 999 reports (at most ``max_bytes``), each nested 1 000 arrays deep."""
+def deep_request(max_bytes: int | None = None) -> bytes:
+    """``SubmitPacked`` of 9 999 reports (10 MB), or as many as ``max_bytes`` holds, each nested 1 000
+    arrays deep."""
     item = b"\x91" * DEEP_NESTING + b"\x00"
-    reports = min(DEEP_REPORTS, (max_bytes - _ENVELOPE) // len(item))
+    reports = DEEP_REPORTS if max_bytes is None else min(DEEP_REPORTS, (max_bytes - _ENVELOPE) // len(item))
     return _packed_request(_packed_header("deep", reports) + item * reports)
 
 
@@ -128,7 +129,7 @@ def attack_messages(phase: str, campaign_id: str) -> dict[str, list[tuple[str, b
     packed_lists, reports_lists = payload_list_requests(PAYLOAD_LIST_BYTES if as_issued else MAX_BATCH_BYTES,
                                                         campaign_id)
     return {
-        "deep": [("packed", deep_request(DEEP_BYTES if as_issued else MAX_BATCH_BYTES))],
+        "deep": [("packed", deep_request(None if as_issued else MAX_BATCH_BYTES))],
         "empty": [("reports", empty_reports_request(10**9 if as_issued else MAX_BATCH_BYTES))],
         "payload-lists": [("packed", packed_lists), ("reports", reports_lists)],
     }
