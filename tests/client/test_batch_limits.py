@@ -8,7 +8,6 @@ everything else runs with the SDK alone.
 from __future__ import annotations
 
 import gc
-import importlib.util
 import tracemalloc
 from typing import Any
 
@@ -29,8 +28,12 @@ from ldp_client.report import (
 )
 from ldp_client.spec import MAX_COMPONENTS, MAX_GROUPS
 
-HAS_PROTOBUF = importlib.util.find_spec("google.protobuf") is not None and importlib.util.find_spec("ldp") is not None
-needs_protobuf = pytest.mark.skipif(not HAS_PROTOBUF, reason="needs the [grpc] extra (protobuf and ldp-proto)")
+
+def needs_protobuf() -> None:
+    """Skip the calling test without the [grpc] extra (protobuf and ldp-proto)."""
+    pytest.importorskip("google.protobuf")
+    pytest.importorskip("ldp.v1")
+
 
 DECODERS = [unpack_batch, unpack_batch_columns]
 
@@ -76,8 +79,8 @@ def test_the_declared_count_is_refused_before_any_report_is_read() -> None:
             decode(pack_batch("six", [report(i) for i in range(6)]), max_reports=5)
 
 
-@needs_protobuf
 def test_max_batch_bytes_is_the_largest_batch_of_one_scalar_reports_in_either_encoding() -> None:
+    needs_protobuf()
     from ldp.v1 import service_pb2
     from ldp_client.serde import report_to_proto
 
@@ -131,8 +134,8 @@ def test_a_long_payload_list_is_refused_before_its_payloads_are_decoded() -> Non
         assert reports[1] == report(1)
 
 
-@needs_protobuf
 def test_a_long_payload_list_is_refused_before_its_payloads_are_converted() -> None:
+    needs_protobuf()
     from ldp.v1 import reports_pb2
     from ldp_client.serde import report_columns_from_proto, report_from_proto
 
@@ -178,8 +181,8 @@ def test_decoding_malformed_reports_leaves_no_reference_cycle() -> None:
         assert _cycles_left_by(decode, data) == 0, decode.__name__
 
 
-@needs_protobuf
 def test_converting_malformed_proto_reports_leaves_no_reference_cycle() -> None:
+    needs_protobuf()
     from ldp.v1 import reports_pb2
     from ldp_client.serde import report_columns_from_proto
 
