@@ -27,11 +27,12 @@ reports with larger payloads holds fewer of them (:func:`batch_slices`, which th
 uses to cut its batches). A collector's default receive limit is :data:`MAX_BATCH_BYTES`.
 
 Decoding is bounded before it allocates: the report count a packed batch declares in its header is
-read first and refused beyond the caller's limit; ``msgpack`` then decodes with limits on string,
-binary, array and map lengths taken from the legal report, no extension types, and a budget of
-:data:`MAX_CONTAINERS_PER_REPORT` arrays or maps a declared report -- which also bounds the nesting,
-since each level costs one. A report's payload list longer than :data:`~ldp_client.spec.MAX_COMPONENTS`
-is refused before any payload in it is decoded.
+read first and refused beyond the caller's limit; then report by report, ``msgpack`` skips over the
+report (which builds nothing, and fails on a report cut short) and decodes it, with limits on
+string, binary, array and map lengths taken from the legal report, no extension types, and a budget
+of :data:`MAX_CONTAINERS_PER_REPORT` arrays or maps -- which also bounds its nesting, since each
+level costs one. A report's payload list longer than :data:`~ldp_client.spec.MAX_COMPONENTS` is
+refused before any payload in it is decoded.
 """
 
 from __future__ import annotations

@@ -5,9 +5,12 @@ failure is INVALID_ARGUMENT, never INTERNAL), request-level limits are checked (
 batch size), and one blocking job (proto -> SDK objects, the collector call, which waits on the
 durable group commit, and the response encoding) runs in a bounded worker pool so the event
 loop stays free for other calls. Report batches are decoded column by column
-(:class:`~ldp_client.report.ReportColumns`), never into one object per report. Domain errors map
-to status codes with ``google.rpc.Status`` details (:func:`status_for_error`). This is the only
-collector module that imports ``grpc``.
+(:class:`~ldp_client.report.ReportColumns`), never into one object per report, on one decoder
+thread, and their size is known before: the transport refuses a request beyond
+``max_receive_bytes`` (by default the largest legal batch), a packed batch's declared report count
+and a ``SubmitReports`` request's count (read from the wire; the request is parsed in the pool)
+are checked on the event loop. Domain errors map to status codes with ``google.rpc.Status``
+details (:func:`status_for_error`). This is the only collector module that imports ``grpc``.
 
 Security model
 --------------
