@@ -264,19 +264,24 @@ class RssSampler(threading.Thread):
         self.join()
 
 
-def start_server(data_dir: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(data_dir: Path, args: argparse.Namespace, *,
+                 stderr: Any = subprocess.PIPE) -> tuple[subprocess.Popen[bytes], str]:
+    """``ldp-collector serve`` on a free loopback port with ``args.workers`` processes and, unless
+    ``args.max_queued`` is None, that ``max_queued_calls``; its log (JSON, WARNING and up) goes to
+    ``stderr`` (a pipe by default; pass a file when the server may log more than a pipe holds)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LDP_")}
     paths = [str(REPO / "packages" / p / "src") for p in ("ldp-client", "ldp-proto", "ldp-collector")]
     env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")])
-    env.update({"LDP_MAX_QUEUED_CALLS": str(args.max_queued), "LDP_TICK_INTERVAL_S": "60",
-                "LDP_GRACE_PERIOD_S": "10"})
+    env.update({"LDP_TICK_INTERVAL_S": "60", "LDP_GRACE_PERIOD_S": "10"})
+    if args.max_queued is not None:
+        env["LDP_MAX_QUEUED_CALLS"] = str(args.max_queued)
     proc = subprocess.Popen(
         [sys.executable, "-m", "ldp_collector.cli", "serve", "--listen", f"127.0.0.1:{port}", "--data-dir",
          str(data_dir), "--workers", str(args.workers), "--log-format", "json", "--log-level", "WARNING"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     return proc, f"127.0.0.1:{port}"
 
 

@@ -252,6 +252,18 @@ def test_batches_get_their_own_request_ids_and_duplicates_are_reported(collector
     assert len(fake.stored) == 9
 
 
+def test_batches_are_cut_by_bytes_as_well_as_by_count(collector: tuple[FakeCollector, str]) -> None:
+    # 40 reports of 100 kB: 18 fit into the collector's receive limit (MAX_BATCH_BYTES), in either encoding.
+    fake, target = collector
+    reports = [dataclasses.replace(r, payloads=(bytes([i]) * 100_000,)) for i, r in enumerate(make_reports(40))]
+    with CollectorClient(target) as client:
+        assert [o.status for o in client.submit(reports)] == [OutcomeStatus.ACCEPTED] * 40
+        assert [o.status for o in client.submit_packed(reports)] == [OutcomeStatus.DUPLICATE] * 40
+    assert [(method, n) for method, _, n in fake.calls] == [("SubmitReports", 18), ("SubmitReports", 18),
+                                                             ("SubmitReports", 4), ("SubmitPacked", 18),
+                                                             ("SubmitPacked", 18), ("SubmitPacked", 4)]
+
+
 def test_full_jitter_backoff_without_retry_info(collector: tuple[FakeCollector, str]) -> None:
     fake, target = collector
     fake.failures = [(code_pb2.RESOURCE_EXHAUSTED, "slow down", None)] * 4

@@ -187,7 +187,7 @@ def test_report_round_trip() -> None:
     (lambda m: m.payloads[2].ClearField("hashed"), r"report\.payloads\[2\]: no payload value is set"),
     (lambda m: setattr(m, "report_id", b"short"), r"report: report_id must be 16 bytes"),
     (lambda m: setattr(m, "group", 5000), r"report: group must be in"),
-    (lambda m: m.ClearField("payloads"), r"report: payloads must be a tuple of 1 to"),
+    (lambda m: m.ClearField("payloads"), r"report: payloads must be a list of 1 to"),
     (lambda m: setattr(m, "campaign_id", ""), r"report: campaign_id"),
 ])
 def test_bad_report_raises_protocol_error(mutate: Any, problem: str) -> None:

@@ -639,7 +639,8 @@ def test_unpadded_fakes_show_in_the_round_warnings(tmp_path: Path) -> None:
     rng = SeededRng(32)
     reports += [Report(report_id=rng.token_bytes(16), campaign_id="weights", round=spec.round, group=0,
                        payloads=(fake_bits,)) for _ in range(100)]
-    outcomes = collector.submit("all", reports)
+    # Two batches: a batch holds at most MAX_BATCH_REPORTS (10 000) reports.
+    outcomes = collector.submit("honest", reports[:10_000]) + collector.submit("fakes", reports[10_000:])
     assert all(o == Outcome.ACCEPTED for o, _ in outcomes)  # each one is plausible on its own
     collector.close_round("weights", spec.round)
     estimates = collector.get_estimates("weights", spec.round)

@@ -4,7 +4,7 @@
   decoding and validation as the service (column form and batch-wide fast path); validation raises
   nothing, the fast path and the per-report path agree outcome for outcome and byte for byte, and
   every report it accepts passes :func:`~ldp_collector.ingest.validate_report` again.
-* The service's request parsing and its peek at the declared batch size.
+* The service's request parsing and the SDK's peek at the declared batch size.
 * Stored state read back (accumulator blobs, stored payloads, engine state): a corrupted value
   raises ``ProtocolError`` and nothing else; valid values round-trip.
 
@@ -28,7 +28,7 @@ from ldp_client import serde
 from ldp_client.errors import ProtocolError
 from ldp_client.mechanisms import GRRParams, LocalHashingParams, MechanismParams, UnaryEncodingParams
 from ldp_client.mechanisms.unary_encoding import UnaryVariant
-from ldp_client.report import Report, ReportColumns, pack_batch, unpack_batch, unpack_batch_columns
+from ldp_client.report import Report, ReportColumns, declared_batch_size, pack_batch, unpack_batch, unpack_batch_columns
 from ldp_client.spec import RoundSpec
 from ldp_collector.engines.base import load_state, pack_state
 from ldp_collector.errors import InvalidArgumentError
@@ -39,7 +39,7 @@ from ldp_collector.estimation.accumulators import (
     rebuild,
 )
 from ldp_collector.ingest import RoundContext, ValidatedBatch, validate_batch, validate_report
-from ldp_collector.service import _packed_batch_size, _parse
+from ldp_collector.service import _parse
 from ldp_collector.storage.base import StoredReport
 from support.fuzz import SPECS, Mutator, env_count, honest_reports
 
@@ -196,7 +196,7 @@ def test_request_parsing_raises_only_invalid_argument(request: tuple[type[Any], 
 @FUZZ
 @given(st.binary(max_size=200) | packed_batches())
 def test_declared_batch_size_peek_never_raises(data: bytes) -> None:
-    declared = _packed_batch_size(data)
+    declared = declared_batch_size(data)
     if declared is None:
         return
     assert isinstance(declared, int) and declared >= 0
@@ -299,5 +299,5 @@ def test_valid_messages_decode() -> None:
     assert not batch.rejected and len(batch.valid) == len(REPORTS)
     for request_type, data in REQUESTS:
         assert _parse(request_type, data).SerializeToString() == data
-    assert _packed_batch_size(BATCH) == len(REPORTS)
+    assert declared_batch_size(BATCH) == len(REPORTS)
     assert reports_pb2.Report.FromString(SUBMIT.reports[0].SerializeToString()) == SUBMIT.reports[0]

@@ -37,6 +37,18 @@ class EncodingError(InvalidParameterError):
 class ProtocolError(LdpError):
     """A message (round spec, report, packed batch) is malformed or inconsistent."""
 
+    def detached(self) -> ProtocolError:
+        """This error without its traceback and causes, to be kept as a value (the outcome of one
+        report of a batch) rather than raised.
+
+        A caught exception's traceback holds the frame that caught it, whose locals hold where it
+        is kept: a reference cycle that keeps every frame's locals -- a whole decoded request --
+        alive until the cyclic garbage collector happens to run.
+        """
+        self.__traceback__ = None
+        self.__cause__ = self.__context__ = None
+        return self
+
 
 class PolicyViolationError(ProtocolError):
     """A round spec asks for more than the device's own policy allows."""

@@ -76,7 +76,7 @@ from ._validation import check_float, check_int
 from .clusters import ClusterModel
 from .device import Device, RoundAssignment
 from .errors import InvalidParameterError, ProtocolError, TransportError
-from .report import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, REPORT_ID_BYTES, Report, pack_batch
+from .report import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, REPORT_ID_BYTES, Report, _field_bytes, batch_slices, pack_batch
 from .rng import Rng, resolve_rng
 from .serde import cluster_model_from_proto, report_to_proto, round_spec_from_proto
 from .spec import MAX_RETRY_AFTER, ROUND_NOT_OPEN_REASON, RoundNotOpen, RoundSpec, check_campaign_id
@@ -105,8 +105,17 @@ _RETRY_INFO_JITTER = 0.2
 #: Wait before asking again when a collector answers "no open round" without a delay (collectors
 #: before the UNAVAILABLE + RetryInfo answer sent a response with neither a spec nor ``finished``).
 _ROUND_NOT_OPEN_DEFAULT_WAIT = 1.0
-#: Room for the request envelope around a batch at the largest allowed batch size.
-_MESSAGE_LIMIT = MAX_BATCH_BYTES + (1 << 20)
+#: Largest message received: a round spec, a result or the outcomes of a batch (64 MiB, plus room
+#: for the envelope).
+_RECEIVE_LIMIT = 64 * 1024 * 1024 + (1 << 20)
+#: Bytes of a request id field (``_request_id``: 32 hex characters).
+_REQUEST_ID_FIELD = 2 + 2 * REPORT_ID_BYTES
+#: Bytes a batch's reports may take in a ``SubmitReportsRequest``, and in the packed batch of a
+#: ``SubmitPackedRequest``: the collector's limit less the request id field and, for the packed
+#: batch, the ``packed`` field's tag and length (3 bytes up to 2 MiB) and the batch's own header
+#: ``[1, request_id, [...]]`` (array, version, the id as a msgpack string, a 16-bit array length).
+_REPORTS_BYTES = MAX_BATCH_BYTES - _REQUEST_ID_FIELD
+_PACKED_REPORTS_BYTES = MAX_BATCH_BYTES - _REQUEST_ID_FIELD - (1 + 3) - (1 + 1 + _REQUEST_ID_FIELD + 3)
 
 Resp = TypeVar("Resp")
 
@@ -210,7 +219,9 @@ class CollectorClient:
     timeout : float
         Deadline of each attempt, in seconds (0, 3600].
     max_batch : int
-        Reports per ``SubmitReports``/``SubmitPacked`` call, in [1, 100000].
+        Most reports per ``SubmitReports``/``SubmitPacked`` call, in [1, 10000]
+        (:data:`~ldp_client.report.MAX_BATCH_REPORTS`); a call also holds at most
+        :data:`~ldp_client.report.MAX_BATCH_BYTES` bytes, so batches of large reports hold fewer.
     max_attempts : int
         Calls per request including the first, in [1, 100].
     backoff_base, backoff_max : float
@@ -246,8 +257,8 @@ class CollectorClient:
         self._device_token = device_token
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {device_token}"),) if device_token is not None else ())
-        channel_options = [("grpc.max_send_message_length", _MESSAGE_LIMIT),
-                           ("grpc.max_receive_message_length", _MESSAGE_LIMIT), *options]
+        channel_options = [("grpc.max_send_message_length", MAX_BATCH_BYTES),
+                           ("grpc.max_receive_message_length", _RECEIVE_LIMIT), *options]
         if credentials is None:
             self._channel = grpc.insecure_channel(target, options=channel_options)
         else:
@@ -414,7 +425,8 @@ class CollectorClient:
         return self.get_cluster_model(campaign_id).label(point)
 
     def submit(self, reports: Sequence[Report]) -> list[ReportOutcome]:
-        """Send reports with ``SubmitReports`` in batches of ``max_batch``; one outcome per report, in order.
+        """Send reports with ``SubmitReports`` in batches of at most ``max_batch`` reports and
+        :data:`~ldp_client.report.MAX_BATCH_BYTES` bytes; one outcome per report, in order.
 
         Raises
         ------
@@ -423,16 +435,19 @@ class CollectorClient:
             kept them (resending is safe: it deduplicates). :class:`Sender` sends batch by batch.
         """
         outcomes: list[ReportOutcome] = []
-        for batch in self._batches(reports):
-            request = service_pb2.SubmitReportsRequest(request_id=self._request_id(),
-                                                       reports=[report_to_proto(r) for r in batch])
-            outcomes += self._outcomes(batch, self._call("SubmitReports", self._stub.SubmitReports, request))
+        messages = [report_to_proto(r) for r in self._checked(reports)]
+        sizes = [_field_bytes(m.ByteSize()) for m in messages]  # as elements of the repeated field
+        for part in batch_slices(sizes, max_reports=self._max_batch, max_bytes=_REPORTS_BYTES):
+            request = service_pb2.SubmitReportsRequest(request_id=self._request_id(), reports=messages[part])
+            outcomes += self._outcomes(reports[part], self._call("SubmitReports", self._stub.SubmitReports, request))
         return outcomes
 
     def submit_packed(self, reports: Sequence[Report]) -> list[ReportOutcome]:
         """Like :meth:`submit`, with ``SubmitPacked`` and the msgpack batch of :func:`~ldp_client.report.pack_batch`."""
         outcomes: list[ReportOutcome] = []
-        for batch in self._batches(reports):
+        sizes = [len(r.pack()) for r in self._checked(reports)]
+        for part in batch_slices(sizes, max_reports=self._max_batch, max_bytes=_PACKED_REPORTS_BYTES):
+            batch = reports[part]
             request_id = self._request_id()
             request = service_pb2.SubmitPackedRequest(request_id=request_id, packed=pack_batch(request_id, batch))
             outcomes += self._outcomes(batch, self._call("SubmitPacked", self._stub.SubmitPacked, request))
@@ -482,11 +497,12 @@ class CollectorClient:
                                      hash_seeds=tuple(response.assignment.hash_seeds))
         return spec, assignment
 
-    def _batches(self, reports: Sequence[Report]) -> list[Sequence[Report]]:
+    @staticmethod
+    def _checked(reports: Sequence[Report]) -> Sequence[Report]:
         for r in reports:
             if not isinstance(r, Report):
                 raise TypeError(f"reports must be Report objects, got {type(r).__name__}")
-        return [reports[i:i + self._max_batch] for i in range(0, len(reports), self._max_batch)]
+        return reports
 
     def _request_id(self) -> str:
         return self._rng.token_bytes(REPORT_ID_BYTES).hex()

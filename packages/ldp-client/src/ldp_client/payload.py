@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, Union
 from .errors import ProtocolError
 
 __all__ = [
+    "MAX_BITS",
     "Floats",
     "HashedValue",
     "Integers",
@@ -65,6 +66,11 @@ class SignedVector(NamedTuple):
 
 
 Payload = Union[int, bytes, HashedValue, Integers, Floats, SignedVector]
+
+#: Longest bit vector a payload carries, in bits: the largest unary-encoding domain and the longest
+#: bitwise randomized-response vector. With the float coordinates of the vector randomizers it
+#: bounds the binary strings a report decoder accepts (:mod:`ldp_client.report`).
+MAX_BITS = 2**20
 
 _HASHED, _INTEGERS, _FLOATS, _SIGNED_VECTOR = 3, 4, 5, 6
 _MAX_U64 = 2**64 - 1

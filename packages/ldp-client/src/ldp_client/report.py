@@ -8,6 +8,31 @@ A collector decodes batches with :func:`unpack_batch_columns`: the same reports 
 :func:`unpack_batch`, held column by column in a :class:`ReportColumns` instead of one
 :class:`Report` object each (a batch of index or bits payloads then costs one ``msgpack`` call and a
 few C-level passes per column, not one validated object per report).
+
+Limits of a batch
+-----------------
+A batch holds at most :data:`MAX_BATCH_REPORTS` reports, and its request message (an
+``ldp.v1.SubmitReportsRequest``, or the ``SubmitPackedRequest`` carrying the packed batch) is at
+most :data:`MAX_BATCH_BYTES` bytes: :data:`MAX_BATCH_REPORTS` copies of the largest report whose
+payload is one scalar (an index or a hashed value, what every frequency-oracle round sends), in the
+larger of its two encodings, plus the longest request id::
+
+    MAX_BATCH_BYTES = request_id field + MAX_BATCH_REPORTS * largest one-scalar report
+                    = (1 + 2 + 4 * 128) + 10 000 * 182 = 1 820 515 bytes (1.74 MiB)
+
+with the report as an element of ``SubmitReportsRequest.reports`` (:func:`_largest_scalar_report_bytes`
+adds up its fields; its msgpack form is 175 bytes). The largest single report of all -- 8 payloads of
+2**20 bits each -- is about 1.05 MB, so every legal report fits into a batch on its own; a batch of
+reports with larger payloads holds fewer of them (:func:`batch_slices`, which the SDK's gRPC client
+uses to cut its batches). A collector's default receive limit is :data:`MAX_BATCH_BYTES`.
+
+Decoding is bounded before it allocates: the report count a packed batch declares in its header is
+read first and refused beyond the caller's limit; then report by report, ``msgpack`` skips over the
+report (which builds nothing, and fails on a report cut short) and decodes it, with limits on
+string, binary, array and map lengths taken from the legal report, no extension types, and a budget
+of :data:`MAX_CONTAINERS_PER_REPORT` arrays or maps -- which also bounds its nesting, since each
+level costs one. A report's payload list longer than :data:`~ldp_client.spec.MAX_COMPONENTS` is
+refused before any payload in it is decoded.
 """
 
 from __future__ import annotations
@@ -22,17 +47,21 @@ from typing import Any, overload
 import msgpack
 
 from ._validation import check_int, check_msgpack_complete
+from .encoders.base import MAX_DIMENSION
 from .errors import InvalidParameterError, ProtocolError
-from .payload import Payload, payload_from_wire, payload_to_wire
+from .payload import MAX_BITS, Payload, payload_from_wire, payload_to_wire
 from .rng import Rng
 from .spec import MAX_COMPONENTS, MAX_GROUPS, check_campaign_id
 
 __all__ = [
     "MAX_BATCH_BYTES",
     "MAX_BATCH_REPORTS",
+    "MAX_CONTAINERS_PER_REPORT",
     "REPORT_ID_BYTES",
     "Report",
     "ReportColumns",
+    "batch_slices",
+    "declared_batch_size",
     "new_report_id",
     "pack_batch",
     "unpack_batch",
@@ -40,13 +69,59 @@ __all__ = [
 ]
 
 REPORT_ID_BYTES = 16
-MAX_BATCH_REPORTS = 100_000
-MAX_BATCH_BYTES = 64 * 1024 * 1024
+#: Most reports in one batch (``SubmitReports`` / ``SubmitPacked``); a collector's
+#: ``max_batch_reports`` is at most this.
+MAX_BATCH_REPORTS = 10_000
 MAX_REQUEST_ID = 128
 _FORMAT = 1
 _MAX_ROUND = 2**32 - 1
 _MAX_INDEX = 2**64 - 1  # payload_from_wire's range of an index
+_MAX_HASHED_VALUE = 2**32 - 1
+_MAX_CAMPAIGN_ID = 128  # check_campaign_id: ASCII, one byte a character
 _TIME_PREFIX_BYTES = 4
+#: Longest request id in UTF-8 bytes (4 bytes a character at most): the longest string in a batch.
+_MAX_STRING_BYTES = 4 * MAX_REQUEST_ID
+#: Longest binary string of a legal report: the longest payload bit vector, or float32 coordinates.
+_MAX_BINARY_BYTES = max(MAX_BITS // 8, 4 * MAX_DIMENSION)
+#: Longest array of a legal batch: its reports, or the coordinates of an integer payload.
+_MAX_ARRAY = max(MAX_BATCH_REPORTS, MAX_DIMENSION)
+#: Longest map: no legal batch holds one, but a small one decodes, so that only the report holding
+#: it is rejected (partial success).
+_MAX_MAP = MAX_COMPONENTS
+#: Arrays (or maps) one report may hold: itself, its payload list, and two a payload (an integer
+#: payload ``[4, [values]]``, a signed vector ``[6, seed, [5, floats]]``).
+MAX_CONTAINERS_PER_REPORT = 2 + 2 * MAX_COMPONENTS
+
+
+def _varint_bytes(value: int) -> int:
+    """Bytes of ``value`` as a protobuf varint."""
+    return max(1, -(-value.bit_length() // 7))
+
+
+def _field_bytes(length: int) -> int:
+    """Bytes of a length-delimited protobuf field (number < 16) holding ``length`` bytes."""
+    return 1 + _varint_bytes(length) + length
+
+
+def _largest_scalar_report_bytes() -> int:
+    """Bytes of the largest report whose payload is one scalar, as an element of the repeated
+    ``ldp.v1.SubmitReportsRequest.reports`` field (its larger encoding; msgpack takes 175 bytes).
+
+    ``ldp.v1.Report``: the 16-byte report id, the longest campaign id, the largest round (a uint32)
+    and group, and one ``Payload`` holding a ``HashedValue`` with the largest seed (a uint64) and
+    bucket (a uint32) -- larger than the largest index (one uint64). Every field number is below 16,
+    so every tag is one byte.
+    """
+    hashed = (1 + _varint_bytes(_MAX_INDEX)) + (1 + _varint_bytes(_MAX_HASHED_VALUE))
+    payload = _field_bytes(hashed)
+    report = (_field_bytes(REPORT_ID_BYTES) + _field_bytes(_MAX_CAMPAIGN_ID) + 1 + _varint_bytes(_MAX_ROUND)
+              + 1 + _varint_bytes(MAX_GROUPS - 1) + _field_bytes(payload))
+    return _field_bytes(report)
+
+
+#: Largest request message of a legal batch (module docstring): the longest request id field plus
+#: :data:`MAX_BATCH_REPORTS` of the largest one-scalar reports, 1 820 515 bytes.
+MAX_BATCH_BYTES = _field_bytes(_MAX_STRING_BYTES) + MAX_BATCH_REPORTS * _largest_scalar_report_bytes()
 
 
 def new_report_id(rng: Rng, now: float | None = None) -> bytes:
@@ -98,6 +173,9 @@ class Report:
         _, report_id, campaign_id, round_, group, payloads = obj
         if not isinstance(payloads, (list, tuple)):
             raise ProtocolError(f"{where}: payloads must be a list")
+        if not 1 <= len(payloads) <= MAX_COMPONENTS:  # before decoding any: a long list costs nothing
+            raise ProtocolError(f"{where}: payloads must be a list of 1 to {MAX_COMPONENTS} payloads, "
+                                f"got {len(payloads)}")
         try:
             return cls(report_id=report_id if isinstance(report_id, bytes) else b"", campaign_id=campaign_id,
                        round=round_, group=group,
@@ -113,20 +191,121 @@ class Report:
     @classmethod
     def unpack(cls, data: bytes) -> Report:
         """Inverse of :meth:`pack`; malformed bytes raise :class:`ProtocolError`."""
-        return cls.from_wire(_unpackb(data, "packed report"))
+        return cls.from_wire(_unpackb(_as_bytes(data, "packed report"), "packed report"))
 
 
-def _unpackb(data: Any, what: str) -> Any:
+class _ContainerBudget:
+    """The ``list_hook``/``object_hook`` of a bounded decode: counts the arrays and maps built and
+    stops the decode beyond ``left`` more (``msgpack`` builds each one before handing it over, so
+    the count bounds what a hostile document makes it allocate, nesting included)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def __call__(self, container: Any) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise ProtocolError(f"a report holds at most {MAX_CONTAINERS_PER_REPORT} arrays or maps")
+        return container
+
+
+#: ``msgpack`` limits of every decode of reports: the longest string, binary string, array and map of
+#: a legal batch, and no extension types.
+_LIMITS: dict[str, Any] = {
+    "raw": False, "strict_map_key": True, "max_str_len": _MAX_STRING_BYTES, "max_bin_len": _MAX_BINARY_BYTES,
+    "max_array_len": _MAX_ARRAY, "max_map_len": _MAX_MAP, "max_ext_len": 0}
+
+
+def _as_bytes(data: Any, what: str) -> bytes:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"{what} must be bytes, got {type(data).__name__}")
     if len(data) > MAX_BATCH_BYTES:
         raise ProtocolError(f"{what} is {len(data)} bytes, more than {MAX_BATCH_BYTES}")
+    return bytes(data)
+
+
+def _unpackb(data: bytes, what: str) -> Any:
+    """Decode a msgpack document holding one report's worth of arrays, within the module's limits."""
+    budget = _ContainerBudget(2 + MAX_CONTAINERS_PER_REPORT)
     try:
-        check_msgpack_complete(bytes(data))
-        return msgpack.unpackb(bytes(data), raw=False, strict_map_key=True,
-                               max_array_len=MAX_BATCH_REPORTS, max_map_len=1024)
+        check_msgpack_complete(data)
+        return msgpack.unpackb(data, list_hook=budget, object_hook=budget, **_LIMITS)
+    except ProtocolError as exc:  # the budget ran out
+        problem = f"{what}: {exc}"
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise ProtocolError(f"{what} is not valid msgpack: {exc}") from exc
+    # Raised outside the except block: chained to the budget's error, the new one would keep the
+    # frames of the aborted decode, and the arrays they hold, alive as long as itself.
+    raise ProtocolError(problem)
+
+
+def declared_batch_size(data: bytes) -> int | None:
+    """The report count a packed batch ``[1, request_id, [report, ...]]`` declares, read from its
+    first few bytes without decoding any report; ``None`` when it does not start that way
+    (:func:`unpack_batch` then says what is wrong).
+
+    Nothing larger than a request id is built, whatever the bytes hold.
+    """
+    # Every container length 0: unpack() can only build a scalar or a string here. The header --
+    # array, version, request id (a str32 at most) and the reports' array header -- is read from a
+    # copy of the first bytes only.
+    head = bytes(data[:1 + 1 + 5 + _MAX_STRING_BYTES + 5])
+    unpacker = msgpack.Unpacker(max_buffer_size=max(1, len(head)), raw=False, max_str_len=_MAX_STRING_BYTES,
+                                max_bin_len=0, max_array_len=0, max_map_len=0, max_ext_len=0)
+    unpacker.feed(head)
+    try:
+        if unpacker.read_array_header() != 3 or unpacker.unpack() != _FORMAT or not isinstance(unpacker.unpack(), str):
+            return None
+        count: int = unpacker.read_array_header()
+    except Exception:  # msgpack raises several unrelated types on garbage
+        return None
+    return count
+
+
+def _unpack_batch_items(data: Any, max_reports: int) -> tuple[str, Sequence[Any]]:
+    """The request id and the report items of a packed batch, decoded report by report.
+
+    The declared report count is checked against ``max_reports`` before anything else. Each report
+    is first skipped over (which builds nothing) and only then decoded, with its own budget of
+    :data:`MAX_CONTAINERS_PER_REPORT` arrays: every array it declares is then backed by bytes, and
+    a report nested a thousand deep is refused after a few dozen arrays. Report by report, no
+    single ``msgpack`` call runs long, so the thread decoding gives up the GIL often.
+    """
+    packed = _as_bytes(data, "packed batch")
+    declared = declared_batch_size(packed)
+    if declared is None:  # not batch-shaped: decoded whole, with one report's budget, to say why
+        return _batch_items(_unpackb(packed, "packed batch"))
+    if declared > max_reports:
+        raise ProtocolError(f"packed batch: a batch holds at most {max_reports} reports, got {declared}")
+    budget = _ContainerBudget(0)
+    checker = msgpack.Unpacker(max_buffer_size=len(packed))
+    unpacker = msgpack.Unpacker(max_buffer_size=len(packed), list_hook=budget, object_hook=budget, **_LIMITS)
+    try:
+        checker.feed(packed)
+        unpacker.feed(packed)
+        for reader in (checker, unpacker):  # past the array header and the version
+            reader.read_array_header()
+            reader.skip()
+        checker.skip()
+        request_id = unpacker.unpack()  # a string: declared_batch_size read it
+        for reader in (checker, unpacker):
+            reader.read_array_header()
+        items = []
+        for _ in range(declared):
+            checker.skip()  # raises OutOfData, without building anything, when the report is cut short
+            budget.left = MAX_CONTAINERS_PER_REPORT
+            items.append(unpacker.unpack())
+        if unpacker.tell() != len(packed):
+            raise msgpack.ExtraData(None, packed[unpacker.tell():])
+    except ProtocolError as exc:  # a report's budget ran out
+        problem = f"packed batch: {exc}"
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise ProtocolError(f"packed batch is not valid msgpack: {exc}") from exc
+    else:
+        return _batch_items([_FORMAT, request_id, items])
+    raise ProtocolError(problem)  # outside the except block: see _unpackb
 
 
 def pack_batch(request_id: str, reports: Sequence[Report]) -> bytes:
@@ -151,16 +330,17 @@ def _batch_items(obj: Any) -> tuple[str, Sequence[Any]]:
     return request_id, items
 
 
-def unpack_batch(data: bytes) -> tuple[str, list[Report | ProtocolError]]:
+def unpack_batch(data: bytes, *, max_reports: int = MAX_BATCH_REPORTS) -> tuple[str, list[Report | ProtocolError]]:
     """Unpack a batch; a malformed *report* comes back as its :class:`ProtocolError` (partial success),
-    a malformed *batch* raises one."""
-    request_id, items = _batch_items(_unpackb(data, "packed batch"))
+    a malformed *batch* raises one, and so does a batch declaring more than ``max_reports`` reports
+    (checked before any report is decoded)."""
+    request_id, items = _unpack_batch_items(data, max_reports)
     out: list[Report | ProtocolError] = []
     for i, item in enumerate(items):
         try:
             out.append(Report.from_wire(item, f"reports[{i}]"))
         except ProtocolError as exc:
-            out.append(exc)
+            out.append(exc.detached())
     return request_id, out
 
 
@@ -301,10 +481,14 @@ _EMPTY_COLUMNS = ReportColumns(report_ids=(), campaign_ids=(), rounds=(), groups
 
 
 def _decoded_payload_lists(payloads: Sequence[Any]) -> bool:
-    """Whether every wire payload list holds only indexes and bits, which decode to themselves."""
+    """Whether every wire payload list holds 1 to ``MAX_COMPONENTS`` indexes and bits, which decode
+    to themselves."""
     if set(map(type, payloads)) != {list}:
         return False
-    flat = [p[0] for p in payloads] if set(map(len, payloads)) == {1} else list(itertools.chain.from_iterable(payloads))
+    counts = set(map(len, payloads))
+    if min(counts) < 1 or max(counts) > MAX_COMPONENTS:  # checked before the payloads are looked at
+        return False
+    flat = [p[0] for p in payloads] if counts == {1} else list(itertools.chain.from_iterable(payloads))
     kinds = set(map(type, flat))
     if not kinds <= {int, bytes}:
         return False
@@ -349,7 +533,7 @@ def _columns_of_items(items: Sequence[Any]) -> ReportColumns:
             try:
                 report = Report.from_wire(item, f"reports[{i}]")
             except ProtocolError as exc:
-                errors[i] = exc
+                errors[i] = exc.detached()
                 report_id, campaign_id, round_, group, item_payloads = b"", "", 0, 0, ()
             else:
                 report_id, campaign_id, round_, group, item_payloads = (
@@ -363,14 +547,54 @@ def _columns_of_items(items: Sequence[Any]) -> ReportColumns:
                          payloads=payload_column, errors=errors)
 
 
-def unpack_batch_columns(data: bytes) -> tuple[str, ReportColumns]:
+def unpack_batch_columns(data: bytes, *, max_reports: int = MAX_BATCH_REPORTS) -> tuple[str, ReportColumns]:
     """:func:`unpack_batch` in column form: the same request id and, position for position, the same
     report (or :class:`ProtocolError`), without building the :class:`Report` objects.
 
     Cost: one ``msgpack.unpackb`` and a few C-level passes per column when every report is well
     formed and carries index or bits payloads; otherwise a quick check per report, and
     :meth:`Report.from_wire` for the reports it does not cover. A malformed *batch* raises
-    :class:`ProtocolError`.
+    :class:`ProtocolError`, as does one declaring more than ``max_reports`` reports.
     """
-    request_id, items = _batch_items(_unpackb(data, "packed batch"))
+    request_id, items = _unpack_batch_items(data, max_reports)
     return request_id, _columns_of_items(items)
+
+
+def batch_slices(sizes: Sequence[int], *, max_bytes: int, max_reports: int = MAX_BATCH_REPORTS) -> list[slice]:
+    """Cut reports into consecutive batches of at most ``max_reports`` reports and ``max_bytes`` bytes.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Bytes of each report in the encoding it is sent in.
+    max_bytes : int
+        Bytes the reports of one batch may take: :data:`MAX_BATCH_BYTES` less the rest of the
+        request (its request id, and for a packed batch the batch's own header).
+    max_reports : int
+        Reports a batch may hold, at most :data:`MAX_BATCH_REPORTS`.
+
+    Returns
+    -------
+    list of slice
+        Covering ``range(len(sizes))`` in order; greedy, so every batch but the last is full by
+        one of the two limits.
+
+    Raises
+    ------
+    InvalidParameterError
+        A single report is larger than ``max_bytes`` (no legal report is).
+    """
+    check_int("max_reports", max_reports, 1, MAX_BATCH_REPORTS)
+    check_int("max_bytes", max_bytes, 1, MAX_BATCH_BYTES)
+    out: list[slice] = []
+    start = total = 0
+    for i, size in enumerate(sizes):
+        if size > max_bytes:
+            raise InvalidParameterError(f"report {i} takes {size} bytes, more than a batch may hold ({max_bytes})")
+        if i - start == max_reports or total + size > max_bytes:
+            out.append(slice(start, i))
+            start, total = i, 0
+        total += size
+    if start < len(sizes):
+        out.append(slice(start, len(sizes)))
+    return out

@@ -57,7 +57,7 @@ from .errors import InvalidParameterError, ProtocolError
 from .mechanisms.base import MECHANISMS, MechanismParams
 from .payload import Floats, HashedValue, Integers, Payload, SignedVector
 from .report import Report, ReportColumns
-from .spec import RoundSpec
+from .spec import MAX_COMPONENTS, RoundSpec
 
 __all__ = [
     "cluster_model_from_proto",
@@ -318,6 +318,9 @@ def _signed_vector_from_proto(message: reports_pb2.SignedVector, where: str) -> 
 def report_from_proto(message: reports_pb2.Report, *, where: str = "report") -> Report:
     """``ldp.v1.Report`` -> validated ``Report``; problems raise :class:`ProtocolError`."""
     _expect(message, reports_pb2.Report, where)
+    if not 1 <= len(message.payloads) <= MAX_COMPONENTS:  # before converting any: a long list costs nothing
+        raise ProtocolError(f"{where}: payloads must be a list of 1 to {MAX_COMPONENTS} payloads, "
+                            f"got {len(message.payloads)}")
     payloads: list[Payload] = []
     for i, p in enumerate(message.payloads):
         kind = p.WhichOneof("value")
@@ -358,7 +361,7 @@ def report_columns_from_proto(messages: Sequence[reports_pb2.Report], *, where: 
         try:
             report = report_from_proto(message, where=f"{where}[{i}]")
         except ProtocolError as exc:
-            errors[i] = exc
+            errors[i] = exc.detached()
             rows.append((b"", "", 0, 0, ()))  # ReportColumns' placeholders
         else:
             rows.append((report.report_id, report.campaign_id, report.round, report.group, report.payloads))

@@ -36,6 +36,8 @@ from typing import Any
 
 import tomllib  # the collector requires Python 3.11+
 
+from ldp_client.report import MAX_BATCH_BYTES, MAX_BATCH_REPORTS
+
 __all__ = ["DEFAULT_CONFIG_FILE", "NON_CONFIG_VARIABLES", "TEST_VARIABLE_PREFIX", "CollectorConfig", "ConfigError",
            "config_variables", "is_loopback", "load_config", "split_listen"]
 
@@ -97,11 +99,16 @@ class CollectorConfig:
     tls_client_ca : str
         PEM CA bundle; when set, clients must present a certificate it signed (mTLS). Needs TLS.
     max_receive_bytes : int
-        Largest request message the server accepts (gRPC ``max_receive_message_length``).
+        Largest request message the server accepts (gRPC ``max_receive_message_length``); a larger
+        one is refused by the transport before anything reads it. Default
+        :data:`ldp_client.report.MAX_BATCH_BYTES` (1 820 515 bytes): the largest legal batch,
+        ``max_batch_reports`` copies of the largest one-scalar report in its larger encoding plus the
+        longest request id (the formula is in :mod:`ldp_client.report`).
     max_send_bytes : int
         Largest response message.
     max_batch_reports : int
-        Largest number of reports in one ``SubmitReports``/``SubmitPacked`` request.
+        Largest number of reports in one ``SubmitReports``/``SubmitPacked`` request, at most
+        :data:`ldp_client.report.MAX_BATCH_REPORTS` (10 000, the default).
     max_concurrent_rpcs : int
         RPCs served at once before gRPC answers RESOURCE_EXHAUSTED (0 = no limit).
     max_queued_calls : int
@@ -168,9 +175,9 @@ class CollectorConfig:
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
-    max_receive_bytes: int = 32 * 1024 * 1024
+    max_receive_bytes: int = MAX_BATCH_BYTES
     max_send_bytes: int = 64 * 1024 * 1024
-    max_batch_reports: int = 10_000
+    max_batch_reports: int = MAX_BATCH_REPORTS
     max_concurrent_rpcs: int = 1024
     max_queued_calls: int = 512
     max_queued_bytes: int = 128 * 1024 * 1024
@@ -227,7 +234,7 @@ class CollectorConfig:
             raise ConfigError("tls_client_ca (mTLS) needs tls_cert and tls_key")
         _check_int("max_receive_bytes", self.max_receive_bytes, 1024, 2**31 - 1)
         _check_int("max_send_bytes", self.max_send_bytes, 1024, 2**31 - 1)
-        _check_int("max_batch_reports", self.max_batch_reports, 1, 100_000)
+        _check_int("max_batch_reports", self.max_batch_reports, 1, MAX_BATCH_REPORTS)
         _check_int("max_concurrent_rpcs", self.max_concurrent_rpcs, 0, 1_000_000)
         _check_int("max_queued_calls", self.max_queued_calls, 0, 1_000_000)
         _check_int("max_queued_bytes", self.max_queued_bytes, 0, 2**40)

@@ -5,9 +5,12 @@ failure is INVALID_ARGUMENT, never INTERNAL), request-level limits are checked (
 batch size), and one blocking job (proto -> SDK objects, the collector call, which waits on the
 durable group commit, and the response encoding) runs in a bounded worker pool so the event
 loop stays free for other calls. Report batches are decoded column by column
-(:class:`~ldp_client.report.ReportColumns`), never into one object per report. Domain errors map
-to status codes with ``google.rpc.Status`` details (:func:`status_for_error`). This is the only
-collector module that imports ``grpc``.
+(:class:`~ldp_client.report.ReportColumns`), never into one object per report, on one decoder
+thread, and their size is known before: the transport refuses a request beyond
+``max_receive_bytes`` (by default the largest legal batch), a packed batch's declared report count
+and a ``SubmitReports`` request's count (read from the wire; the request is parsed in the pool)
+are checked on the event loop. Domain errors map to status codes with ``google.rpc.Status``
+details (:func:`status_for_error`). This is the only collector module that imports ``grpc``.
 
 Security model
 --------------
@@ -39,6 +42,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import inspect
 import logging
 import signal
 import threading
@@ -51,7 +55,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import grpc
-import msgpack
 from google.protobuf import duration_pb2
 from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
@@ -63,7 +66,7 @@ from grpc_status import rpc_status
 from ldp.v1 import campaigns_pb2, service_pb2, service_pb2_grpc
 from ldp_client import serde
 from ldp_client.errors import LdpError, ProtocolError
-from ldp_client.report import MAX_REQUEST_ID, ReportColumns, unpack_batch_columns
+from ldp_client.report import MAX_REQUEST_ID, ReportColumns, declared_batch_size, unpack_batch_columns
 
 from .binding import reserve_address
 from .config import CollectorConfig, split_listen
@@ -84,6 +87,7 @@ __all__ = [
     "OperatorServicer",
     "RateLimitInterceptor",
     "RunningServer",
+    "UndecodableRequestInterceptor",
     "serve",
     "start_server",
     "status_for_error",
@@ -184,10 +188,17 @@ class _WorkerPool:
     jobs, ``threads`` at a time, at the recent job duration (moving average), clamped to
     [:data:`_MIN_RETRY_S`, :data:`_MAX_RETRY_S`]. A fixed delay would either bring refused clients
     back into a still-full queue or leave the workers idle while every client waits.
+
+    Jobs decode their request with :meth:`decode`, on one decoder thread shared by all of them:
+    decoding holds the GIL, so a second decoder would add no throughput, only the memory of another
+    half-decoded request (10 to 20 times its bytes for hostile ones) and one more thread for the
+    event loop to share the GIL with; and a request decoded on any of the worker threads would
+    leave its peak in that thread's malloc arena, so the process would hold the peak once a thread.
     """
 
     def __init__(self, threads: int, max_queued: int, metrics: CollectorMetrics, max_queued_bytes: int = 0) -> None:
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ldp-handler")
+        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ldp-decoder")
         self._threads = threads
         self._max_queued = max_queued
         self._max_bytes = max_queued_bytes
@@ -196,6 +207,15 @@ class _WorkerPool:
         self._queued = 0
         self._queued_bytes = 0
         self._job_seconds = 0.05  # moving average of the job duration
+
+    def decode(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the decoder thread (call it from a job: it waits for its turn)."""
+        return self._decoder.submit(fn).result()
+
+    def close(self) -> None:
+        """Wait for the running and queued jobs, then stop the threads."""
+        self.executor.shutdown(wait=True)
+        self._decoder.shutdown(wait=True)  # after the jobs, which may still be waiting for it
 
     def retry_after(self) -> float:
         """Seconds until the current queue has drained (the RetryInfo of a shed call)."""
@@ -242,7 +262,13 @@ class _WorkerPool:
                 self._queued_bytes -= size
             self._metrics.calls_in_flight.dec()
             raise OverloadedError("the collector is shutting down", retry_after=1.0) from None
-        return await future
+        try:
+            return await future
+        finally:
+            # A failed job's error is kept by the future, and its traceback holds this frame: without
+            # this, frame -> future -> error -> frame is a cycle that keeps the job (and its request)
+            # alive until the garbage collector runs.
+            del future
 
 
 # -- servicers ----------------------------------------------------------------------------------
@@ -259,18 +285,64 @@ def _check_batch_size(n: int, limit: int, field_name: str) -> None:
         raise _FieldError(field_name, f"a batch holds at most {limit} reports, got {n}")
 
 
-def _packed_batch_size(packed: bytes) -> int | None:
-    """The report count a packed batch ``[1, request_id, [report, ...]]`` declares, read from the
-    msgpack headers without decoding the reports; ``None`` if the prefix is not of that shape
-    (``unpack_batch`` then explains what is wrong)."""
-    unpacker = msgpack.Unpacker(max_buffer_size=len(packed) + 1, raw=False, max_str_len=1024, max_bin_len=1024)
-    unpacker.feed(packed)
+#: Protobuf wire types a message may hold: varint, 64-bit, length-delimited, 32-bit (not the groups).
+_WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_I32 = 0, 1, 2, 5
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The protobuf varint at ``data[pos:]`` and the position after it (IndexError when truncated)."""
+    value = data[pos]
+    pos += 1
+    if value < 0x80:
+        return value, pos
+    value &= 0x7F
+    shift = 7
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def _count_messages(data: bytes, field_number: int, limit: int) -> int:
+    """How many entries of the repeated message field ``field_number`` the serialized message
+    ``data`` holds at its top level, read from the tags and lengths without parsing any entry;
+    counting stops at ``limit + 1``.
+
+    A ``SubmitReportsRequest`` of millions of empty reports fits into a few megabytes and parses
+    into gigabytes, so its report count is checked before it is parsed. Malformed wire data, and
+    the obsolete group wire types (which protobuf would skip as unknown fields), are refused here.
+    """
+    wanted = (field_number << 3) | _WIRE_LEN
+    count = pos = 0
+    end = len(data)
     try:
-        if unpacker.read_array_header() != 3 or unpacker.unpack() != 1 or not isinstance(unpacker.unpack(), str):
-            return None
-        count: int = unpacker.read_array_header()
-    except Exception:  # msgpack raises several unrelated types on garbage
-        return None
+        while pos < end:
+            tag, pos = _read_varint(data, pos)
+            wire = tag & 7
+            if wire == _WIRE_LEN:
+                length, pos = _read_varint(data, pos)
+                pos += length
+                if tag == wanted:
+                    count += 1
+                    if count > limit:
+                        return count
+            elif wire == _WIRE_VARINT:
+                _, pos = _read_varint(data, pos)
+            elif wire == _WIRE_I64:
+                pos += 8
+            elif wire == _WIRE_I32:
+                pos += 4
+            else:
+                raise ValueError(f"wire type {wire}")
+    except (IndexError, ValueError) as exc:
+        raise _FieldError("", f"malformed request: {exc or 'truncated'}") from None
+    if pos != end:
+        raise _FieldError("", "malformed request: truncated")
     return count
 
 
@@ -419,21 +491,30 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
 
         return await self._pool.run(job)
 
-    async def SubmitReports(self, request: service_pb2.SubmitReportsRequest,
+    async def SubmitReports(self, data: bytes,  # type: ignore[override]  # the serialized request
                             context: Context) -> service_pb2.SubmitReportsResponse:
-        _check_request_id(request.request_id)
-        _check_batch_size(len(request.reports), self._max_batch, "reports")
-        self._metrics.batch_reports.labels(api="reports").observe(len(request.reports))
-
+        """Takes the serialized request: its report count is read from the wire first (bounded, on
+        the event loop) and it is parsed in the worker pool, never on the event loop."""
+        count = _count_messages(data, service_pb2.SubmitReportsRequest.REPORTS_FIELD_NUMBER, self._max_batch)
+        if count > self._max_batch:
+            raise _FieldError("reports", f"a batch holds at most {self._max_batch} reports, got more")
         assign = self._assign_for(context)
 
-        def job() -> service_pb2.SubmitReportsResponse:
+        def decode() -> tuple[str, ReportColumns, Sequence[bytes]]:
+            # The parsed message is dropped on return: it takes up to 10 times the request's bytes.
+            request = _parse(service_pb2.SubmitReportsRequest, data)
+            _check_request_id(request.request_id)
             items = serde.report_columns_from_proto(request.reports)
             # Outcomes echo the id each report was sent with, also for the malformed ones.
             ids = items.report_ids if not items.errors else [r.report_id for r in request.reports]
-            return self._submit(request.request_id, items, ids, assign)
+            return request.request_id, items, ids
 
-        return await self._run_charged(context, len(request.reports), request.ByteSize(), job)
+        def job() -> service_pb2.SubmitReportsResponse:
+            request_id, items, ids = self._pool.decode(decode)
+            self._metrics.batch_reports.labels(api="reports").observe(len(items))
+            return self._submit(request_id, items, ids, assign)
+
+        return await self._run_charged(context, count, len(data), job)
 
     async def SubmitPacked(self, request: service_pb2.SubmitPackedRequest,
                            context: Context) -> service_pb2.SubmitReportsResponse:
@@ -441,14 +522,15 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
         if request.request_id:
             _check_request_id(request.request_id)
 
-        declared = _packed_batch_size(request.packed)
+        packed = request.packed  # each read of the field copies it
+        declared = declared_batch_size(packed)
         if declared is not None:  # refuse a huge batch before decoding any of it
             _check_batch_size(declared, self._max_batch, "packed")
         assign = self._assign_for(context)
 
         def job() -> service_pb2.SubmitReportsResponse:
             try:
-                request_id, items = unpack_batch_columns(request.packed)
+                request_id, items = self._pool.decode(lambda: unpack_batch_columns(packed, max_reports=self._max_batch))
             except (ProtocolError, TypeError) as exc:
                 raise _FieldError("packed", str(exc)) from exc
             if request.request_id and request.request_id != request_id:
@@ -457,7 +539,7 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
             self._metrics.batch_reports.labels(api="packed").observe(len(items))
             return self._submit(request_id, items, items.report_ids, assign)  # b"" for a malformed report
 
-        return await self._run_charged(context, declared or 1, len(request.packed), job)
+        return await self._run_charged(context, declared or 1, len(packed), job)
 
     async def GetResult(self, request: service_pb2.GetResultRequest,
                         context: Context) -> service_pb2.GetResultResponse:
@@ -585,24 +667,36 @@ def _parse(request_type: type[Req], data: bytes) -> Req:
         raise _FieldError("", f"malformed {request_type.DESCRIPTOR.full_name}: {exc}") from exc
 
 
-async def _fail(context: Context, exc: BaseException, method: str) -> NoReturn:
+def _failure(exc: BaseException, method: str) -> status_pb2.Status:
+    """The status a failed call answers; unexpected errors are logged with their traceback."""
     if _code_name(exc) == "INTERNAL":
         log.error("%s failed", method, exc_info=exc, extra={"method": method})
-    await _abort(context, status_for_error(exc))
+    return status_for_error(exc)
 
 
-def _unary_handler(method: str, behavior: Callable[[Req, Context], Awaitable[Resp]], request_type: type[Req],
+# Aborting a call raises an AbortError that gRPC keeps in a reference cycle with the handler's
+# frame until the garbage collector runs. The handlers below therefore abort outside their except
+# block (so the error, whose traceback holds the frames that saw the request, is not chained to
+# it) and after dropping the request's bytes: a flood of refused requests of megabytes each must
+# not stay in memory until a collection.
+
+def _unary_handler(method: str, behavior: Callable[[Any, Context], Awaitable[Resp]], request_type: type[Req] | None,
                    metrics: CollectorMetrics) -> grpc.RpcMethodHandler[Any, Any]:
+    """``behavior`` gets the parsed request, or the request's bytes when ``request_type`` is None
+    (it then parses them itself, in the worker pool)."""
     async def handle(data: bytes, context: Context) -> Resp:
         start = time.perf_counter()
         code = "OK"
         try:
-            return await behavior(_parse(request_type, data), context)
-        except Exception as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            code = _code_name(exc)
-            await _fail(context, exc, method)
+            try:
+                return await behavior(data if request_type is None else _parse(request_type, data), context)
+            except Exception as exc:
+                if isinstance(exc, grpc.aio.AbortError):
+                    raise
+                code = _code_name(exc)
+                status = _failure(exc, method)
+            del data
+            await _abort(context, status)
         except asyncio.CancelledError:
             code = "CANCELLED"
             raise
@@ -619,13 +713,17 @@ def _stream_handler(method: str, behavior: Callable[[Req, Context], AsyncIterato
         start = time.perf_counter()
         code = "OK"
         try:
-            async for item in behavior(_parse(request_type, data), context):
-                yield item
-        except Exception as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            code = _code_name(exc)
-            await _fail(context, exc, method)
+            try:
+                async for item in behavior(_parse(request_type, data), context):
+                    yield item
+                return
+            except Exception as exc:
+                if isinstance(exc, grpc.aio.AbortError):
+                    raise
+                code = _code_name(exc)
+                status = _failure(exc, method)
+            del data
+            await _abort(context, status)
         except (asyncio.CancelledError, GeneratorExit):
             code = "CANCELLED"
             raise
@@ -643,13 +741,13 @@ def _serialize(message: Message) -> bytes:
 def _add_services(server: grpc.aio.Server, device: CollectorServicer, operator: OperatorServicer,
                   metrics: CollectorMetrics) -> None:
     def unary(service: str, name: str, behavior: Callable[[Any, Context], Awaitable[Any]],
-              request_type: type[Message]) -> tuple[str, grpc.RpcMethodHandler[Any, Any]]:
+              request_type: type[Message] | None) -> tuple[str, grpc.RpcMethodHandler[Any, Any]]:
         return name, _unary_handler(f"{service.rsplit('.', 1)[-1]}/{name}", behavior, request_type, metrics)
 
     device_handlers = dict([
         unary(DEVICE_SERVICE, "Enroll", device.Enroll, service_pb2.EnrollRequest),
         unary(DEVICE_SERVICE, "GetRoundSpec", device.GetRoundSpec, service_pb2.GetRoundSpecRequest),
-        unary(DEVICE_SERVICE, "SubmitReports", device.SubmitReports, service_pb2.SubmitReportsRequest),
+        unary(DEVICE_SERVICE, "SubmitReports", device.SubmitReports, None),  # parsed in the worker pool
         unary(DEVICE_SERVICE, "SubmitPacked", device.SubmitPacked, service_pb2.SubmitPackedRequest),
         unary(DEVICE_SERVICE, "GetResult", device.GetResult, service_pb2.GetResultRequest),
     ])
@@ -667,6 +765,121 @@ def _add_services(server: grpc.aio.Server, device: CollectorServicer, operator: 
         grpc.method_handlers_generic_handler(DEVICE_SERVICE, device_handlers),
         grpc.method_handlers_generic_handler(OPERATOR_SERVICE, operator_handlers),
     ))
+
+
+# -- refusals and undecodable requests -----------------------------------------------------------
+
+class _RefusalLog:
+    """Logs refused calls at most once per ``_LOG_EVERY_S``, with the number refused since the last
+    line: a flood of refused calls must not flood the logs too."""
+
+    def __init__(self) -> None:
+        self._refused = 0
+        self._last_log = -_LOG_EVERY_S
+
+    def note(self, method: str, problem: str) -> None:
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._last_log >= _LOG_EVERY_S:
+            log.warning("refused %s: %s", method, problem,
+                        extra={"method": method, "refused_since_last_log": self._refused})
+            self._refused = 0
+            self._last_log = now
+
+
+class UndecodableRequestInterceptor(_ServerInterceptor):
+    """Answer INVALID_ARGUMENT to requests of the standard services (health, reflection) that do not
+    parse, and log them as refusals.
+
+    gRPC itself answers such a request UNKNOWN with the parser's text and logs a traceback per
+    message, so garbage sent to the health check would fill the logs. This wraps every handler that
+    has a request deserializer (the collector's own services parse their bytes themselves and answer
+    INVALID_ARGUMENT already): the request's bytes are parsed in the wrapper, and a failure aborts
+    the call and is noted in a :class:`_RefusalLog`.
+
+    Parameters
+    ----------
+    metrics : CollectorMetrics
+        Refused requests are counted as ``INVALID_ARGUMENT`` calls of their method.
+    """
+
+    def __init__(self, metrics: CollectorMetrics) -> None:
+        self._metrics = metrics
+        self._refusals = _RefusalLog()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        method, parse = handler_call_details.method, handler.request_deserializer
+        refusals, metrics = self._refusals, self._metrics
+
+        def decode(data: bytes) -> tuple[Any, status_pb2.Status | None]:
+            """The parsed request, or the status refusing it (the caller aborts: see ``_unary_handler``)."""
+            try:
+                return parse(data), None
+            except Exception as exc:  # the protobuf parser's DecodeError, or whatever a custom one raises
+                problem = f"malformed request: {exc}"
+            refusals.note(method, problem)
+            metrics.rpcs.labels(method=method.lstrip("/"), code="INVALID_ARGUMENT").inc()
+            return None, status_for_error(_FieldError("", problem))
+
+        async def decode_one(data: bytes, context: Context) -> Any:
+            request, refused = decode(data)
+            del data
+            if refused is not None:
+                await _abort(context, refused)
+            return request
+
+        async def decode_stream(raw: AsyncIterator[bytes], context: Context) -> AsyncIterator[Any]:
+            async def requests() -> AsyncIterator[Any]:
+                async for data in raw:
+                    request, refused = decode(data)
+                    del data
+                    if refused is not None:
+                        await _abort(context, refused)
+                    yield request
+
+            return requests()
+
+        serialize = handler.response_serializer
+        prepare: Callable[[Any, Context], Awaitable[Any]]
+        if handler.request_streaming:
+            inner, prepare = handler.stream_stream or handler.stream_unary, decode_stream
+        else:
+            inner, prepare = handler.unary_stream or handler.unary_unary, decode_one
+        behavior = _with_request(inner, prepare)
+        if handler.request_streaming and handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(behavior, response_serializer=serialize)
+        if handler.request_streaming:
+            return grpc.stream_unary_rpc_method_handler(behavior, response_serializer=serialize)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(behavior, response_serializer=serialize)
+        return grpc.unary_unary_rpc_method_handler(behavior, response_serializer=serialize)
+
+
+def _with_request(inner: Any, prepare: Callable[[Any, Context], Awaitable[Any]]) -> Callable[..., Any]:
+    """A behavior calling ``inner(await prepare(request, context), context)``, of ``inner``'s kind:
+    an async generator when it is one, else a coroutine (which may write with ``context.write``)."""
+    if inspect.isasyncgenfunction(inner):
+        async def generator(request: Any, context: Context) -> AsyncIterator[Any]:
+            prepared = prepare(request, context)
+            del request  # not held by this frame while ``prepare`` may abort the call
+            async for item in inner(await prepared, context):
+                yield item
+
+        return generator
+
+    async def coroutine(request: Any, context: Context) -> Any:
+        prepared = prepare(request, context)
+        del request  # not held by this frame while ``prepare`` may abort the call
+        return await inner(await prepared, context)
+
+    return coroutine
 
 
 # -- authentication -----------------------------------------------------------------------------
@@ -697,8 +910,7 @@ class BearerTokenInterceptor(_ServerInterceptor):
         if device_authority is not None:
             self._digests.setdefault(f"/{DEVICE_SERVICE}/", ())
         self._metrics = metrics
-        self._refused = 0
-        self._last_log = -_LOG_EVERY_S
+        self._refusals = _RefusalLog()
 
     async def intercept_service(
         self,
@@ -717,18 +929,8 @@ class BearerTokenInterceptor(_ServerInterceptor):
             return handler
         service = prefix.strip("/")
         self._metrics.auth_failures.labels(service=service).inc()
-        self._log_refusal(method, problem)
+        self._refusals.note(method, problem)
         return _deny(handler, problem)
-
-    def _log_refusal(self, method: str, problem: str) -> None:
-        """Log refused calls at most once per ``_LOG_EVERY_S`` (a flood must not flood the logs too)."""
-        self._refused += 1
-        now = time.monotonic()
-        if now - self._last_log >= _LOG_EVERY_S:
-            log.warning("refused %s: %s", method, problem,
-                        extra={"method": method, "refused_since_last_log": self._refused})
-            self._refused = 0
-            self._last_log = now
 
     @staticmethod
     def _check(metadata: Any, accepted: tuple[bytes, ...], authority: EnrolmentAuthority | None = None) -> str | None:
@@ -866,6 +1068,11 @@ def _server_options(config: CollectorConfig) -> list[tuple[str, Any]]:
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
         ("grpc.http2.max_ping_strikes", 2),
         ("grpc.so_reuseport", 1 if config.reuse_port else 0),
+        # gRPC buffers a whole message before it checks its size against the receive limit
+        # (grpc/grpc#43012), and with bandwidth-delay probing a connection's flow-control windows
+        # grow to megabytes, so a peer could park a message of tens of megabytes in memory on every
+        # stream. Without probing, a stream's window is the message being read, at most the limit.
+        ("grpc.http2.bdp_probe", 0),
     ]
 
 
@@ -920,7 +1127,8 @@ class _Runtime:
             rate=config.enrolment_rate, burst=config.enrolment_burst, peer_rate=config.enrolment_peer_rate,
             peer_burst=config.enrolment_peer_burst) if config.enrolment else None
         interceptors: list[_ServerInterceptor] = [
-            BearerTokenInterceptor(tokens, self.metrics, device_authority=authority)]
+            BearerTokenInterceptor(tokens, self.metrics, device_authority=authority),
+            UndecodableRequestInterceptor(self.metrics)]
         if config.token_rate_limit:
             interceptors.append(RateLimitInterceptor(RateLimiter(
                 "token", rate=config.token_rate_limit,
@@ -1027,7 +1235,7 @@ class _Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._tick
         if self._pool is not None:
-            await asyncio.to_thread(self._pool.executor.shutdown, True)
+            await asyncio.to_thread(self._pool.close)
         await asyncio.to_thread(self.store.close)
         if self.metrics_server is not None:
             self.metrics_server.close()

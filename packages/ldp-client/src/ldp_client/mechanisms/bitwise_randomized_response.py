@@ -36,13 +36,15 @@ from typing import Any, ClassVar
 from .._exact import exp_below, log_fraction
 from .._validation import check_epsilon, check_int
 from ..errors import InvalidParameterError, ProtocolError
+from ..payload import MAX_BITS
 from ..rng import Rng, resolve_rng
 from .base import MECHANISMS, MechanismParams
 from .unary_encoding import bernoulli_mask
 
 __all__ = ["BitwiseRRParams", "randomize"]
 
-MAX_LENGTH = 2**20
+#: Longest bit vector: the longest payload bit vector.
+MAX_LENGTH = MAX_BITS
 
 
 @MECHANISMS.register

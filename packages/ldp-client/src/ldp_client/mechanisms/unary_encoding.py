@@ -39,12 +39,14 @@ from typing import Any, ClassVar
 from .._exact import exp_below, log_fraction
 from .._validation import check_epsilon, check_int
 from ..errors import InvalidParameterError, ProtocolError
+from ..payload import MAX_BITS
 from ..rng import Rng, resolve_rng
 from .base import MECHANISMS, MechanismParams, check_index_value, count_estimate_variance
 
 __all__ = ["UnaryEncodingParams", "UnaryVariant", "bernoulli_mask", "oue", "randomize", "sue"]
 
-MAX_DOMAIN = 2**20
+#: Largest domain: one bit a value, so a report is at most the longest payload bit vector.
+MAX_DOMAIN = MAX_BITS
 #: Below this many undecided positions, single exact coins beat another bit-parallel round.
 _SERIAL_BELOW = 4
 
