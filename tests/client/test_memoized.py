@@ -61,9 +61,12 @@ def test_keyed_stream_vectors() -> None:
     assert KeyedRng(key).token_bytes(40) == blocks[:40]
     assert blocks[:8].hex() == "9f0cd9b94097fe49"
     r = KeyedRng(key)
-    # randbits(12): the first 2 bytes' top 12 bits; randbelow(10): 4-bit draws until one is < 10
-    assert r.randbits(12) == int.from_bytes(blocks[:2], "big") >> 4 == 2544
-    assert [r.randbelow(10), r.randbelow(1000003), r.randbits(0), r.randbelow(1)] == [4, 622564, 0, 0]
+    stream = int.from_bytes(blocks, "big")  # 512 bits, most significant first
+    # randbits(12): the stream's first 12 bits; randbelow(10): the next 4-bit draws until one is < 10
+    assert r.randbits(12) == stream >> 500 == 2544
+    assert [(stream >> shift) & 0xF for shift in (496, 492, 488)] == [12, 13, 9]  # two rejected, then 9
+    assert r.randbelow(10) == 9
+    assert [r.randbelow(1000003), r.randbits(0), r.randbelow(1)] == [758793, 0, 0]
     with pytest.raises(ValueError):
         KeyedRng(b"short")
 

@@ -10,16 +10,30 @@ share fits the cap it was cut from.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
-__all__ = ["equal_share", "exact_sum", "fits", "split_epsilon", "sum_up"]
+__all__ = ["UNIT", "equal_share", "exact_sum", "fits", "split_epsilon", "sum_up", "units"]
+
+#: Every finite double is an integer multiple of 2^-1074 (the smallest subnormal), so budgets are
+#: summed exactly as integers in that unit: cheaper than :class:`fractions.Fraction` by an order of
+#: magnitude, which matters on a device's hot path.
+UNIT = Fraction(1, 1 << 1074)
+_UNIT_BITS = 1074
+
+
+@functools.lru_cache(maxsize=256)  # a device meets few distinct epsilons and caps
+def units(epsilon: float) -> int:
+    """``epsilon`` (a finite float >= 0) as an exact integer multiple of :data:`UNIT`."""
+    numerator, denominator = epsilon.as_integer_ratio()  # denominator = 2^k, k <= 1074
+    return numerator << (_UNIT_BITS + 1 - denominator.bit_length())
 
 
 def exact_sum(epsilons: Iterable[float]) -> Fraction:
     """The exact rational sum of ``epsilons`` (every float is a dyadic rational)."""
-    return sum((Fraction(e) for e in epsilons), Fraction(0))
+    return sum(map(units, epsilons)) * UNIT
 
 
 def sum_up(epsilons: Iterable[float]) -> float:
@@ -29,15 +43,17 @@ def sum_up(epsilons: Iterable[float]) -> float:
     half an ulp; this never does.
     """
     values = list(epsilons)
+    if len(values) == 1:
+        return values[0]
     total = math.fsum(values)
-    if Fraction(total) < exact_sum(values):
+    if units(total) < sum(map(units, values)):
         total = math.nextafter(total, math.inf)
     return total
 
 
-def fits(spent: Fraction, epsilon: float, cap: float) -> bool:
-    """Whether a charge of ``epsilon`` on top of the exact ``spent`` stays within ``cap``, exactly."""
-    return spent + Fraction(epsilon) <= Fraction(cap)
+def fits(spent: int, epsilon: float, cap: float) -> bool:
+    """Whether a charge of ``epsilon`` on top of ``spent`` (exact, in :data:`UNIT`) stays within ``cap``, exactly."""
+    return spent + units(epsilon) <= units(cap)
 
 
 def split_epsilon(total: float, weights: Sequence[float]) -> tuple[float, ...]:

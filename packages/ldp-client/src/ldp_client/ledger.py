@@ -53,12 +53,11 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from ._validation import check_float, check_int
-from .budget import fits
+from .budget import UNIT, fits, units
 from .errors import BudgetExhaustedError, InvalidParameterError, LedgerCorruptedError, StateDirectoryError
 from .memo import SECRET_BYTES
 from .report import REPORT_ID_BYTES
@@ -323,20 +322,20 @@ class Ledger:
         self._by_round: dict[tuple[str, int], LedgerEntry] = {}
         self._by_id: dict[bytes, LedgerEntry] = {}
         self._by_campaign: dict[str, list[LedgerEntry]] = {}
-        self._spent: dict[str, Fraction] = {}
-        self._total = Fraction(0)
+        self._spent: dict[str, int] = {}  # exact sums, in units of budget.UNIT
+        self._total = 0
         for e in entries:
             self._add(e)
 
     def _add(self, entry: LedgerEntry) -> None:
         # Exact rational sums, independent of the order of the charges, kept up to date per charge.
-        epsilon = Fraction(entry.epsilon)
+        epsilon = units(entry.epsilon)
         self._total += epsilon
         self._entries.append(entry)
         self._by_round[(entry.campaign_id, entry.round)] = entry
         self._by_id[entry.report_id] = entry
         self._by_campaign.setdefault(entry.campaign_id, []).append(entry)
-        self._spent[entry.campaign_id] = self._spent.get(entry.campaign_id, Fraction(0)) + epsilon
+        self._spent[entry.campaign_id] = self._spent.get(entry.campaign_id, 0) + epsilon
 
     # ---------------------------------------------------------------- locking and persistence
 
@@ -553,12 +552,12 @@ class Ledger:
     def spent(self, campaign_id: str) -> float:
         """Epsilon charged so far in ``campaign_id`` (the exact sum of the charges, rounded to a float)."""
         with self.locked():
-            return float(self._spent.get(campaign_id, 0))
+            return float(self._spent.get(campaign_id, 0) * UNIT)
 
     def spent_total(self) -> float:
         """Epsilon charged so far over all campaigns (the exact sum, rounded to a float)."""
         with self.locked():
-            return float(self._total)
+            return float(self._total * UNIT)
 
     def group_of(self, campaign_id: str) -> int | None:
         """The device's group in ``campaign_id``, or ``None`` if it has not chosen one yet."""
@@ -624,11 +623,11 @@ class Ledger:
     def _check_budget(self, campaign_id: str, epsilon: float, campaign_cap: float, total_cap: float,
                       max_reports: int) -> None:
         """:meth:`check_budget` for a caller that holds the lock."""
-        spent = self._spent.get(campaign_id, Fraction(0))
+        spent = self._spent.get(campaign_id, 0)
         if not fits(spent, epsilon, campaign_cap):
-            raise BudgetExhaustedError("campaign", float(spent), epsilon, campaign_cap)
+            raise BudgetExhaustedError("campaign", float(spent * UNIT), epsilon, campaign_cap)
         if not fits(self._total, epsilon, total_cap):
-            raise BudgetExhaustedError("total", float(self._total), epsilon, total_cap)
+            raise BudgetExhaustedError("total", float(self._total * UNIT), epsilon, total_cap)
         reports = len(self._by_campaign.get(campaign_id, ()))
         if reports >= max_reports:
             raise BudgetExhaustedError("campaign reports", reports, 1, max_reports)

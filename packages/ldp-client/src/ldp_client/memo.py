@@ -65,12 +65,14 @@ SECRET_BYTES = 32
 _PREFIX = b"ldp-client/memo/v1"
 
 
+@functools.lru_cache(maxsize=1024, typed=True)  # a device meets few campaigns, rounds and components
 def _enc(part: str | int | bytes) -> bytes:
+    data: bytes
     if isinstance(part, bytes):
         data = part
     elif isinstance(part, str):
         data = part.encode("utf-8")
-    elif isinstance(part, int) and not isinstance(part, bool) and 0 <= part < 2**64:
+    elif type(part) is int and 0 <= part < 2**64:  # not a bool
         data = part.to_bytes(8, "big")
     else:
         raise TypeError(f"a context part must be bytes, str or an int in [0, 2^64), got {part!r:.40}")

@@ -127,12 +127,12 @@ class SeededRng(_RngBase):
 class KeyedRng(_RngBase):
     """The deterministic stream of a secret key: HMAC-SHA256 in counter mode.
 
-    The stream is ``B_0 || B_1 || ...`` with ``B_i = HMAC-SHA256(key, uint64_be(i))`` (32 bytes
-    each), read from the start; every draw takes the next bytes of it:
+    The stream is the bit string ``B_0 || B_1 || ...`` with ``B_i = HMAC-SHA256(key, uint64_be(i))``
+    (256 bits each, most significant bit first), read from the start; every draw takes its next bits:
 
-    * ``token_bytes(n)``: the next ``n`` bytes;
-    * ``randbits(k)``: the next ``ceil(k / 8)`` bytes as a big-endian integer, shifted right by
-      ``8 * ceil(k / 8) - k`` bits (``k = 0`` takes nothing and gives 0);
+    * ``randbits(k)``: the next ``k`` bits as an unsigned integer, most significant first (``k = 0``
+      takes nothing and gives 0);
+    * ``token_bytes(n)``: ``randbits(8 n)`` as ``n`` big-endian bytes;
     * ``randbelow(n)``: ``0`` for ``n = 1`` (nothing taken); otherwise ``v = randbits(b)`` with
       ``b = bit_length(n - 1)``, repeated until ``v < n`` (rejection sampling: exactly uniform);
     * ``bernoulli``, ``uniform`` and ``gauss`` as for every generator here (``randbelow(den) < num``,
@@ -149,10 +149,7 @@ class KeyedRng(_RngBase):
         At least 16 bytes (32 from :mod:`ldp_client.memo`).
     """
 
-    __slots__ = ("_buffer", "_counter", "_key", "_pos")
-
-    #: Blocks computed per refill after the first (one block serves most reports' coins).
-    _BLOCKS = 4
+    __slots__ = ("_bits", "_counter", "_key", "_left")
 
     def __init__(self, key: bytes) -> None:
         if not isinstance(key, bytes):
@@ -160,29 +157,22 @@ class KeyedRng(_RngBase):
         if len(key) < 16:
             raise ValueError(f"key must have at least 16 bytes, got {len(key)}")
         self._key = key
-        self._counter = 0
-        self._buffer = b""
-        self._pos = 0
-
-    def _take(self, n: int) -> bytes:
-        end = self._pos + n
-        if end > len(self._buffer):
-            rest = self._buffer[self._pos:]
-            blocks = max(self._BLOCKS if self._counter else 1, -(-(n - len(rest)) // 32))
-            digest, key, first = hmac.digest, self._key, self._counter
-            self._buffer = rest + b"".join(digest(key, i.to_bytes(8, "big"), hashlib.sha256)
-                                           for i in range(first, first + blocks))
-            self._counter = first + blocks
-            self._pos, end = 0, n
-        out = self._buffer[self._pos:end]
-        self._pos = end
-        return out
+        self._counter = 0  # blocks computed so far
+        self._bits = 0  # the unread bits, as an integer of self._left bits
+        self._left = 0
 
     def randbits(self, k: int) -> int:
         if k <= 0:
             return 0
-        nbytes = (k + 7) >> 3
-        return int.from_bytes(self._take(nbytes), "big") >> (8 * nbytes - k)
+        bits, left = self._bits, self._left
+        while left < k:  # append the next block(s)
+            block = hmac.digest(self._key, self._counter.to_bytes(8, "big"), hashlib.sha256)
+            self._counter += 1
+            bits = (bits << 256) | int.from_bytes(block, "big")
+            left += 256
+        left -= k
+        self._bits, self._left = bits & ((1 << left) - 1), left
+        return bits >> left
 
     def randbelow(self, n: int) -> int:
         if n <= 0:
@@ -196,7 +186,7 @@ class KeyedRng(_RngBase):
                 return v
 
     def token_bytes(self, n: int) -> bytes:
-        return self._take(n) if n > 0 else b""
+        return self.randbits(8 * n).to_bytes(n, "big") if n > 0 else b""
 
 
 _SECURE = SecureRng()

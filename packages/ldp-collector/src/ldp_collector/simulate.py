@@ -46,7 +46,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
@@ -54,7 +53,7 @@ from numpy.typing import ArrayLike, NDArray
 from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
 
 from ldp.v1 import campaigns_pb2, service_pb2
-from ldp_client.budget import fits
+from ldp_client.budget import UNIT, fits, units
 from ldp_client.device import Device, DevicePolicy
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.geometry import TreeCell
@@ -183,7 +182,7 @@ class _CampaignState:
     """Per-device ledger of one campaign in ``direct`` mode."""
 
     groups: NDArray[np.int32]
-    spent: list[Fraction]  # exact sums, as a device's ledger keeps them
+    spent: list[int]  # exact sums in units of ldp_client.budget.UNIT, as a device's ledger keeps them
     reports: NDArray[np.int32]
     #: Round -> which devices were charged a report in it.
     charged: dict[int, NDArray[np.bool_]]
@@ -233,7 +232,7 @@ class Population:
         self._devices: list[Device | None] = [None] * len(self._points) if self._mode == "device" else []
         self._campaigns: dict[str, _CampaignState] = {}
         self._unacknowledged: dict[bytes, int] = {}
-        self._total_spent = [Fraction(0)] * (len(self._points) if self._mode == "direct" else 0)
+        self._total_spent = [0] * (len(self._points) if self._mode == "direct" else 0)
         #: Reports the devices refused to produce (budget or report cap exhausted).
         self.refused = 0
 
@@ -292,7 +291,7 @@ class Population:
         if state is None:
             n = len(self._points)
             state = self._campaigns[spec.campaign_id] = _CampaignState(
-                groups=np.full(n, -1, dtype=np.int32), spent=[Fraction(0)] * n, reports=np.zeros(n, dtype=np.int32),
+                groups=np.full(n, -1, dtype=np.int32), spent=[0] * n, reports=np.zeros(n, dtype=np.int32),
                 charged={})
         return state
 
@@ -322,8 +321,8 @@ class Population:
             payloads = tuple(c.mechanism.check_payload(c.run(points[i], rng=rng)) for c in task.components)
             out.append(Report(report_id=new_report_id(rng), campaign_id=spec.campaign_id,
                               round=spec.round, group=group, payloads=payloads))
-            state.spent[i] += Fraction(epsilon)
-            self._total_spent[i] += Fraction(epsilon)
+            state.spent[i] += units(epsilon)
+            self._total_spent[i] += units(epsilon)
             state.reports[i] += 1
             charged[i] = True
         return out
@@ -342,7 +341,9 @@ class Population:
         if self._mode == "device":
             return np.array([d.spent(campaign_id) if d is not None else 0.0 for d in self._devices])
         state = self._campaigns.get(campaign_id)
-        return np.array(state.spent, dtype=np.float64) if state is not None else np.zeros(len(self._points))
+        if state is None:
+            return np.zeros(len(self._points))
+        return np.array([float(s * UNIT) for s in state.spent], dtype=np.float64)
 
 
 def simulate_round(spec: RoundSpec, points: Any, rng_seed: int, *, policy: DevicePolicy | None = None,
