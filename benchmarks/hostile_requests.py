@@ -45,8 +45,6 @@ import json
 import multiprocessing as mp
 import os
 import shlex
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-from overload import RssSampler, create_campaign, report_id, start_server, tree_rss, wait_serving
+from overload import RssSampler, create_campaign, report_id, start_server, stop_server, tree_rss, wait_serving
 
 from ldp_client.report import MAX_BATCH_BYTES
 
@@ -325,12 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 if sampler.is_alive():
                     sampler.stop()
-                server.send_signal(signal.SIGTERM)
-                try:
-                    exit_code = server.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    exit_code = server.wait()
+                exit_code = stop_server(server)
         log_lines = log_path.read_text(errors="replace").splitlines()
 
     checks = {phase: {"rss_below_bound": p["rss_peak_mib"] < args.max_rss_mib,

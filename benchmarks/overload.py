@@ -264,6 +264,16 @@ class RssSampler(threading.Thread):
         self.join()
 
 
+def stop_server(server: subprocess.Popen[bytes]) -> int:
+    """SIGTERM (a graceful drain), then SIGKILL after 60 s; the exit code."""
+    server.send_signal(signal.SIGTERM)
+    try:
+        return server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        return server.wait()
+
+
 def start_server(data_dir: Path, args: argparse.Namespace, *,
                  stderr: Any = subprocess.PIPE) -> tuple[subprocess.Popen[bytes], str]:
     """``ldp-collector serve`` on a free loopback port with ``args.workers`` processes and, unless
@@ -398,12 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if sampler.is_alive():
                 sampler.stop()
-            server.send_signal(signal.SIGTERM)
-            try:
-                exit_code = server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                exit_code = server.wait()
+            exit_code = stop_server(server)
             stderr = server.stderr.read().decode() if server.stderr else ""
 
         expected: set[bytes] = set()
