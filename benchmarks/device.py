@@ -4,7 +4,10 @@
 Two columns of time:
 
 * ``compute`` -- an in-memory device (``Device.in_memory``): encoding, randomization, policy and
-  budget checks, report packing. This is the SDK's own cost and what the targets bound.
+  budget checks, report packing, with the device's memoized randomness (every coin drawn from an
+  HMAC-SHA256 stream keyed by its secret). This is the SDK's own cost and what the targets bound.
+  ``injected`` is the same with a seeded generator injected instead (a simulation's device): the
+  difference is what memoization costs.
 * ``durable`` -- a device with its ledger and outbox on disk: the same plus two fsync'ed atomic
   file replacements (ledger, then outbox). It is dominated by the storage's fsync latency, which
   differs widely between devices (flash phones, SD-card edge boxes, this machine's disk).
@@ -51,6 +54,7 @@ from ldp_client.mechanisms import (
     sue,
 )
 from ldp_client.payload import payload_to_wire
+from ldp_client.rng import SeededRng
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
 #: (name, component factory, point factory, target in microseconds or None, payload byte cap or None)
@@ -135,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             spec = _spec(make_component())
             compute, payload_sizes, report_sizes = _measure(
                 spec, point, ns.iterations, lambda i: Device.in_memory(policy))
+            injected, _, _ = _measure(spec, point, ns.iterations, lambda i: Device.in_memory(policy, rng=SeededRng(i)))
             durable, _, _ = _measure(
                 spec, point, ns.durable_iterations,
                 lambda i, name=name: Device(Path(tmp) / f"{name}-{i}".replace(" ", "_"), policy))
@@ -142,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 "mechanism": name,
                 "compute_median_us": round(statistics.median(compute), 1),
                 "compute_p90_us": round(statistics.quantiles(compute, n=10)[-1], 1),
+                "injected_median_us": round(statistics.median(injected), 1),
                 "durable_median_us": round(statistics.median(durable), 1),
                 "payload_bytes_max": max(payload_sizes),
                 "report_bytes_max": max(report_sizes),
@@ -156,15 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     if ns.json:
         print(json.dumps({"rows": rows, "failures": failures}, indent=2))
     else:
-        print("| mechanism | compute median µs | compute p90 µs | durable median µs | payload bytes | report bytes | target |")
-        print("|---|---:|---:|---:|---:|---:|---|")
+        print("| mechanism | compute median µs | compute p90 µs | injected median µs | durable median µs | payload bytes "
+              "| report bytes | target |")
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
         for r in rows:
             target = []
             if r["target_us"] is not None:
                 target.append(f"≤ {r['target_us']:g} µs")
             if r["payload_cap"] is not None:
                 target.append(f"≤ {r['payload_cap']} B")
-            print(f"| {r['mechanism']} | {r['compute_median_us']} | {r['compute_p90_us']} | "
+            print(f"| {r['mechanism']} | {r['compute_median_us']} | {r['compute_p90_us']} | {r['injected_median_us']} | "
                   f"{r['durable_median_us']} | {r['payload_bytes_max']} | {r['report_bytes_max']} | "
                   f"{', '.join(target) or '—'} |")
         if failures:
