@@ -14,7 +14,7 @@ from fractions import Fraction
 import pytest
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.budget import exact_sum
+from ldp_client.budget import exact_sum, sum_up
 from ldp_collector.campaigns import prepare_campaign
 
 #: Campaign epsilons whose naive cuts overshoot in floating point for some engine (and a few that do not).
@@ -56,7 +56,7 @@ def test_histogram_windows_split(epsilon: float, windows: int) -> None:
     assert _fits([engine.component.mechanism.epsilon] * windows, epsilon)  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("epsilon", EPSILONS)
+@pytest.mark.parametrize("epsilon", (*EPSILONS, 8.0 - 2**-50, 5.0, 12.0))
 @pytest.mark.parametrize("policy", [SPLIT, PARTITION])
 def test_ldp_kmeans(epsilon: float, policy: int) -> None:
     config = _config(campaigns_pb2.LDP_KMEANS, epsilon, policy)
@@ -64,11 +64,13 @@ def test_ldp_kmeans(epsilon: float, policy: int) -> None:
     config.ldp_kmeans.iterations = 3
     engine = prepare_campaign(config).engine
     plan = engine.plan  # type: ignore[attr-defined]
+    # A round's label and vector are one task: the ledger charges their sum, rounded up (GroupTask.epsilon).
+    label_round = sum_up([plan.label_epsilon, plan.label_vector_epsilon])
     if policy == SPLIT:  # one device: the first vector, then T rounds of a label and a vector
-        charges = [plan.init_epsilon] + [plan.label_epsilon, plan.label_vector_epsilon] * 3
+        charges = [plan.init_epsilon] + [label_round] * 3
     else:  # one device reports once: the first vector, or one round's label and vector
         assert plan.init_epsilon <= epsilon
-        charges = [plan.label_epsilon, plan.label_vector_epsilon]
+        charges = [label_round]
     assert _fits(charges, epsilon)
 
 

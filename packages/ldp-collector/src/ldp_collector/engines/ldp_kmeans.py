@@ -390,10 +390,13 @@ class LdpKmeansEngine(CampaignEngine):
     def _plan(self, config: campaigns_pb2.CampaignConfig) -> LdpKmeansPlan:
         epsilon, share, t = config.epsilon, float(self.params.data_share), self.iterations
         if config.budget_policy == campaigns_pb2.SPLIT:
-            shares = split_epsilon(epsilon, [share / (t + 1)] * (t + 1) + [(1.0 - share) / t] * t)
-            vector_epsilon = min(shares[:t + 1])
-            plan = LdpKmeansPlan(weights=(1,), round_groups=((0,),) * (t + 1), init_epsilon=vector_epsilon,
-                                 label_epsilon=min(shares[t + 1:]), label_vector_epsilon=vector_epsilon,
+            # What each round charges first (the ledger charges a round's label and vector together,
+            # their sum rounded up), then each label round's charge cut into its label and its vector.
+            vector_weight, label_weight = share / (t + 1), (1.0 - share) / t
+            charges = split_epsilon(epsilon, [vector_weight] + [vector_weight + label_weight] * t)
+            label_epsilon, vector_epsilon = split_epsilon(min(charges[1:]), [label_weight, vector_weight])
+            plan = LdpKmeansPlan(weights=(1,), round_groups=((0,),) * (t + 1), init_epsilon=charges[0],
+                                 label_epsilon=label_epsilon, label_vector_epsilon=vector_epsilon,
                                  max_reports_per_device=t + 1)
         else:
             label_epsilon, vector_epsilon = split_epsilon(epsilon, [1.0 - share, share])
