@@ -126,7 +126,8 @@ class CollectorConfig:
     grace_period_s : float
         How long a graceful shutdown lets in-flight RPCs finish.
     tick_interval_s : float
-        Period of the background task that closes rounds on report count or deadline.
+        Period of the background task that closes rounds on report count or deadline and resumes
+        server steps whose process died (it also runs once at start-up, before the first period).
     watch_poll_interval_s : float
         How often ``WatchCampaign`` looks for changes.
     reuse_port : bool
