@@ -231,18 +231,23 @@ def test_workers_share_the_port_restart_and_drain(supervised: tuple[Supervised, 
     assert len(stored) == len(set(stored)) and set(stored) == acknowledged
 
 
+def _exit_code(sup: Supervised) -> int:
+    """The supervisor's exit code (it must stop by itself within the start timeout; killed otherwise)."""
+    try:
+        return sup.proc.wait(timeout=START_TIMEOUT_S)
+    finally:
+        if sup.proc.poll() is None:
+            sup.proc.kill()
+            sup.proc.wait()
+
+
 def test_port_in_use_ends_with_one_line_before_any_worker_starts(tmp_path: Path) -> None:
     with socket.socket() as taken:  # no SO_REUSEPORT: nobody else may bind this port
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         sup = Supervised(tmp_path, "--listen", f"127.0.0.1:{port}", "--workers", str(WORKERS))
-        try:
-            code = sup.proc.wait(timeout=START_TIMEOUT_S)
-        finally:
-            if sup.proc.poll() is None:
-                sup.proc.kill()
-                sup.proc.wait()
+        code = _exit_code(sup)
     output = sup.drain_output()
     assert code == 1, output
     # The supervisor binds the port itself first (and holds it for restarts): no worker is forked.
@@ -256,12 +261,7 @@ def test_a_worker_that_fails_before_serving_stops_everything(tmp_path: Path) -> 
     database = tmp_path / "data" / "collector.sqlite3"
     database.write_text("not a database\n" * 100)
     sup = Supervised(tmp_path, "--listen", "127.0.0.1:0", "--workers", str(WORKERS))
-    try:
-        code = sup.proc.wait(timeout=START_TIMEOUT_S)
-    finally:
-        if sup.proc.poll() is None:
-            sup.proc.kill()
-            sup.proc.wait()
+    code = _exit_code(sup)
     output = sup.drain_output()
     assert code == 1, output
     assert f"worker 0: cannot open the report store {str(database)!r}: file is not a database" in output
