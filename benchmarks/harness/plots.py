@@ -1,7 +1,7 @@
 """PNG plots of a suite run: metric vs epsilon, metric vs n, 2-D clusters drawn over the points, and
 the final grid of every drawn grid clustering run.
 
-Small files on purpose (they are committed under ``benchmarks/results/``): 80 dpi, a 64-colour palette,
+Small files on purpose (cheap to write and to look at): 80 dpi, a 64-colour palette,
 at most 2500 points per scatter panel.
 """
 
