@@ -3,7 +3,7 @@
 Runs whole campaigns through the in-process collector and the SDK simulator (``mode="direct"``) on
 ``make_dataset("mixture", n, d=..., k=4, seed=...)`` for several ``pivots_per_attribute`` and
 epsilons, and prints ARI and the cost ratio to non-private k-means
-(:func:`ldp_collector.simulate.evaluate_clustering`), median over seeds. This is how
+(:func:`ldp_collector.simulation.evaluation.evaluate_clustering`), median over seeds. This is how
 ``DEFAULT_PIVOTS_PER_ATTRIBUTE`` of :mod:`ldp_collector.engines.bitvector` was chosen.
 
     python benchmarks/bitvector_clustering.py --n 100000 --dims 2 10 --pivots 4 6 8 12 16 \
@@ -25,9 +25,11 @@ from typing import Any
 
 from ldp.v1 import campaigns_pb2, encoders_pb2
 from ldp_collector.core import Collector
-from ldp_collector.datasets import make_dataset
 from ldp_collector.engines import bitvector  # noqa: F401  (registers the engine)
-from ldp_collector.simulate import evaluate_clustering, numeric_bounds, run_campaign
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.evaluation import evaluate_clustering
+from ldp_collector.simulation.population import numeric_bounds
+from ldp_collector.simulation.runner import run_campaign
 from ldp_collector.storage import open_store
 
 

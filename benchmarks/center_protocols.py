@@ -1,6 +1,6 @@
 """Center protocols side by side: the product's clustering campaigns, the grid and the LDP floors on identical data.
 
-Every cell (data set, n, seed) generates its points once (``ldp_collector.datasets.make_dataset``, data
+Every cell (data set, n, seed) generates its points once (``ldp_collector.simulation.datasets.make_dataset``, data
 seed ``s``) and every method runs on those same points with the method seed ``s + 100000`` (the harness's
 convention, ``harness.runner.METHOD_SEED_OFFSET``):
 
@@ -13,7 +13,7 @@ convention, ``harness.runner.METHOD_SEED_OFFSET``):
   noisy points) and ``ldp-oue-grid`` (one OUE grid ``HISTOGRAM`` campaign, weighted k-means);
 * ``kmeans++``: non-private k-means++ (best of 5), the trusted-curator reference (no budget).
 
-Scores, as the harness computes them (``ldp_collector.evaluation.metrics.evaluate_clustering``): each
+Scores, as the harness computes them (``ldp_collector.simulation.scores.evaluate_clustering``): each
 point is labelled by its nearest published center (the grid: by its cell's cluster, ``-1`` = noise);
 ARI against the generating classes; cost ratio = k-means cost of the published centers on the *true*
 points / cost of the non-private reference k-means of the same points (best of 10,
@@ -81,10 +81,10 @@ from harness.baselines import (
 from harness.baselines._common import Clustering
 from harness.suites import DatasetCase, epsilon_label
 
-from ldp_collector.datasets import make_dataset
 from ldp_collector.engines.base import ENGINES
-from ldp_collector.evaluation.kmeans import assign, reference_kmeans_cost
-from ldp_collector.evaluation.metrics import evaluate_clustering
+from ldp_collector.estimation.kmeans import assign
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.scores import evaluate_clustering, reference_kmeans_cost
 
 #: The harness's offset between the data seed and the method's seed.
 METHOD_SEED_OFFSET = 100_000

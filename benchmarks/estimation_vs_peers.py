@@ -61,14 +61,10 @@ from numpy.typing import NDArray
 
 from ldp_client.mechanisms import GRRParams, LocalHashingParams, oue
 from ldp_client.payload import HashedValue
-from ldp_collector.estimation import (
-    GRRAggregator,
-    LocalHashingAggregator,
-    UnaryEncodingAggregator,
-    add_simulated_reports,
-)
+from ldp_collector.estimation import GRRAggregator, LocalHashingAggregator, UnaryEncodingAggregator
 from ldp_collector.estimation.frequency import FrequencyOracleParams
 from ldp_collector.estimation.olh_hash import support_counts
+from ldp_collector.simulation.reports import add_simulated_reports
 
 INSTALL_HINT = 'pip install pure-ldp multi-freq-ldpy "xxhash<4" scikit-learn statsmodels'
 

@@ -38,10 +38,12 @@ from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
 from ldp_collector.core import Collector
-from ldp_collector.datasets import make_dataset
 from ldp_collector.engines.grid import DEFAULT_MAX_CELLS, GridEngine
-from ldp_collector.evaluation import adjusted_rand_index
-from ldp_collector.simulate import evaluate_clustering, numeric_bounds, run_campaign
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.evaluation import evaluate_clustering
+from ldp_collector.simulation.population import numeric_bounds
+from ldp_collector.simulation.runner import run_campaign
+from ldp_collector.simulation.scores import adjusted_rand_index
 from ldp_collector.storage import open_store
 
 VARIANTS = {"ugc": "UNIFORM", "agc-tree": "TREE", "agc-iter": "ITERATIVE"}

@@ -7,7 +7,7 @@ drawn with numpy as the difference of two geometric variables, which has exactly
 sampler's pmf ``P[k] ∝ exp(-|k| / scale)`` (the SDK's exact sampler is about 20 us per coordinate,
 too slow for this sweep; the engine tests run it for real). Every algorithm sees the same noisy
 points; each point is then labelled with its nearest published center using its *true* position
-(as ``ldp_collector.simulate.evaluate_clustering`` does) and scored against the true components with
+(as ``ldp_collector.simulation.evaluation.evaluate_clustering`` does) and scored against the true components with
 ARI and the F-measure (the paper's metric).
 
 Tables
@@ -40,9 +40,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
-from ldp_collector.datasets import make_dataset
 from ldp_collector.estimation.fuzzy import DISTANCES, fuzzy_c_means
-from ldp_collector.evaluation import adjusted_rand_index, assign, f_measure, weighted_kmeans
+from ldp_collector.estimation.kmeans import assign, weighted_kmeans
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.scores import adjusted_rand_index, f_measure
 
 K, D, GRID_BITS, N_INIT = 4, 2, 10, 3
 ALGORITHMS = ("kmeans", "fcm", "mnfcm")

@@ -39,7 +39,7 @@ from ldp_client.grpc import CollectorClient, RoundNotOpen, RpcFailedError, Sende
 from ldp_client.spec import RoundSpec
 from ldp_collector.config import CollectorConfig
 from ldp_collector.service import RunningServer, start_server
-from ldp_collector.simulate import simulate_round
+from ldp_collector.simulation.population import simulate_round
 
 BUCKETS = 10
 MY_BUCKET = 7

@@ -50,7 +50,7 @@ from ldp_client import Device, DevicePolicy, RoundSpec, SeededRng
 from ldp_client.grpc import CollectorClient, OutcomeStatus, RoundNotOpen, Sender
 from ldp_collector.config import CollectorConfig
 from ldp_collector.service import RunningServer, start_server
-from ldp_collector.simulate import evaluate_clustering
+from ldp_collector.simulation.evaluation import evaluate_clustering
 
 BOX = (10.0, 10.0)
 BATCH = 1000

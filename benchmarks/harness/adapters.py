@@ -18,9 +18,9 @@ and/or labels, plus diagnostics)::
             return Clustering(centers=centers_of(run.result))
 
 LDP protocols talk to a collector through :func:`collector_backend`: the in-process simulator's
-collector (:class:`ldp_collector.simulate.InProcessCollector` over a temporary SQLite store) by
+collector (:class:`ldp_collector.simulation.runner.InProcessCollector` over a temporary SQLite store) by
 default, or with ``via_grpc`` a real collector reached over gRPC
-(:class:`~ldp_collector.simulate.RemoteCollector`). The runner starts one collector
+(:class:`~ldp_collector.simulation.runner.RemoteCollector`). The runner starts one collector
 (:func:`ldp_collector.service.start_server` on ``127.0.0.1`` port 0) and hands its address to the
 worker processes (:func:`configure_remote`); used alone, an adapter starts its own.
 
@@ -56,7 +56,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from ldp_collector.simulate import CollectorBackend
+from ldp_collector.simulation.runner import CollectorBackend
 
 from .baselines import (
     Clustering,
@@ -207,14 +207,14 @@ def _remote_target() -> tuple[str, str]:
 def collector_backend(via_grpc: bool) -> Iterator[CollectorBackend]:
     """A collector for one campaign run: in-process (fresh SQLite store) or over gRPC (module docstring)."""
     if via_grpc:
-        from ldp_collector.simulate import RemoteCollector
+        from ldp_collector.simulation.runner import RemoteCollector
 
         address, token = _remote_target()
         with RemoteCollector(address, operator_token=token or None, packed=True) as remote:
             yield remote
         return
     from ldp_collector.core import Collector
-    from ldp_collector.simulate import InProcessCollector
+    from ldp_collector.simulation.runner import InProcessCollector
     from ldp_collector.storage import open_store
 
     with tempfile.TemporaryDirectory(prefix="ldp-bench-") as data_dir:

@@ -1,12 +1,12 @@
 """Run a suite: the matrix in parallel processes, then results JSON, tables, plots and the checks.
 
 Every run (protocol, dataset, n, epsilon, seed) generates its data set from the seed
-(:func:`ldp_collector.datasets.make_dataset`), calls the protocol's adapter
+(:func:`ldp_collector.simulation.datasets.make_dataset`), calls the protocol's adapter
 (:mod:`harness.adapters`), labels every point by its nearest published center (or takes the
 adapter's labels) and scores the clustering with the one shared metric implementation
-(:func:`ldp_collector.evaluation.metrics.evaluate_clustering`). The cost ratio's denominator is
+(:func:`ldp_collector.simulation.scores.evaluate_clustering`). The cost ratio's denominator is
 the non-private reference k-means of the same data (best of 10 k-means++ runs,
-:func:`ldp_collector.evaluation.kmeans.reference_kmeans_cost`), computed once per data set.
+:func:`ldp_collector.simulation.scores.reference_kmeans_cost`), computed once per data set.
 
 Seeds: the data set of seed ``s`` is ``make_dataset(..., seed=s)``; the protocol's randomness
 (devices' coins, noise, k-means seeding) uses ``s + METHOD_SEED_OFFSET``. Runs are deterministic,
@@ -142,7 +142,7 @@ def _finite(value: float) -> float | str | None:
 @functools.lru_cache(maxsize=6)
 def dataset(case: DatasetCase, n: int, seed: int) -> tuple[NDArray[np.float64], NDArray[np.int64] | None, int]:
     """``(X, labels, k)`` of a data set instance; ``k`` from the case, else the number of classes."""
-    from ldp_collector.datasets import make_dataset
+    from ldp_collector.simulation.datasets import make_dataset
 
     x, labels = make_dataset(case.name, n, d=case.d, k=case.k, seed=seed, **dict(case.options))
     if case.normalize:
@@ -159,7 +159,7 @@ def dataset(case: DatasetCase, n: int, seed: int) -> tuple[NDArray[np.float64], 
 
 def reference_cost(case: DatasetCase, n: int, seed: int) -> float:
     """Non-private reference k-means cost (best of 10) of a data set instance."""
-    from ldp_collector.evaluation.kmeans import reference_kmeans_cost
+    from ldp_collector.simulation.scores import reference_kmeans_cost
 
     x, _, k = dataset(case, n, seed)
     return float(reference_kmeans_cost(x, k, seed, n_init=10))
@@ -174,8 +174,8 @@ def dimension_of(case: DatasetCase) -> int:
 
 def run_task(task: Task, reference: float | None) -> RunRecord:
     """Run one task and score it; exceptions become ``error`` (with the traceback)."""
-    from ldp_collector.evaluation.kmeans import assign, lloyd
-    from ldp_collector.evaluation.metrics import evaluate_clustering
+    from ldp_collector.estimation.kmeans import assign, lloyd
+    from ldp_collector.simulation.scores import evaluate_clustering
 
     started = time.perf_counter()
     x, labels_true, k = dataset(task.dataset, task.n, task.seed)

@@ -45,7 +45,7 @@ def epsilon_label(epsilon: float | None) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class DatasetCase:
-    """A dataset of :func:`ldp_collector.datasets.make_dataset` with its shape parameters."""
+    """A dataset of :func:`ldp_collector.simulation.datasets.make_dataset` with its shape parameters."""
 
     name: str
     d: int | None = None

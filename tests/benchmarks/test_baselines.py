@@ -29,9 +29,9 @@ from harness.baselines.oue_grid import MAX_CELLS, cell_centers, grid_cells_per_d
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.grid import UniformGridEncoder
 from ldp_client.mechanisms import DiscreteLaplaceParams
-from ldp_collector.datasets import make_dataset
-from ldp_collector.evaluation.kmeans import assign, lloyd, reference_kmeans_cost
-from ldp_collector.evaluation.metrics import cost_per_point, f_measure, kmeans_cost
+from ldp_collector.estimation.kmeans import assign, lloyd
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.scores import cost_per_point, f_measure, kmeans_cost, reference_kmeans_cost
 
 SEEDS = (0, 1, 2)
 
@@ -375,7 +375,7 @@ def test_grid_clustering_runs_a_grid_campaign_and_labels_like_a_device() -> None
 
     from ldp_client.clusters import CellClusterModel
     from ldp_client.encoders.geometry import TreeCell
-    from ldp_collector.evaluation import adjusted_rand_index
+    from ldp_collector.simulation.scores import adjusted_rand_index
 
     x, y = make_dataset("moons", 3000, seed=0)
     with collector_backend(False) as backend:

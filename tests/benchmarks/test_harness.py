@@ -84,7 +84,7 @@ def test_every_baseline_is_registered_once_with_valid_metadata() -> None:
 
 @pytest.mark.parametrize("name", CENTER_CAMPAIGNS)
 def test_center_campaign_adapters_run_through_the_in_process_collector(name: str, in_process: None) -> None:
-    from ldp_collector.datasets import make_dataset
+    from ldp_collector.simulation.datasets import make_dataset
 
     # The LSH-tree protocols detect nothing at n = 300 (their node counts' noise exceeds a cluster): they
     # get the smallest setting where they find 3 clusters.

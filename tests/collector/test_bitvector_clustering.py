@@ -21,7 +21,6 @@ from ldp_client.payload import pack_bits
 from ldp_client.rng import SeededRng
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.datasets import make_dataset
 from ldp_collector.engines import bitvector as bitvector_engine
 from ldp_collector.engines.bitvector import HALF_WIDTH_FACTOR, BitVectorEngine
 from ldp_collector.errors import InvalidArgumentError
@@ -36,7 +35,10 @@ from ldp_collector.estimation.bitvector import (
     report_center_sq_distances,
     unpack_bit_payloads,
 )
-from ldp_collector.simulate import evaluate_clustering, numeric_bounds, run_campaign
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.evaluation import evaluate_clustering
+from ldp_collector.simulation.population import numeric_bounds
+from ldp_collector.simulation.runner import run_campaign
 from ldp_collector.storage import open_store
 
 Z = 5.0  # |error| <= 5 SE: P(false fail) < 6e-7 per check

@@ -393,7 +393,7 @@ def test_campaign_commands(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
 
     # Some devices report to cli-test, then the operator closes the round and reads the result.
     from ldp_client.grpc import CollectorClient
-    from ldp_collector.simulate import simulate_round
+    from ldp_collector.simulation.population import simulate_round
 
     with CollectorClient(server.address) as client:
         spec = client.get_round_spec("cli-test")

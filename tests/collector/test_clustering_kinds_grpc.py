@@ -23,9 +23,10 @@ from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.grpc import CollectorClient
 from ldp_collector.config import CollectorConfig
-from ldp_collector.datasets import make_dataset
+from ldp_collector.operator import OperatorClient
 from ldp_collector.service import RunningServer, start_server
-from ldp_collector.simulate import OperatorClient, evaluate_clustering
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.evaluation import evaluate_clustering
 from support.grpc_campaigns import Played, play_round
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The dataset registry of ``ldp_collector.datasets``: shapes, seeds, options, chunked generation,
+"""The dataset registry of ``ldp_collector.simulation.datasets``: shapes, seeds, options, chunked generation,
 Google's demo generator, the real data sets (scikit-learn's bundled copies) and their errors."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from ldp_client.errors import InvalidParameterError, LdpError
 from ldp_collector import cli
-from ldp_collector.datasets import (
+from ldp_collector.simulation.datasets import (
     BLOCK,
     DATASETS,
     DatasetArrays,
@@ -177,7 +177,7 @@ def test_upsampled_real_data_are_labelled_as_such() -> None:
 
 
 def test_a_missing_scikit_learn_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ldp_collector import datasets
+    from ldp_collector.simulation import datasets
 
     real_import_module = importlib.import_module
 

@@ -1,4 +1,4 @@
-"""The shared clustering metrics of ``ldp_collector.evaluation.metrics``.
+"""The shared clustering metrics of ``ldp_collector.simulation.scores``.
 
 Every score is pinned against scikit-learn's implementation (ARI, NMI and FMI to 1e-10 on random
 labelings, including noise labels, gaps in the label values and many tiny clusters), the
@@ -19,7 +19,7 @@ from scipy.optimize import linear_sum_assignment as scipy_assignment
 from sklearn import metrics as skm
 
 from ldp_client.errors import InvalidParameterError
-from ldp_collector.evaluation import (
+from ldp_collector.simulation.scores import (
     adjusted_rand_index,
     center_error,
     cost_per_point,

@@ -29,7 +29,6 @@ from ldp_collector.estimation import (
     GRRAggregator,
     LocalHashingAggregator,
     UnaryEncodingAggregator,
-    add_simulated_reports,
     aggregate_reports,
     estimate_from_support,
     make_accumulate_fn,
@@ -40,6 +39,7 @@ from ldp_collector.estimation import (
 from ldp_collector.estimation.accumulators import KIND_REPORT_COUNT
 from ldp_collector.estimation.frequency import FrequencyOracleParams
 from ldp_collector.estimation.olh_hash import fmix64, hash_values, support_counts
+from ldp_collector.simulation.reports import add_simulated_reports
 from ldp_collector.storage.base import StoredReport
 
 FALSE_FAILURE_RATE = 1e-6

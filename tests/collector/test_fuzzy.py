@@ -24,7 +24,7 @@ from ldp_collector.estimation.fuzzy import (
     printed_mixed_loss,
     scaled_distance_factor,
 )
-from ldp_collector.evaluation import adjusted_rand_index
+from ldp_collector.simulation.scores import adjusted_rand_index
 
 TRUE_CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0], [5.0, 5.0]])
 

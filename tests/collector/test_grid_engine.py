@@ -26,7 +26,6 @@ from ldp_client.errors import ProtocolError
 from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.datasets import make_dataset
 from ldp_collector.engines import ENGINES, RoundReports
 from ldp_collector.engines.base import RoundOutcome
 from ldp_collector.engines.grid import (
@@ -42,13 +41,10 @@ from ldp_collector.engines.grid import (
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.grid_clustering import level_for_side
 from ldp_collector.ingest import RoundContext, validate_report
-from ldp_collector.simulate import (
-    CampaignRun,
-    Population,
-    evaluate_clustering,
-    numeric_bounds,
-    run_campaign,
-)
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.evaluation import evaluate_clustering
+from ldp_collector.simulation.population import Population, numeric_bounds
+from ldp_collector.simulation.runner import CampaignRun, run_campaign
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import StoredReport
 from support.recording import RecordingCollector

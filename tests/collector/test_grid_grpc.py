@@ -23,9 +23,10 @@ from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
 from ldp_client.errors import ProtocolError
 from ldp_client.grpc import CollectorClient
 from ldp_collector.config import CollectorConfig
-from ldp_collector.datasets import make_dataset
+from ldp_collector.operator import OperatorClient
 from ldp_collector.service import RunningServer, start_server
-from ldp_collector.simulate import OperatorClient, _cell_labels, evaluate_clustering
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.evaluation import cell_labels, evaluate_clustering
 from support.grpc_campaigns import Played, play_round
 
 pytestmark = pytest.mark.integration
@@ -117,8 +118,8 @@ def check_finished(server: RunningServer, operator: OperatorClient, played: Play
         result = client.get_result(played.campaign_id)
         model = client.get_cluster_model(played.campaign_id)
         assert isinstance(model, CellClusterModel)
-        # What evaluate_clustering gives every point (simulate._cell_labels): the label of its cell in the map.
-        expected = _cell_labels(result.clustering.cell_map, x)
+        # What evaluate_clustering gives every point (simulation.evaluation.cell_labels): the label of its cell in the map.
+        expected = cell_labels(result.clustering.cell_map, x)
         assert [model.label(p) for p in played.points] == expected.tolist()
         for i in (0, 1, len(x) // 2, len(x) - 1):  # a few devices ask the collector themselves
             spent = played.devices[i].spent(played.campaign_id)

@@ -19,13 +19,13 @@ from ldp_collector.estimation import (
     FrequencyEstimate,
     HeavyHitterConfig,
     bonferroni_z,
-    find_heavy_hitters,
     first_candidates,
     level_candidates,
     level_params,
     next_candidates,
     prefixes,
 )
+from ldp_collector.simulation.reports import find_heavy_hitters
 
 
 def null_estimate(values: NDArray[np.int64], counts: NDArray[np.float64], sigma: float, n: int) -> FrequencyEstimate:

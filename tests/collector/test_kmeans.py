@@ -1,4 +1,4 @@
-"""The server-side weighted k-means of ``ldp_collector.evaluation.kmeans``.
+"""The server-side weighted k-means of ``ldp_collector.estimation.kmeans``.
 
 It must reach scikit-learn's k-means cost (within 1 % on blobs), treat integer weights exactly as
 repeated points, be deterministic under a seed, and stay sane with the negative weights an LDP
@@ -13,16 +13,8 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
 from ldp_client.errors import InvalidParameterError
-from ldp_collector.evaluation import (
-    KMeansResult,
-    assign,
-    kmeans_cost,
-    kmeans_plus_plus,
-    lloyd,
-    reference_kmeans,
-    reference_kmeans_cost,
-    weighted_kmeans,
-)
+from ldp_collector.estimation.kmeans import KMeansResult, assign, kmeans_plus_plus, lloyd, weighted_kmeans
+from ldp_collector.simulation.scores import kmeans_cost, reference_kmeans, reference_kmeans_cost
 
 
 @pytest.mark.parametrize(("n", "d", "k", "std"), [(5000, 2, 3, 1.0), (20_000, 5, 8, 2.0), (10_000, 20, 16, 1.5),

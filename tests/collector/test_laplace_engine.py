@@ -26,12 +26,14 @@ from ldp_client.payload import Integers, payload_to_wire
 from ldp_client.serde import cluster_model_from_proto
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.datasets import make_dataset
 from ldp_collector.engines.base import ENGINES, RoundReports
 from ldp_collector.engines.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
 from ldp_collector.errors import InvalidArgumentError
-from ldp_collector.evaluation import center_error
-from ldp_collector.simulate import CampaignRun, evaluate_clustering, numeric_bounds, run_campaign
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.evaluation import evaluate_clustering
+from ldp_collector.simulation.population import numeric_bounds
+from ldp_collector.simulation.runner import CampaignRun, run_campaign
+from ldp_collector.simulation.scores import center_error
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import StoredReport
 

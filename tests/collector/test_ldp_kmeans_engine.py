@@ -33,7 +33,6 @@ from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.datasets import make_dataset
 from ldp_collector.engines.base import ENGINES, RoundReports, pack_state
 from ldp_collector.engines.ldp_kmeans import (
     DEFAULT_DATA_SHARE,
@@ -47,7 +46,10 @@ from ldp_collector.engines.ldp_kmeans import (
 )
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import RoundContext, validate_report
-from ldp_collector.simulate import Population, evaluate_clustering, numeric_bounds, run_campaign
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.evaluation import evaluate_clustering
+from ldp_collector.simulation.population import Population, numeric_bounds
+from ldp_collector.simulation.runner import run_campaign
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import StoredReport
 from support.stats import Z_UNBIASED

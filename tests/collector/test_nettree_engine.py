@@ -22,7 +22,6 @@ from ldp_client.mechanisms import GRRParams, LocalHashingParams, UnaryEncodingPa
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, VectorShape
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.datasets import make_dataset
 from ldp_collector.engines.base import ENGINES
 from ldp_collector.engines.nettree import (
     DEFAULT_DEPTH,
@@ -34,9 +33,10 @@ from ldp_collector.engines.nettree import (
     vector_shape,
 )
 from ldp_collector.errors import InvalidArgumentError
-from ldp_collector.evaluation.kmeans import reference_kmeans_cost
-from ldp_collector.evaluation.metrics import kmeans_cost
-from ldp_collector.simulate import CampaignRun, evaluate_clustering, run_campaign
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.evaluation import evaluate_clustering
+from ldp_collector.simulation.runner import CampaignRun, run_campaign
+from ldp_collector.simulation.scores import kmeans_cost, reference_kmeans_cost
 from ldp_collector.storage import open_store
 
 NT = campaigns_pb2.NetTreeParameters

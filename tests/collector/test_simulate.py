@@ -24,23 +24,12 @@ from ldp_client.errors import InvalidParameterError, PolicyViolationError
 from ldp_client.mechanisms import GRRParams, oue
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector.core import Collector
-from ldp_collector.datasets import DATASETS, load_file, make_dataset
-from ldp_collector.simulate import (
-    InProcessCollector,
-    Population,
-    adjusted_rand_index,
-    clustering_accuracy,
-    evaluate_clustering,
-    evaluate_histogram,
-    histogram_truth,
-    kmeans,
-    kmeans_cost,
-    normalized_mutual_info,
-    numeric_bounds,
-    pick_group,
-    run_campaign,
-    simulate_round,
-)
+from ldp_collector.simulation.datasets import DATASETS, load_file, make_dataset
+from ldp_collector.simulation.evaluation import evaluate_clustering, evaluate_histogram, histogram_truth, kmeans
+from ldp_collector.simulation.population import Population, numeric_bounds, simulate_round
+from ldp_collector.simulation.runner import InProcessCollector, run_campaign
+from ldp_collector.simulation.scores import adjusted_rand_index, kmeans_cost, normalized_mutual_info
+from ldp_collector.simulation.scores import hungarian_accuracy as clustering_accuracy
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import ReportStore
 from support.stats import assert_chi2_fits
@@ -160,23 +149,46 @@ def test_load_file_rejects_object_npy(tmp_path: Path) -> None:
 
 # -- the population ----------------------------------------------------------------------------------
 
-class _CountingRng:
-    """Returns 0, 1, 2, ... from randbelow: enumerates every outcome of one draw exactly."""
-
-    def __init__(self) -> None:
-        self.next = 0
-
-    def randbelow(self, n: int) -> int:
-        value = self.next % n
-        self.next += 1
-        return value
+def _spec(weights: tuple[int, ...], reporting: tuple[tuple[int, ...], ...], *, round: int, epsilon: float,
+          max_reports: int, campaign_id: str = "same-decisions") -> RoundSpec:
+    component = Component(encoder=CategoricalEncoder(domain_size=CATEGORIES),
+                          mechanism=GRRParams(domain_size=CATEGORIES, epsilon=epsilon))
+    return RoundSpec(campaign_id=campaign_id, round=round, group_weights=weights,
+                     tasks=tuple(GroupTask(groups=g, components=(component,)) for g in reporting),
+                     campaign_epsilon=2.0, max_reports_per_device=max_reports, kind="histogram")
 
 
-def test_pick_group_is_exactly_proportional_to_the_weights() -> None:
-    weights = (3, 0, 5, 1)
-    rng = _CountingRng()
-    picks = [pick_group(weights, rng) for _ in range(sum(weights))]  # type: ignore[arg-type]
-    assert [picks.count(g) for g in range(len(weights))] == list(weights)
+@pytest.mark.parametrize(("weights", "reporting", "epsilon", "max_reports"), [
+    ((1,), ((0,),), 0.75, 4),               # round 3 exceeds the campaign budget, the second campaign the total
+    ((1, 2, 1), ((0,), (2,)), 0.75, 4),     # the same, and group 1 sits out
+    ((3, 1), ((0, 1),), 0.5, 2),            # round 3 exceeds the report cap
+], ids=["one-group", "one-sits-out", "report-cap"])
+def test_direct_and_device_modes_take_the_same_decisions(weights: tuple[int, ...], reporting: tuple[tuple[int, ...], ...],
+                                                         epsilon: float, max_reports: int) -> None:
+    """Both modes decide through the SDK (ldp_client.admission): for one seed, the same reports bit for bit."""
+    points = [i % CATEGORIES for i in range(300)]
+    policy = DevicePolicy(max_epsilon_per_campaign=2.0, max_epsilon_total=2.0)
+    specs = [_spec(weights, reporting, round=r, epsilon=epsilon, max_reports=max_reports) for r in (1, 2, 3)]
+    specs.append(_spec(weights, reporting, round=1, epsilon=epsilon, max_reports=max_reports, campaign_id="second"))
+    sent: dict[str, list[list[bytes]]] = {}
+    refused: dict[str, list[int]] = {}
+    populations = {mode: Population(points, seed=11, policy=policy, mode=mode) for mode in ("device", "direct")}
+    for mode, population in populations.items():
+        sent[mode], refused[mode] = [], []
+        for spec in specs:
+            reports = population.participate(spec)
+            population.acknowledge(reports)
+            sent[mode].append([r.pack() for r in reports])
+            refused[mode].append(population.refused)
+    assert sent["device"] == sent["direct"]
+    assert refused["device"] == refused["direct"]
+    assert all(sent["direct"][:2]), "the first two rounds must send reports"
+    assert refused["direct"][2] > 0, "round 3 must be refused"
+    if epsilon == 0.75:
+        assert refused["direct"][3] > refused["direct"][2], "the total budget must refuse in the second campaign"
+    for campaign in ("same-decisions", "second"):
+        assert np.array_equal(populations["device"].epsilon_spent(campaign),
+                              populations["direct"].epsilon_spent(campaign))
 
 
 @pytest.mark.parametrize("mode", ["device", "direct"])

@@ -63,12 +63,12 @@ from ldp_client.rng import SeededRng
 from ldp_collector.estimation import (
     FrequencyEstimate,
     UnaryEncodingAggregator,
-    add_simulated_reports,
     aggregate_reports,
     make_aggregator,
     rebuild,
 )
 from ldp_collector.estimation.frequency import FrequencyOracleParams
+from ldp_collector.simulation.reports import add_simulated_reports
 from ldp_collector.storage.base import StoredReport
 from support.stats import chi2_sf
 

@@ -21,7 +21,6 @@ from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.datasets import make_dataset
 from ldp_collector.engines.base import ENGINES
 from ldp_collector.engines.stemmer import (
     DEFAULT_REPETITIONS,
@@ -32,9 +31,10 @@ from ldp_collector.engines.stemmer import (
     noiseless_outcome,
 )
 from ldp_collector.errors import InvalidArgumentError
-from ldp_collector.evaluation.kmeans import reference_kmeans_cost
-from ldp_collector.evaluation.metrics import kmeans_cost
-from ldp_collector.simulate import CampaignRun, evaluate_clustering, run_campaign
+from ldp_collector.simulation.datasets import make_dataset
+from ldp_collector.simulation.evaluation import evaluate_clustering
+from ldp_collector.simulation.runner import CampaignRun, run_campaign
+from ldp_collector.simulation.scores import kmeans_cost, reference_kmeans_cost
 from ldp_collector.storage import open_store
 from support.recording import RecordingCollector
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ldp_client.spec import RoundSpec
 from ldp_collector.core import Collector
-from ldp_collector.simulate import InProcessCollector
+from ldp_collector.simulation.runner import InProcessCollector
 
 
 class RecordingCollector(InProcessCollector):

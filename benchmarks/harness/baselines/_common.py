@@ -81,7 +81,7 @@ class Box:
     """Public per-dimension bounds and the affine map to the unit cube ``[0, 1]^d``.
 
     A real deployment publishes the bounds before any data is seen; the harness derives them from
-    the data (as :func:`ldp_collector.simulate.numeric_bounds` does), a simulation shortcut that
+    the data (as :func:`ldp_collector.simulation.population.numeric_bounds` does), a simulation shortcut that
     every baseline shares, so none of them gains from it.
 
     The unit box calibrates noise (sensitivities), trees and grids; distances (assignments, k-means,

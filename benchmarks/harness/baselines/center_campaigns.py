@@ -1,7 +1,7 @@
 """The collector's center-publishing clustering campaigns as harness methods.
 
 Not baselines but the product's own protocols, each one campaign over the public box, run by the
-in-process simulator (:func:`ldp_collector.simulate.run_campaign`, the SDK's device code) against
+in-process simulator (:func:`ldp_collector.simulation.runner.run_campaign`, the SDK's device code) against
 an in-process collector or, over gRPC, a running one, exactly as a deployment runs it. Every
 engine publishes ``Result.clustering.centers`` (row-major ``k x d``, original units); the harness
 labels each point by its nearest center, as for the floors, so every metric applies.
@@ -41,7 +41,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ldp.v1 import campaigns_pb2
-from ldp_collector.simulate import CollectorBackend, run_campaign
+from ldp_collector.simulation.runner import CollectorBackend, run_campaign
 
 from ._common import Box, Clustering, check_epsilon, check_k, check_points
 from .oue_grid import population_seed

@@ -42,7 +42,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldp_collector.evaluation.kmeans import weighted_kmeans
+from ldp_collector.estimation.kmeans import weighted_kmeans
 
 from ._common import Box, Clustering, check_epsilon, check_k, check_points, laplace
 

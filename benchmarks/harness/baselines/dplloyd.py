@@ -31,7 +31,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldp_collector.evaluation.kmeans import assign
+from ldp_collector.estimation.kmeans import assign
 
 from ._common import Box, Clustering, check_epsilon, check_k, check_points, laplace
 

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldp_collector.evaluation.kmeans import assign, lloyd
+from ldp_collector.estimation.kmeans import assign, lloyd
 
 from ._common import Box, Clustering, check_epsilon, check_k, check_points
 from .dplloyd import noisy_lloyd_step

@@ -5,7 +5,7 @@ The simplest local protocol: one report per device, the SDK's own mechanism
 ``2^grid_bits`` grid, add exact discrete-Laplace noise of scale ``d N / epsilon`` per coordinate,
 ``epsilon``-LDP), run per point with a seeded SDK generator exactly as a device runs it. The
 server decodes (unbiased for the rounded point), maps back to the data's units and runs the same non-private k-means as the
-harness's reference (:func:`ldp_collector.evaluation.kmeans.reference_kmeans`: best of 10 k-means++
+harness's reference (:func:`ldp_collector.simulation.scores.reference_kmeans`: best of 10 k-means++
 runs, fitted on at most 100 000 points) on the noisy points; the centers are clamped to the box
 (post-processing).
 
@@ -30,7 +30,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.mechanisms import DiscreteLaplaceParams
 from ldp_client.rng import SeededRng
-from ldp_collector.evaluation.kmeans import reference_kmeans
+from ldp_collector.simulation.scores import reference_kmeans
 
 from ._common import Box, Clustering, check_epsilon, check_k, check_points
 

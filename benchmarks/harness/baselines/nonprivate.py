@@ -2,7 +2,7 @@
 
 ``kmeans_plus_plus_baseline``
     Weighted k-means++ seeding + Lloyd, best of ``n_init`` runs
-    (:func:`ldp_collector.evaluation.kmeans.weighted_kmeans`): what a trusted curator without any
+    (:func:`ldp_collector.estimation.kmeans.weighted_kmeans`): what a trusted curator without any
     privacy constraint gets. Every private protocol is judged against it.
 ``standard_kmeans``
     The "standard K-means" of ``papers/003`` (its Algorithm 1): ``k`` distinct data points drawn
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ldp_collector.evaluation.kmeans import lloyd, weighted_kmeans
+from ldp_collector.estimation.kmeans import lloyd, weighted_kmeans
 
 from ._common import Clustering, check_k, check_points
 

@@ -2,10 +2,10 @@
 
 The protocol runs through the real collector: a ``HISTOGRAM`` campaign over the public box with
 ``cells_per_dimension = m`` and the OUE oracle, played by the in-process simulator
-(:func:`ldp_collector.simulate.run_campaign`, the SDK's device code) against an in-process
+(:func:`ldp_collector.simulation.runner.run_campaign`, the SDK's device code) against an in-process
 collector or, over gRPC, a running one. The collector's estimates (made consistent by norm-sub:
 non-negative, summing to n) weight the cell centres; the harness's non-private reference k-means
-(:func:`ldp_collector.evaluation.kmeans.reference_kmeans`, best of 10 k-means++ runs) on the
+(:func:`ldp_collector.simulation.scores.reference_kmeans`, best of 10 k-means++ runs) on the
 weighted centres gives the centers.
 
 Grid rule (data-independent: n, d and epsilon are public)
@@ -30,8 +30,8 @@ from numpy.typing import ArrayLike, NDArray
 from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.grid import UniformGridEncoder
-from ldp_collector.evaluation.kmeans import reference_kmeans
-from ldp_collector.simulate import CollectorBackend, run_campaign
+from ldp_collector.simulation.runner import CollectorBackend, run_campaign
+from ldp_collector.simulation.scores import reference_kmeans
 
 from ._common import Box, Clustering, check_epsilon, check_k, check_points
 

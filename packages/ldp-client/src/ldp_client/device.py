@@ -77,6 +77,7 @@ Durability is not optional on a real device. Simulations that create many device
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterable
@@ -85,6 +86,7 @@ from pathlib import Path
 from typing import Any
 
 from ._validation import check_float, check_int
+from .admission import admit, pick_group
 from .errors import (
     AlreadyReportedError,
     PolicyViolationError,
@@ -381,23 +383,16 @@ class Device:
                 if stored is None:
                     raise AlreadyReportedError(campaign, round_, charged.report_id)
                 return stored.report
-            group = ledger._group_of_locked(campaign)
-            is_new_group = group is None
-            if group is None:
-                group = self._pick_group(spec)
-            elif group >= len(spec.group_weights):
-                raise ProtocolError(f"campaign {campaign!r} round {round_} has {len(spec.group_weights)} groups, "
-                                    f"but the device is in group {group} (group weights must not change)")
-            task = spec.task_for(group)
+            recorded = ledger._group_of_locked(campaign)
+            spent, spent_total, reports = ledger._usage_locked(campaign)
+            admission = admit(spec, policy, group=recorded, spent=spent, spent_total=spent_total, reports=reports,
+                              group_rng=functools.partial(self._group_rng, campaign))
+            group, task, caps = admission.group, admission.task, admission.caps
             if task is None:
-                if is_new_group:
+                if recorded is None:
                     ledger.set_group(campaign, group)
                 return None
-            # Everything the collector chose is checked before anything is randomized.
             epsilon = task.epsilon
-            campaign_cap = min(spec.campaign_epsilon, policy.max_epsilon_per_campaign)
-            max_reports = min(spec.max_reports_per_device, policy.max_reports_per_campaign)
-            ledger._check_budget(campaign, epsilon, campaign_cap, policy.max_epsilon_total, max_reports)
             if assignment is not None:
                 seeds = [assignment.seed_for(i, c) for i, c in enumerate(task.components)]
                 report_id = assignment.report_id
@@ -417,8 +412,8 @@ class Device:
             # First the charge (with the group, one durable write), then the outbox: a report is
             # stored for sending only with its own charge; see "Crash safety". The values come from a
             # validated spec and report, and the lock is held.
-            ledger._charge_locked(campaign, round_, group, epsilon, report_id, campaign_cap,
-                                  policy.max_epsilon_total, max_reports, self._rng_record)
+            ledger._charge_locked(campaign, round_, group, epsilon, report_id, caps.campaign_epsilon,
+                                  caps.total_epsilon, caps.reports, self._rng_record)
             outbox.put(report, epsilon)
             return report
 
@@ -428,18 +423,9 @@ class Device:
             return self._rng
         return self._memo.coins(spec.campaign_id, spec.round, group, index, component, seed)
 
-    def _pick_group(self, spec: RoundSpec) -> int:
-        """Group g with probability exactly ``group_weights[g] / sum(group_weights)``."""
-        weights = spec.group_weights
-        if len(weights) == 1:
-            return 0  # certain: no randomness needed
-        rng = self._rng if self._memo is None else self._memo.group_rng(spec.campaign_id)
-        u = rng.randbelow(sum(weights))
-        for group, weight in enumerate(weights):
-            if u < weight:
-                return group
-            u -= weight
-        raise AssertionError("unreachable: u < sum(group_weights)")
+    def _group_rng(self, campaign_id: str) -> Rng:
+        """The generator of the device's group draw in ``campaign_id``: memoized, or the injected one."""
+        return self._rng if self._memo is None else self._memo.group_rng(campaign_id)
 
     def group_for(self, spec: RoundSpec) -> int:
         """The device's group in ``spec``'s campaign, chosen (and durably recorded) on first use."""
@@ -449,7 +435,8 @@ class Device:
             self._discard_strays_locked(rescan=False)
             group = self._ledger.group_of(spec.campaign_id)
             if group is None:
-                group = self._ledger.set_group(spec.campaign_id, self._pick_group(spec))
+                group = self._ledger.set_group(
+                    spec.campaign_id, pick_group(spec.group_weights, functools.partial(self._group_rng, spec.campaign_id)))
             return group
 
     def has_reported(self, campaign_id: str, round: int) -> bool:

@@ -91,6 +91,7 @@ __all__ = [
     "RequestRejectedError",
     "RpcFailedError",
     "Sender",
+    "call_error",
     "drain",
     "retry_delay",
 ]
@@ -537,7 +538,7 @@ class CollectorClient:
             except grpc.RpcError as exc:
                 code, details = _status_of(exc)
                 if code in _REJECTED:
-                    raise RequestRejectedError(method, code, details) from exc
+                    raise call_error(method, exc) from exc
                 server_delay = retry_delay(exc)
                 if round_not_open and code == grpc.StatusCode.UNAVAILABLE and _error_reason(exc) == ROUND_NOT_OPEN_REASON:
                     wait = _ROUND_NOT_OPEN_DEFAULT_WAIT if server_delay is None else min(server_delay, MAX_RETRY_AFTER)
@@ -554,6 +555,27 @@ class CollectorClient:
         if server_delay is not None:
             return server_delay * (1.0 + _RETRY_INFO_JITTER * u)
         return min(self._backoff_max, self._backoff_base * 2.0 ** (attempt - 1)) * u
+
+
+def call_error(method: str, exc: grpc.RpcError, attempts: int = 1) -> RequestRejectedError | RpcFailedError:
+    """The SDK's error for a call that failed and is not retried (any client of the collector's services).
+
+    :class:`RequestRejectedError` for the statuses that reject the request itself
+    (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, OUT_OF_RANGE, ALREADY_EXISTS),
+    :class:`RpcFailedError` for every other status (UNAUTHENTICATED, UNAVAILABLE ...).
+
+    Parameters
+    ----------
+    method : str
+        The RPC (``"CreateCampaign"`` ...).
+    exc : grpc.RpcError
+    attempts : int
+        Calls made.
+    """
+    code, details = _status_of(exc)
+    if code in _REJECTED:
+        return RequestRejectedError(method, code, details)
+    return RpcFailedError(method, code, details, attempts)
 
 
 def _status_of(exc: grpc.RpcError) -> tuple[grpc.StatusCode, str]:

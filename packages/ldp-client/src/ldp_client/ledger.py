@@ -57,8 +57,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ._validation import check_float, check_int
-from .budget import UNIT, fits, units
-from .errors import BudgetExhaustedError, InvalidParameterError, LedgerCorruptedError, StateDirectoryError
+from .admission import Caps, check_budget
+from .budget import UNIT, units
+from .errors import InvalidParameterError, LedgerCorruptedError, StateDirectoryError
 from .memo import SECRET_BYTES
 from .report import REPORT_ID_BYTES
 from .rng import Rng, resolve_rng
@@ -623,14 +624,13 @@ class Ledger:
     def _check_budget(self, campaign_id: str, epsilon: float, campaign_cap: float, total_cap: float,
                       max_reports: int) -> None:
         """:meth:`check_budget` for a caller that holds the lock."""
-        spent = self._spent.get(campaign_id, 0)
-        if not fits(spent, epsilon, campaign_cap):
-            raise BudgetExhaustedError("campaign", float(spent * UNIT), epsilon, campaign_cap)
-        if not fits(self._total, epsilon, total_cap):
-            raise BudgetExhaustedError("total", float(self._total * UNIT), epsilon, total_cap)
-        reports = len(self._by_campaign.get(campaign_id, ()))
-        if reports >= max_reports:
-            raise BudgetExhaustedError("campaign reports", reports, 1, max_reports)
+        spent, spent_total, reports = self._usage_locked(campaign_id)
+        check_budget(epsilon, Caps(campaign_epsilon=campaign_cap, total_epsilon=total_cap, reports=max_reports),
+                     spent=spent, spent_total=spent_total, reports=reports)
+
+    def _usage_locked(self, campaign_id: str) -> tuple[int, int, int]:
+        """The exact spending in ``campaign_id`` and in total (units of ``budget.UNIT``), and its report count."""
+        return self._spent.get(campaign_id, 0), self._total, len(self._by_campaign.get(campaign_id, ()))
 
     def charge(self, *, campaign_id: str, round: int, group: int, epsilon: float, report_id: bytes,
                campaign_cap: float, total_cap: float, max_reports: int, rng: str | None = None) -> LedgerEntry:

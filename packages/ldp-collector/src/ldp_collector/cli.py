@@ -16,7 +16,7 @@ Commands
     127.0.0.1:50051) with the bearer token from ``$LDP_OPERATOR_TOKEN``. Human-readable output, or
     ``--json``.
 ``simulate``
-    A campaign played by simulated devices built on the SDK (:mod:`ldp_collector.simulate`), on an
+    A campaign played by simulated devices built on the SDK (:mod:`ldp_collector.simulation`), on an
     in-process collector with a temporary SQLite directory, or on ``--collector``. ``--json``
     prints one JSON object with the parameters, the traffic, epsilon per device, wall time and the
     estimation error (histograms, heavy hitters) or the clustering scores (ARI, NMI ... against
@@ -71,23 +71,13 @@ from ldp_client.errors import LdpError
 from . import __version__
 from .campaigns import kind_name
 from .config import ConfigError, load_config
-from .datasets import DATASETS, load_file, make_dataset
 from .errors import CollectorError
+from .operator import KINDS, CampaignStateError, OperatorClient, kind_value
 from .plotting import MatplotlibMissingError
-from .simulate import (
-    CLUSTERING_KINDS,
-    KINDS,
-    CampaignRun,
-    OperatorClient,
-    RemoteCollector,
-    SimulationError,
-    evaluate_clustering,
-    evaluate_histogram,
-    histogram_truth,
-    kind_value,
-    numeric_bounds,
-    run_campaign,
-)
+from .simulation.datasets import DATASETS, load_file, make_dataset
+from .simulation.evaluation import CLUSTERING_KINDS, evaluate_clustering, evaluate_histogram, histogram_truth
+from .simulation.population import numeric_bounds
+from .simulation.runner import CampaignRun, RemoteCollector, SimulationError, run_campaign
 
 __all__ = ["DEFAULT_COLLECTOR", "UsageError", "build_campaign_config", "build_parser", "main"]
 
@@ -102,7 +92,8 @@ _VARIANTS = {"uniform": _GRID.UNIFORM, "tree": _GRID.TREE, "iterative": _GRID.IT
 _GRANULARITIES = {"paper": _GRID.PAPER, "consistent": _GRID.CONSISTENT}
 #: Kinds whose parameters take ``k``.
 _K_KINDS = frozenset({"stemmer", "nettree", "bitvector", "laplace", "ldp_kmeans"})
-_RUNTIME_ERRORS = (LdpError, CollectorError, ConfigError, SimulationError, MatplotlibMissingError, OSError)
+_RUNTIME_ERRORS = (LdpError, CollectorError, ConfigError, CampaignStateError, SimulationError, MatplotlibMissingError,
+                   OSError)
 #: Heavy-hitter simulations over numeric data: grid cells per dimension (values) in one or two dimensions.
 _HEAVY_HITTER_CELLS_2D = 32
 #: Kinds whose simulation ``--plot`` draws.
@@ -842,8 +833,8 @@ def _cmd_campaign_close(args: argparse.Namespace) -> int:
         if round_ is None:
             campaign = operator.get_campaign(args.campaign_id)
             if campaign.state != campaigns_pb2.COLLECTING or not campaign.HasField("current_round"):
-                raise SimulationError(f"campaign {args.campaign_id} is {_state_name(campaign.state)}; "
-                                      "it has no open round to close")
+                raise CampaignStateError(f"campaign {args.campaign_id} is {_state_name(campaign.state)}; "
+                                         "it has no open round to close")
             round_ = campaign.current_round.round
         campaign = operator.close_round(args.campaign_id, round_)
     if args.json:
@@ -874,8 +865,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             if args.round is not None:
                 raise UsageError("--round applies to histogram campaigns; a grid campaign's plot is its result")
             if campaign.state != campaigns_pb2.FINISHED:
-                raise SimulationError(f"campaign {args.campaign_id} is {_state_name(campaign.state)}; a grid "
-                                      "campaign's clustering is published when it finishes")
+                raise CampaignStateError(f"campaign {args.campaign_id} is {_state_name(campaign.state)}; a grid "
+                                         "campaign's clustering is published when it finishes")
             result = operator.get_result(args.campaign_id)
             path = plot_grid_clustering(result.clustering.cell_map, out,
                                         title=f"campaign {args.campaign_id}: {_clustering_text(result.clustering)}")

@@ -4,7 +4,7 @@
    operator token (:func:`ldp_collector.service.start_server`).
 2. As the operator, create a HISTOGRAM campaign over a 2-D numeric domain cut into a grid
    (16 x 16 cells over the two moons by default).
-3. Simulate the devices with the SDK (:mod:`ldp_collector.simulate`): each encodes its point into
+3. Simulate the devices with the SDK (:mod:`ldp_collector.simulation`): each encodes its point into
    its grid cell, randomizes it with the campaign's frequency oracle, and the reports travel in
    batches of 1000 through ``SubmitPacked``.
 4. Close the round; print the largest estimates beside the truth with their standard errors,
@@ -33,17 +33,12 @@ from numpy.typing import NDArray
 from ldp.v1 import campaigns_pb2
 
 from .config import CollectorConfig
-from .datasets import make_dataset
 from .plotting import estimates_grid, plot_density_comparison, require_matplotlib
 from .service import start_server
-from .simulate import (
-    CampaignRun,
-    RemoteCollector,
-    evaluate_histogram,
-    histogram_truth,
-    numeric_bounds,
-    run_campaign,
-)
+from .simulation.datasets import make_dataset
+from .simulation.evaluation import evaluate_histogram, histogram_truth
+from .simulation.population import numeric_bounds
+from .simulation.runner import CampaignRun, RemoteCollector, run_campaign
 
 __all__ = ["DEFAULT_DEVICES", "DemoSummary", "print_summary", "run_demo"]
 
@@ -62,7 +57,7 @@ class DemoSummary:
     run : CampaignRun
         The campaign, its result and the simulation statistics.
     errors : dict
-        :func:`~ldp_collector.simulate.evaluate_histogram` of the estimates.
+        :func:`~ldp_collector.simulation.evaluation.evaluate_histogram` of the estimates.
     truth, estimate, std_errors : numpy.ndarray
         Per-cell true counts, estimates and standard errors on the grid (shape ``(m, m)``).
     lower, upper : tuple of float
@@ -113,7 +108,7 @@ def run_demo(*, n: int = DEFAULT_DEVICES, dataset: str = "moons", cells: int = 1
     n : int
         Number of simulated devices.
     dataset : str
-        A 2-D dataset of :data:`ldp_collector.datasets.DATASETS`.
+        A 2-D dataset of :data:`ldp_collector.simulation.datasets.DATASETS`.
     cells : int
         Grid cells per dimension.
     epsilon : float

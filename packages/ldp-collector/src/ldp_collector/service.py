@@ -74,10 +74,10 @@ from .core import Collector
 from .defences import EnrolmentAuthority, EnrolmentLimiter, peer_address
 from .errors import CollectorError, FailedPreconditionError, InvalidArgumentError, OverloadedError
 from .ingest import Assign
-from .metrics import CollectorMetrics, MetricsServer, start_metrics_server
 from .ratelimit import RateLimitedError, RateLimiter
 from .storage import open_store
 from .storage.base import Outcome, ReportStore
+from .telemetry import CollectorMetrics, MetricsServer, start_metrics_server
 
 __all__ = [
     "DEVICE_SERVICE",

@@ -12,7 +12,7 @@ At close the server decodes the reports (the integers over N: unbiased for the r
 and clusters the noisy points with ``LaplaceParameters.algorithm`` (DESIGN.md §7.6):
 
 ``KMEANS``
-    Weighted k-means++ and Lloyd, best of :data:`N_INIT` (:func:`ldp_collector.evaluation.weighted_kmeans`).
+    Weighted k-means++ and Lloyd, best of :data:`N_INIT` (:func:`ldp_collector.estimation.kmeans.weighted_kmeans`).
 ``FCM``
     Plain fuzzy c-means (squared Euclidean distance).
 ``MNFCM`` (default)
@@ -58,7 +58,7 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import decode_report_payloads
 from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_c_means
-from ..evaluation.kmeans import weighted_kmeans
+from ..estimation.kmeans import weighted_kmeans
 from ..storage.base import StoredReport
 from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
 from .histogram import MAX_MECHANISM_EPSILON

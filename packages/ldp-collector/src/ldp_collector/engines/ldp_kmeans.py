@@ -8,7 +8,7 @@ in which the assignment step runs on the devices.
 
 Rounds
     1. **Initialize**: every reporting device sends one unbiased perturbed vector of its point.
-       The server runs weighted k-means++ and Lloyd (:func:`ldp_collector.evaluation.kmeans.
+       The server runs weighted k-means++ and Lloyd (:func:`ldp_collector.estimation.kmeans.
        weighted_kmeans`) on the decoded vectors, which are already unbiased estimates of the
        points, so no further debiasing applies, and clips the centers to the domain box.
     2. .. T + 1. **Label round t**: the spec carries the centers of the previous round. A report
@@ -158,8 +158,8 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads, make_accumulate_fn
 from ..estimation.frequency import GRRAggregator
+from ..estimation.kmeans import weighted_kmeans
 from ..estimation.vectors import vector_component, vector_estimates
-from ..evaluation.kmeans import weighted_kmeans
 from ..storage.base import AccumulateFn
 from .base import (
     CampaignEngine,

@@ -74,9 +74,9 @@ from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
 from ..estimation.frequency import FrequencyAggregator, make_aggregator
 from ..estimation.heavy_hitters import bonferroni_z
+from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
 from ..estimation.vector_sum import bucket_sums
-from ..evaluation.kmeans import assign, weighted_kmeans
 from .base import (
     CampaignEngine,
     RoundOutcome,

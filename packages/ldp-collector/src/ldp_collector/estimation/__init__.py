@@ -4,7 +4,10 @@
   unbiased counts with analytic standard errors and intervals, consistency post-processing;
 * :mod:`.olh_hash` -- the local-hashing hash over numpy arrays, bit-identical to the SDK's;
 * :mod:`.accumulators` -- per-round mergeable accumulator blobs for the store;
-* :mod:`.heavy_hitters` -- prefix-tree heavy hitters over huge domains.
+* :mod:`.heavy_hitters` -- prefix-tree heavy hitters over huge domains;
+* :mod:`.kmeans` -- weighted k-means++ and Lloyd on coresets (signed weights allowed).
+
+Simulated reports for tests and benchmarks live in :mod:`ldp_collector.simulation.reports`.
 
 Every constant (p, q, g, variances) comes from the SDK's parameter objects.
 """
@@ -28,17 +31,14 @@ from .frequency import (
     GRRAggregator,
     LocalHashingAggregator,
     UnaryEncodingAggregator,
-    add_simulated_reports,
     estimate_from_support,
     make_aggregator,
     make_consistent,
 )
 from .heavy_hitters import (
     HeavyHitterConfig,
-    HeavyHitterResult,
     LevelOutcome,
     bonferroni_z,
-    find_heavy_hitters,
     first_candidates,
     level_candidates,
     level_params,
@@ -55,18 +55,15 @@ __all__ = [
     "FrequencyOracleParams",
     "GRRAggregator",
     "HeavyHitterConfig",
-    "HeavyHitterResult",
     "LevelOutcome",
     "LocalHashingAggregator",
     "UnaryEncodingAggregator",
     "accumulator_key",
-    "add_simulated_reports",
     "aggregate_reports",
     "bonferroni_z",
     "component_params_from_spec",
     "decode_report_payloads",
     "estimate_from_support",
-    "find_heavy_hitters",
     "first_candidates",
     "hash_values",
     "level_candidates",

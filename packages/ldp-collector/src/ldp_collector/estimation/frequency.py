@@ -41,7 +41,7 @@ from ldp_client.mechanisms import GRRParams, LocalHashingParams, UnaryEncodingPa
 from ldp_client.mechanisms.local_hashing import SEED_BITS
 from ldp_client.payload import HashedValue
 
-from .olh_hash import hash_values, support_counts
+from .olh_hash import support_counts
 
 __all__ = [
     "ConsistencyMethod",
@@ -51,7 +51,6 @@ __all__ = [
     "GRRAggregator",
     "LocalHashingAggregator",
     "UnaryEncodingAggregator",
-    "add_simulated_reports",
     "estimate_from_support",
     "make_aggregator",
     "make_consistent",
@@ -729,55 +728,3 @@ def make_aggregator(params: FrequencyOracleParams, candidates: ArrayLike | None 
     if candidates is not None:
         raise InvalidParameterError(f"candidates apply to local hashing only, not {params.KIND}")
     return agg
-
-
-# --------------------------------------------------------------------------------------------
-# Simulation (tests, benchmarks, the in-process simulator): numpy, seeded, never on devices.
-# --------------------------------------------------------------------------------------------
-
-
-def add_simulated_reports(aggregator: FrequencyAggregator, true_values: ArrayLike, rng: np.random.Generator) -> None:
-    """Simulate one report per element of ``true_values`` and add them to ``aggregator``.
-
-    Reports are drawn with numpy from the output distribution the parameter object defines
-    (GRR: keep w.p. p, else a uniform other value; unary encoding: the true bit is 1 w.p. p,
-    every other bit w.p. q; local hashing: a uniform 32-bit seed, the SDK's hash, then GRR over
-    g buckets). The probabilities are used as floats, so this is for simulations only; devices
-    use the SDK's exact-coin ``randomize``.
-
-    Parameters
-    ----------
-    aggregator : FrequencyAggregator
-    true_values : array_like of int, shape (n,)
-        Encoded values in [0, domain_size).
-    rng : numpy.random.Generator
-        Seeded generator (simulation randomness, not privacy-carrying).
-    """
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-    v = _check_values(true_values, aggregator.params.domain_size, "true_values")
-    n = v.size
-    if isinstance(aggregator, GRRAggregator):
-        grr = aggregator.params
-        other = rng.integers(0, grr.domain_size - 1, size=n, dtype=np.int64)
-        other += other >= v
-        aggregator.add_indices(np.where(rng.random(n) < grr.p, v, other))
-    elif isinstance(aggregator, UnaryEncodingAggregator):
-        ue = aggregator.params
-        size = ue.domain_size
-        rows = max(1, _UNPACK_CHUNK_BITS // size)
-        for r0 in range(0, n, rows):
-            chunk = v[r0:r0 + rows]
-            bits = rng.random((chunk.size, size)) < ue.q
-            bits[np.arange(chunk.size), chunk] = rng.random(chunk.size) < ue.p
-            aggregator.add_packed(np.packbits(bits, axis=1, bitorder="little"))
-    elif isinstance(aggregator, LocalHashingAggregator):
-        lh = aggregator.params
-        g = lh.g
-        seeds = rng.integers(0, 2**SEED_BITS, size=n, dtype=np.uint64)
-        true_bucket = hash_values(seeds, v.astype(np.uint64), g).astype(np.int64)
-        other = rng.integers(0, g - 1, size=n, dtype=np.int64)
-        other += other >= true_bucket
-        aggregator.add_arrays(seeds, np.where(rng.random(n) < lh.p, true_bucket, other))
-    else:
-        raise TypeError(f"cannot simulate reports for {type(aggregator).__name__}")

@@ -71,7 +71,7 @@ Convergence
     ``J``.
 
 Initialization
-    k-means++ seeding (:func:`ldp_collector.evaluation.kmeans_plus_plus`, greedy D^2 sampling) on
+    k-means++ seeding (:func:`ldp_collector.estimation.kmeans.kmeans_plus_plus`, greedy D^2 sampling) on
     the points, then optionally clipped into ``bounds``. ``bounds`` (e.g. the unit cube the
     devices' points were normalized to) also clips the centers after every update: the true
     cluster means lie in the convex domain, the noisy points do not.
@@ -93,7 +93,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.errors import InvalidParameterError
 
-from ..evaluation.kmeans import kmeans_plus_plus
+from ..estimation.kmeans import kmeans_plus_plus
 
 __all__ = [
     "DEFAULT_FUZZIFIER",

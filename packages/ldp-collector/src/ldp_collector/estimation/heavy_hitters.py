@@ -34,13 +34,13 @@ Counts
     Var = (Var_group + c_hat_group (1 - s)) / s^2 (the second term is the group-sampling variance).
 
 The pure functions :func:`first_candidates`, :func:`level_params` and :func:`next_candidates` are
-what a campaign engine calls per round; :func:`find_heavy_hitters` runs the whole protocol on
-simulated reports (tests, benchmarks).
+what a campaign engine calls per round; :func:`ldp_collector.simulation.reports.find_heavy_hitters`
+runs the whole protocol on simulated reports (tests, benchmarks).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
@@ -51,14 +51,12 @@ from ldp_client.errors import InvalidParameterError
 from ldp_client.mechanisms import GRRParams, LocalHashingParams, UnaryEncodingParams, choose_frequency_oracle
 from ldp_client.mechanisms.oracle_choice import FrequencyOracleParams
 
-from .frequency import FrequencyEstimate, add_simulated_reports, make_aggregator
+from .frequency import FrequencyEstimate
 
 __all__ = [
     "HeavyHitterConfig",
-    "HeavyHitterResult",
     "LevelOutcome",
     "bonferroni_z",
-    "find_heavy_hitters",
     "first_candidates",
     "level_candidates",
     "level_params",
@@ -269,70 +267,3 @@ def next_candidates(prev: ArrayLike | None, level_estimate: FrequencyEstimate, *
         level=level, tested=tested, z=z, threshold=threshold, survivors=survivors,
         counts=group_counts / share, std_errors=np.sqrt(group_se**2 + plug_in * (1.0 - share)) / share,
         capped=bool(capped), next_candidates=following)
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class HeavyHitterResult:
-    """Heavy hitters found by :func:`find_heavy_hitters` (largest first) and the per-level trace."""
-
-    values: NDArray[np.int64]
-    counts: NDArray[np.float64]
-    std_errors: NDArray[np.float64]
-    levels: list[LevelOutcome] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-
-def find_heavy_hitters(values: ArrayLike, config: HeavyHitterConfig, rng: np.random.Generator, *,
-                       group_weights: ArrayLike | None = None) -> HeavyHitterResult:
-    """Run the whole prefix-tree protocol on simulated reports of ``values`` (tests, benchmarks).
-
-    Each device joins level group l with probability w_l / sum(w) (default: equal weights) and
-    reports its level-l prefix, simulated from the level oracle's output distribution
-    (:func:`~ldp_collector.estimation.frequency.add_simulated_reports`); the server then runs
-    :func:`next_candidates` level by level.
-
-    Parameters
-    ----------
-    values : array_like of int, shape (N,)
-        One private value per device, in [0, 2^value_bits).
-    config : HeavyHitterConfig
-    rng : numpy.random.Generator
-        Seeded simulation randomness.
-    group_weights : array_like of float, shape (L,), optional
-        Relative group sizes.
-
-    Returns
-    -------
-    HeavyHitterResult
-    """
-    v = np.asarray(values)
-    levels = config.levels
-    weights = np.ones(levels) if group_weights is None else np.asarray(group_weights, dtype=np.float64)
-    if weights.shape != (levels,) or np.any(weights <= 0) or not np.all(np.isfinite(weights)):
-        raise InvalidParameterError(f"group_weights must be {levels} positive numbers")
-    shares = weights / weights.sum()
-    groups = rng.choice(levels, size=v.size, p=shares)
-    prev: NDArray[np.int64] | None = None
-    trace: list[LevelOutcome] = []
-    warnings: list[str] = []
-    candidates = first_candidates(config)
-    outcome: LevelOutcome | None = None
-    for level in range(1, levels + 1):
-        aggregator = make_aggregator(level_params(config, level))
-        add_simulated_reports(aggregator, prefixes(v[groups == level - 1], config, level), rng)
-        estimate = aggregator.estimate(candidates=candidates)
-        warnings.extend(f"level {level}: {w}" for w in estimate.warnings)
-        outcome = next_candidates(prev, estimate, config=config, level=level, group_share=float(shares[level - 1]))
-        trace.append(outcome)
-        if outcome.capped:
-            warnings.append(f"level {level}: more than {config.max_candidates} prefixes passed; kept the largest")
-        if not outcome.survivors.size:
-            warnings.append(f"level {level}: no prefix passed the threshold {outcome.threshold:.4g}")
-            break
-        prev, candidates = outcome.survivors, outcome.next_candidates
-    empty_f: NDArray[np.float64] = np.zeros(0)
-    if outcome is None or outcome.level != levels:
-        return HeavyHitterResult(values=np.zeros(0, dtype=np.int64), counts=empty_f, std_errors=empty_f,
-                                 levels=trace, warnings=warnings)
-    return HeavyHitterResult(values=outcome.survivors, counts=outcome.counts, std_errors=outcome.std_errors,
-                             levels=trace, warnings=warnings)

@@ -57,8 +57,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.errors import InvalidParameterError
 
-from ..evaluation.kmeans import kmeans_plus_plus, lloyd
 from .heavy_hitters import bonferroni_z
+from .kmeans import kmeans_plus_plus, lloyd
 
 __all__ = [
     "MASS_FRACTION",

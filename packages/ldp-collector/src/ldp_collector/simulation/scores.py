@@ -1,4 +1,4 @@
-"""Clustering quality metrics: the one implementation the simulator, the CLI and the benchmarks use.
+"""Clustering scores: the one implementation the simulator, the CLI and the benchmarks use.
 
 numpy only (no scipy or scikit-learn at run time); the tests pin every score against
 scikit-learn's and the assignment against ``scipy.optimize.linear_sum_assignment``.
@@ -17,6 +17,10 @@ Higher is better (1 = perfect)
     :func:`f_measure` (per class the best F1 over clusters, weighted by class size).
 All at once
     :func:`evaluate_clustering`, by name, plus the cost ratio to a reference cost.
+The reference
+    :func:`reference_kmeans` and :func:`reference_kmeans_cost`: the non-private (trusted-curator)
+    k-means on the raw data, the denominator of the cost ratio (the weighted k-means itself is
+    the server's, :mod:`ldp_collector.estimation.kmeans`).
 
 Noise
     A predicted label of ``-1`` marks a point the clustering left unassigned (DBSCAN-style
@@ -40,8 +44,23 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.errors import InvalidParameterError
 
+from ..estimation.kmeans import (
+    KMeansResult,
+    _centers,
+    _check_k,
+    _check_positive_int,
+    _chunk_rows,
+    _generator,
+    _points,
+    _weights,
+    assign,
+    squared_distances,
+    weighted_kmeans,
+)
+
 __all__ = [
     "NOISE",
+    "REFERENCE_SAMPLE",
     "adjusted_rand_index",
     "center_error",
     "cost_per_point",
@@ -54,14 +73,14 @@ __all__ = [
     "nicv",
     "normalized_mutual_info",
     "purity",
-    "squared_distances",
+    "reference_kmeans",
+    "reference_kmeans_cost",
 ]
 
 #: The predicted label of a point left out of every cluster.
 NOISE = -1
-#: Number of distance entries (rows x centers) computed at once; bounds the scratch memory to
-#: about 32 MB whatever n.
-_CHUNK_ENTRIES = 1 << 22
+#: :func:`reference_kmeans` fits on at most this many points (a uniform sample) and scores on all.
+REFERENCE_SAMPLE = 100_000
 #: Integer labels spanning at most this many values are factorized with bincount (O(n)).
 _DENSE_LABEL_SPAN = 1 << 20
 #: Contingency tables with at most this many cells are counted densely.
@@ -69,40 +88,6 @@ _DENSE_TABLE_CELLS = 1 << 22
 
 
 # -- inputs ------------------------------------------------------------------------------------------
-
-def _points(name: str, x: ArrayLike) -> NDArray[np.float64]:
-    arr = np.asarray(x, dtype=np.float64)
-    if arr.ndim == 1:
-        arr = arr[:, None]
-    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise InvalidParameterError(f"{name} must be a non-empty 2-D array (points x dimensions), got shape {arr.shape}")
-    if not np.isfinite(arr).all():
-        raise InvalidParameterError(f"{name} must be finite, got a NaN or infinite value")
-    return arr
-
-
-def _centers(x: NDArray[np.float64], centers: ArrayLike, name: str = "centers") -> NDArray[np.float64]:
-    c = np.asarray(centers, dtype=np.float64)
-    if c.ndim == 1 and x.shape[1] == 1:
-        c = c[:, None]
-    if c.ndim != 2 or c.shape[0] == 0 or c.shape[1] != x.shape[1]:
-        raise InvalidParameterError(
-            f"{name} must be a non-empty (k, {x.shape[1]}) array matching the points' dimension, got shape {c.shape}")
-    if not np.isfinite(c).all():
-        raise InvalidParameterError(f"{name} must be finite, got a NaN or infinite value")
-    return c
-
-
-def _weights(weights: ArrayLike | None, n: int) -> NDArray[np.float64] | None:
-    if weights is None:
-        return None
-    w = np.asarray(weights, dtype=np.float64).reshape(-1)
-    if w.shape != (n,):
-        raise InvalidParameterError(f"weights must hold one value per point ({n}), got {w.size}")
-    if not np.isfinite(w).all():
-        raise InvalidParameterError("weights must be finite, got a NaN or infinite value")
-    return w
-
 
 def _labels(name: str, labels: ArrayLike) -> NDArray[np.generic]:
     arr = np.asarray(labels)
@@ -425,24 +410,6 @@ def f_measure(labels_true: ArrayLike, labels_pred: ArrayLike) -> float:
 
 # -- geometric metrics ----------------------------------------------------------------------------------
 
-def squared_distances(x: NDArray[np.float64], centers: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``(len(x), len(centers))`` squared Euclidean distances, clipped at 0.
-
-    Uses ``|x|^2 - 2 x.c + |c|^2`` after moving the origin to the centers' mean, which keeps the
-    cancellation error small when the data sit far from the origin. The caller chunks ``x``.
-    """
-    origin = centers.mean(axis=0)
-    xs = x - origin
-    cs = centers - origin
-    d2 = (xs * xs).sum(axis=1)[:, None] - 2.0 * (xs @ cs.T) + (cs * cs).sum(axis=1)[None, :]
-    out: NDArray[np.float64] = np.maximum(d2, 0.0)
-    return out
-
-
-def _chunk_rows(k: int) -> int:
-    return max(1024, _CHUNK_ENTRIES // max(k, 1))
-
-
 def kmeans_cost(X: ArrayLike, centers: ArrayLike, weights: ArrayLike | None = None) -> float:
     """Sum over points of the (weighted) squared distance to the nearest center.
 
@@ -545,7 +512,7 @@ def evaluate_clustering(X: ArrayLike, labels_true: ArrayLike | None, labels_pred
         The published centers.
     reference_cost : float, optional
         k-means cost (total, not per point) of the non-private reference on the same ``X``
-        (:func:`ldp_collector.evaluation.kmeans.reference_kmeans_cost`); needs ``centers``.
+        (:func:`reference_kmeans_cost`); needs ``centers``.
 
     Returns
     -------
@@ -592,3 +559,54 @@ def evaluate_clustering(X: ArrayLike, labels_true: ArrayLike | None, labels_pred
                 raise InvalidParameterError(f"reference_cost must be a finite number >= 0, got {reference_cost!r}")
             out["cost_ratio"] = cost / ref if ref > 0 else math.nan
     return out
+
+
+# -- the non-private reference ---------------------------------------------------------------------
+
+def reference_kmeans(X: ArrayLike, k: int, seed: int, n_init: int = 10, *, weights: ArrayLike | None = None,
+                     sample: int | None = REFERENCE_SAMPLE, max_iter: int = 100, tol: float = 1e-6) -> KMeansResult:
+    """The non-private (trusted-curator) reference: best of ``n_init`` k-means++ and Lloyd runs.
+
+    Fitted on a uniform sample of at most ``sample`` points (``None``: all of them), which moves
+    the cost by a relative O(k d / sample) only, and then scored on every point.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d)
+    k : int
+        In ``[1, n]``.
+    seed : int
+        Seed of the sample and of the restarts.
+    n_init : int
+    weights : array-like of shape (n,), optional
+    sample : int or None
+    max_iter, tol
+        As in :func:`lloyd`.
+
+    Returns
+    -------
+    KMeansResult
+        ``labels`` and ``cost`` over all of ``X``.
+    """
+    x = _points("X", X)
+    k = _check_k(k, len(x))
+    w = _weights(weights, len(x))
+    gen = _generator(seed)
+    fit_x, fit_w = x, w
+    if sample is not None:
+        sample = _check_positive_int("sample", sample, 1 << 40)
+        if len(x) > max(sample, k):
+            index = np.sort(gen.choice(len(x), size=max(sample, k), replace=False))
+            fit_x, fit_w = x[index], (w[index] if w is not None else None)
+    fit = weighted_kmeans(fit_x, k, gen, fit_w, n_init, max_iter=max_iter, tol=tol)
+    if fit_x is x:
+        return fit
+    labels, sq = assign(x, fit.centers)
+    cost = float(sq.sum() if w is None else np.dot(w, sq))
+    return KMeansResult(centers=fit.centers, labels=labels, cost=cost, iterations=fit.iterations)
+
+
+def reference_kmeans_cost(X: ArrayLike, k: int, seed: int, n_init: int = 10, *, weights: ArrayLike | None = None,
+                          sample: int | None = REFERENCE_SAMPLE) -> float:
+    """Cost of :func:`reference_kmeans` on all of ``X``: the denominator of the cost ratio."""
+    return reference_kmeans(X, k, seed, n_init, weights=weights, sample=sample).cost

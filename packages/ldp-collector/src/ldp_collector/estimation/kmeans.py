@@ -1,8 +1,8 @@
 """Weighted k-means for everything server-side: k-means++ seeding, Lloyd iterations, best of n_init.
 
-The clustering protocols run it on private coresets (weighted points), the LDP floors on noised
-points or grid-cell histograms, and the harness on the raw data for the non-private reference
-of the cost ratio. numpy only; every distance computation is chunked (about 32 MB of scratch
+The clustering protocols run it on private coresets (weighted points); the simulation package
+runs it on noised points or grid-cell histograms (the LDP floors) and on the raw data for the
+non-private reference of the cost ratio (:mod:`ldp_collector.simulation.scores`). numpy only; every distance computation is chunked (about 32 MB of scratch
 whatever n).
 
 Negative weights
@@ -39,23 +39,74 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.errors import InvalidParameterError
 
-from .metrics import _centers, _chunk_rows, _points, _weights, squared_distances
-
 __all__ = [
-    "REFERENCE_SAMPLE",
     "KMeansResult",
     "assign",
     "kmeans_plus_plus",
     "lloyd",
-    "reference_kmeans",
-    "reference_kmeans_cost",
+    "squared_distances",
     "weighted_kmeans",
 ]
 
-#: :func:`reference_kmeans` fits on at most this many points (a uniform sample) and scores on all.
-REFERENCE_SAMPLE = 100_000
 #: A cluster whose total weight is at most this share of ``sum |w|`` is treated as empty.
 _MIN_CLUSTER_WEIGHT = 1e-9
+#: Number of distance entries (rows x centers) computed at once; bounds the scratch memory to
+#: about 32 MB whatever n.
+_CHUNK_ENTRIES = 1 << 22
+
+
+# -- inputs and distances (shared with the clustering scores of the simulation package) --------------
+
+def _points(name: str, x: ArrayLike) -> NDArray[np.float64]:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise InvalidParameterError(f"{name} must be a non-empty 2-D array (points x dimensions), got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise InvalidParameterError(f"{name} must be finite, got a NaN or infinite value")
+    return arr
+
+
+def _centers(x: NDArray[np.float64], centers: ArrayLike, name: str = "centers") -> NDArray[np.float64]:
+    c = np.asarray(centers, dtype=np.float64)
+    if c.ndim == 1 and x.shape[1] == 1:
+        c = c[:, None]
+    if c.ndim != 2 or c.shape[0] == 0 or c.shape[1] != x.shape[1]:
+        raise InvalidParameterError(
+            f"{name} must be a non-empty (k, {x.shape[1]}) array matching the points' dimension, got shape {c.shape}")
+    if not np.isfinite(c).all():
+        raise InvalidParameterError(f"{name} must be finite, got a NaN or infinite value")
+    return c
+
+
+def _weights(weights: ArrayLike | None, n: int) -> NDArray[np.float64] | None:
+    if weights is None:
+        return None
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    if w.shape != (n,):
+        raise InvalidParameterError(f"weights must hold one value per point ({n}), got {w.size}")
+    if not np.isfinite(w).all():
+        raise InvalidParameterError("weights must be finite, got a NaN or infinite value")
+    return w
+
+
+def squared_distances(x: NDArray[np.float64], centers: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``(len(x), len(centers))`` squared Euclidean distances, clipped at 0.
+
+    Uses ``|x|^2 - 2 x.c + |c|^2`` after moving the origin to the centers' mean, which keeps the
+    cancellation error small when the data sit far from the origin. The caller chunks ``x``.
+    """
+    origin = centers.mean(axis=0)
+    xs = x - origin
+    cs = centers - origin
+    d2 = (xs * xs).sum(axis=1)[:, None] - 2.0 * (xs @ cs.T) + (cs * cs).sum(axis=1)[None, :]
+    out: NDArray[np.float64] = np.maximum(d2, 0.0)
+    return out
+
+
+def _chunk_rows(k: int) -> int:
+    return max(1024, _CHUNK_ENTRIES // max(k, 1))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -339,52 +390,3 @@ def weighted_kmeans(X: ArrayLike, k: int, rng: np.random.Generator | int | None 
             best = fit
     assert best is not None  # n_init >= 1
     return best
-
-
-def reference_kmeans(X: ArrayLike, k: int, seed: int, n_init: int = 10, *, weights: ArrayLike | None = None,
-                     sample: int | None = REFERENCE_SAMPLE, max_iter: int = 100, tol: float = 1e-6) -> KMeansResult:
-    """The non-private (trusted-curator) reference: best of ``n_init`` k-means++ and Lloyd runs.
-
-    Fitted on a uniform sample of at most ``sample`` points (``None``: all of them), which moves
-    the cost by a relative O(k d / sample) only, and then scored on every point.
-
-    Parameters
-    ----------
-    X : array-like of shape (n, d)
-    k : int
-        In ``[1, n]``.
-    seed : int
-        Seed of the sample and of the restarts.
-    n_init : int
-    weights : array-like of shape (n,), optional
-    sample : int or None
-    max_iter, tol
-        As in :func:`lloyd`.
-
-    Returns
-    -------
-    KMeansResult
-        ``labels`` and ``cost`` over all of ``X``.
-    """
-    x = _points("X", X)
-    k = _check_k(k, len(x))
-    w = _weights(weights, len(x))
-    gen = _generator(seed)
-    fit_x, fit_w = x, w
-    if sample is not None:
-        sample = _check_positive_int("sample", sample, 1 << 40)
-        if len(x) > max(sample, k):
-            index = np.sort(gen.choice(len(x), size=max(sample, k), replace=False))
-            fit_x, fit_w = x[index], (w[index] if w is not None else None)
-    fit = weighted_kmeans(fit_x, k, gen, fit_w, n_init, max_iter=max_iter, tol=tol)
-    if fit_x is x:
-        return fit
-    labels, sq = assign(x, fit.centers)
-    cost = float(sq.sum() if w is None else np.dot(w, sq))
-    return KMeansResult(centers=fit.centers, labels=labels, cost=cost, iterations=fit.iterations)
-
-
-def reference_kmeans_cost(X: ArrayLike, k: int, seed: int, n_init: int = 10, *, weights: ArrayLike | None = None,
-                          sample: int | None = REFERENCE_SAMPLE) -> float:
-    """Cost of :func:`reference_kmeans` on all of ``X``: the denominator of the cost ratio."""
-    return reference_kmeans(X, k, seed, n_init, weights=weights, sample=sample).cost

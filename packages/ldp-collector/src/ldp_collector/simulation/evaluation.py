@@ -1,0 +1,157 @@
+"""Scoring a simulated campaign's result against the truth the simulation knows.
+
+:func:`histogram_truth` and :func:`evaluate_histogram` compare a histogram's estimates with the
+true counts (computed with the campaign's own encoder, so the cell geometry is the devices');
+:func:`evaluate_clustering` scores a clustering result (ARI, NMI, Hungarian accuracy, cost ratio
+to non-private k-means) with the shared scores of :mod:`.scores`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ldp.v1 import campaigns_pb2
+from ldp_client.encoders.base import NumericDomain
+from ldp_client.encoders.geometry import TreeCell
+from ldp_client.encoders.grid import CellListEncoder
+from ldp_client.errors import InvalidParameterError
+from ldp_client.spec import RoundSpec
+
+from ..estimation.kmeans import assign
+from .population import as_points
+from .scores import evaluate_clustering as evaluate_labels
+from .scores import reference_kmeans, reference_kmeans_cost
+
+__all__ = [
+    "CLUSTERING_KINDS",
+    "cell_labels",
+    "evaluate_clustering",
+    "evaluate_histogram",
+    "histogram_truth",
+    "kmeans",
+]
+
+#: Kinds whose result is a clustering.
+CLUSTERING_KINDS: frozenset[str] = frozenset({"grid", "stemmer", "nettree", "bitvector", "laplace", "ldp_kmeans"})
+
+
+# -- histograms ------------------------------------------------------------------------
+
+def histogram_truth(spec: RoundSpec, points: Any, group: int = 0, component_index: int = 0) -> NDArray[np.int64]:
+    """True count of every value of a histogram round, encoded with the round's own encoder.
+
+    Parameters
+    ----------
+    spec : RoundSpec
+    points : numpy.ndarray or sequence
+        Every device's point.
+    group, component_index : int
+        Whose encoder to use.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (domain_size,)
+    """
+    task = spec.task_for(group)
+    if task is None:
+        raise InvalidParameterError(f"group {group} does not report in round {spec.round}")
+    encoder = task.components[component_index].encoder
+    size = encoder.output_size
+    values = np.fromiter((encoder.encode(p) for p in as_points(points)), dtype=np.int64)
+    return np.bincount(values, minlength=size).astype(np.int64)
+
+
+def evaluate_histogram(estimates: campaigns_pb2.Estimates, truth: ArrayLike) -> dict[str, float]:
+    """Error of a histogram's estimates against the true counts.
+
+    Returns
+    -------
+    dict
+        ``reports``; ``max_abs_freq_error`` and ``mean_abs_freq_error`` (|count - truth| / n);
+        ``rmse_count``; ``mean_std_error``; ``mean_abs_z`` (mean |count - truth| / SE, about
+        sqrt(2/pi) = 0.80 for unbiased, normal estimates with the right SE); ``max_abs_z``;
+        ``ci_coverage`` (share of true counts inside the stored intervals, about the confidence
+        level).
+    """
+    true = np.asarray(truth, dtype=np.float64)
+    if not estimates.estimates:
+        raise InvalidParameterError("the estimates are empty")
+    values = np.array([e.value for e in estimates.estimates], dtype=np.int64)
+    if values.max() >= len(true):
+        raise InvalidParameterError(f"estimate value {int(values.max())} is outside the {len(true)} true counts")
+    counts = np.array([e.count for e in estimates.estimates])
+    se = np.array([e.std_error for e in estimates.estimates])
+    low = np.array([e.ci_lower for e in estimates.estimates])
+    high = np.array([e.ci_upper for e in estimates.estimates])
+    t = true[values]
+    n = max(int(estimates.reports), 1)
+    err = counts - t
+    positive = se > 0
+    z = np.abs(err[positive]) / se[positive]
+    return {
+        "reports": float(estimates.reports),
+        "values": float(len(values)),
+        "max_abs_freq_error": float(np.abs(err).max() / n),
+        "mean_abs_freq_error": float(np.abs(err).mean() / n),
+        "rmse_count": float(np.sqrt(np.mean(err**2))),
+        "mean_std_error": float(se.mean()),
+        "mean_abs_z": float(z.mean()) if z.size else math.nan,
+        "max_abs_z": float(z.max()) if z.size else math.nan,
+        "ci_coverage": float(np.mean((t >= low) & (t <= high))),
+        "confidence": float(estimates.confidence),
+    }
+
+
+# -- clusterings -----------------------------------------------------------------------
+
+def kmeans(points: ArrayLike, k: int, *, seed: int = 0, restarts: int = 3, iterations: int = 100,
+           sample: int = 100_000) -> NDArray[np.float64]:
+    """Centers of the non-private reference k-means (:func:`ldp_collector.simulation.scores.reference_kmeans`,
+    ``k`` capped at the number of points)."""
+    x = np.asarray(points, dtype=np.float64)
+    return reference_kmeans(x, max(1, min(int(k), len(x))), seed, restarts, max_iter=iterations,
+                            sample=sample).centers
+
+
+def cell_labels(cell_map: campaigns_pb2.CellClusterMap, points: NDArray[np.float64]) -> NDArray[np.int64]:
+    encoder = CellListEncoder(
+        domain=NumericDomain(lower=tuple(cell_map.domain.lower), upper=tuple(cell_map.domain.upper)),
+        cells=tuple(TreeCell(level=c.level, morton_index=c.morton_index) for c in cell_map.cells))
+    labels = np.asarray(cell_map.labels, dtype=np.int64)
+    return labels[np.fromiter((encoder.encode(tuple(p)) for p in points.tolist()), dtype=np.int64)]
+
+
+def evaluate_clustering(result: campaigns_pb2.Result, points: ArrayLike, labels_true: ArrayLike | None, *,
+                        k: int | None = None, seed: int = 0) -> dict[str, float]:
+    """Scores of a clustering result on the true points.
+
+    Each point gets the label of its nearest published center (or of its cell in a grid
+    clustering's cell map, ``-1`` = noise), scored by :func:`ldp_collector.simulation.scores.evaluate_clustering`:
+    with true labels ``ari``, ``nmi``, ``fmi``, ``accuracy`` (Hungarian), ``purity``, ``f_measure``;
+    always ``nicv`` and ``noise_share``; with centers ``cost``, ``cost_per_point``, ``center_error`` and
+    ``cost_ratio``, the cost of the published centers over the cost of non-private k-means with the
+    same k (:func:`ldp_collector.simulation.scores.reference_kmeans_cost`; 1 = as good as a trusted
+    curator). ``clusters`` counts the published clusters.
+    """
+    x = np.asarray(points, dtype=np.float64)
+    clustering = result.clustering
+    centers = np.asarray(clustering.centers, dtype=np.float64)
+    if centers.size:
+        dim = int(clustering.dimension) or x.shape[1]
+        centers = centers.reshape(-1, dim)
+        predicted = assign(x, centers)[0]
+        reference = reference_kmeans_cost(x, max(1, min(k or len(centers), len(x))), seed)
+        out = evaluate_labels(x, labels_true, predicted, centers=centers, reference_cost=reference)
+        out["clusters"] = float(len(centers))
+        return out
+    if clustering.HasField("cell_map") and clustering.cell_map.cells:
+        out = evaluate_labels(x, labels_true, cell_labels(clustering.cell_map, x))
+        out["clusters"] = float(len(set(clustering.cell_map.labels) - {-1}))
+        return out
+    raise InvalidParameterError("the result holds no clustering (neither centers nor a cell map)")
+
+
