@@ -35,7 +35,7 @@ from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.config import CollectorConfig, ConfigError
 from ldp_collector.ratelimit import RateLimitedError, RateLimiter
-from ldp_collector.service import RunningServer, start_server
+from ldp_collector.server.lifecycle import RunningServer, start_server
 
 TOKEN = "backpressure-operator-token-0123456789"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)

@@ -50,7 +50,7 @@ from ldp_collector.defences import (
 )
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import PLAUSIBILITY_DELTA, hamming_weight_limits
-from ldp_collector.service import start_server
+from ldp_collector.server.lifecycle import start_server
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import Outcome
 
