@@ -247,6 +247,18 @@ def test_enrolment_limiter_per_peer_and_global() -> None:
     assert limiter.admit("y") is None
 
 
+def test_enrolment_limiter_waits_for_the_slower_bucket() -> None:
+    clock = FakeClock()
+    limiter = EnrolmentLimiter(rate=1.0, burst=1, peer_rate=0.25, peer_burst=1, clock=clock)
+    assert limiter.admit("a") is None
+    assert limiter.admit("a") == pytest.approx(4.0)  # the peer's bucket (4 s) outlasts the global one (1 s)
+    clock.now += 1.0
+    assert limiter.admit("b") is None                 # the refused calls of "a" took nothing
+    assert limiter.admit("c") == pytest.approx(1.0)   # only the global bucket is short
+    clock.now += 3.0
+    assert limiter.admit("a") is None
+
+
 def test_enrolment_limiter_memory_is_bounded() -> None:
     limiter = EnrolmentLimiter(rate=1e9, burst=1e9, peer_rate=1.0, peer_burst=1, max_peers=100)
     for i in range(10_000):
