@@ -57,7 +57,6 @@ def _check_batch_size(n: int, limit: int, field_name: str) -> None:
         raise FieldError(field_name, f"a batch holds at most {limit} reports, got {n}")
 
 
-
 class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
     """``ldp.v1.DeviceService``: round specs, report ingestion, results for devices.
 
