@@ -53,7 +53,8 @@ from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.config import CollectorConfig
 from ldp_collector.core import Collector
-from ldp_collector.service import DEVICE_SERVICE, RunningServer, start_server
+from ldp_collector.server.lifecycle import RunningServer, start_server
+from ldp_collector.server.wire import DEVICE_SERVICE
 
 T = TypeVar("T")
 ClientResult = tuple[int, list[float], float]  # accepted, latencies, CPU seconds
@@ -214,7 +215,7 @@ def breakdown(collector: Collector, make_spec: Callable[[], RoundSpec], payloads
               batch: int, repeats: int = 8) -> list[tuple[str, float, float]]:
     """Median CPU microseconds per report of each server stage, batch-wide path and per-report path."""
     from ldp_client.report import unpack_batch_columns
-    from ldp_collector.service import _submit_response
+    from ldp_collector.server.wire import submit_response
 
     writer = getattr(collector.store, "_thread", None)  # SqliteReportStore's writer thread
     stages: dict[tuple[str, str], list[float]] = {}
@@ -226,7 +227,7 @@ def breakdown(collector: Collector, make_spec: Callable[[], RoundSpec], payloads
         return value
 
     def encode(report_ids: Sequence[bytes], results: Sequence[Any]) -> bytes:
-        return _submit_response(report_ids, results).SerializeToString()
+        return submit_response(report_ids, results).SerializeToString()
 
     for i in range(repeats):
         for path in ("batch", "per-report"):

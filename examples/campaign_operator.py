@@ -34,7 +34,7 @@ import numpy as np
 from ldp.v1 import campaigns_pb2, service_pb2, service_pb2_grpc
 from ldp_client.grpc import CollectorClient
 from ldp_collector.config import CollectorConfig
-from ldp_collector.service import RunningServer, start_server
+from ldp_collector.server.lifecycle import RunningServer, start_server
 from ldp_collector.simulation.population import Population
 
 CELLS = 8

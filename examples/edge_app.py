@@ -38,7 +38,7 @@ from ldp_client.device import Device, DevicePolicy
 from ldp_client.grpc import CollectorClient, RoundNotOpen, RpcFailedError, Sender
 from ldp_client.spec import RoundSpec
 from ldp_collector.config import CollectorConfig
-from ldp_collector.service import RunningServer, start_server
+from ldp_collector.server.lifecycle import RunningServer, start_server
 from ldp_collector.simulation.population import simulate_round
 
 BUCKETS = 10

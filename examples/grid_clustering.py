@@ -49,7 +49,7 @@ from ldp.v1 import campaigns_pb2, service_pb2, service_pb2_grpc
 from ldp_client import Device, DevicePolicy, RoundSpec, SeededRng
 from ldp_client.grpc import CollectorClient, OutcomeStatus, RoundNotOpen, Sender
 from ldp_collector.config import CollectorConfig
-from ldp_collector.service import RunningServer, start_server
+from ldp_collector.server.lifecycle import RunningServer, start_server
 from ldp_collector.simulation.evaluation import evaluate_clustering
 
 BOX = (10.0, 10.0)

@@ -21,7 +21,7 @@ LDP protocols talk to a collector through :func:`collector_backend`: the in-proc
 collector (:class:`ldp_collector.simulation.runner.InProcessCollector` over a temporary SQLite store) by
 default, or with ``via_grpc`` a real collector reached over gRPC
 (:class:`~ldp_collector.simulation.runner.RemoteCollector`). The runner starts one collector
-(:func:`ldp_collector.service.start_server` on ``127.0.0.1`` port 0) and hands its address to the
+(:func:`ldp_collector.server.lifecycle.start_server` on ``127.0.0.1`` port 0) and hands its address to the
 worker processes (:func:`configure_remote`); used alone, an adapter starts its own.
 
 Collector-backed protocols: the OUE grid floor (a ``HISTOGRAM`` campaign), the grid clustering
@@ -182,7 +182,7 @@ def start_collector() -> Iterator[tuple[str, str]]:
     Yields ``(address, operator_token)``; the server and its directory are removed afterwards.
     """
     from ldp_collector.config import CollectorConfig
-    from ldp_collector.service import start_server
+    from ldp_collector.server.lifecycle import start_server
 
     token = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="ldp-bench-collector-") as data_dir:

@@ -35,7 +35,7 @@ from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.config import CollectorConfig, ConfigError
 from ldp_collector.ratelimit import RateLimitedError, RateLimiter
-from ldp_collector.service import RunningServer, start_server
+from ldp_collector.server.lifecycle import RunningServer, start_server
 
 TOKEN = "backpressure-operator-token-0123456789"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
@@ -128,6 +128,26 @@ def test_refund_gives_back_what_a_shed_call_took() -> None:
     assert limiter.try_acquire("a", 10) == 0.0 and limiter.try_acquire("a", 1) > 0.0  # never above the burst
     limiter.refund("unknown", 5)                             # no bucket: nothing to give back
     assert len(limiter) == 1
+
+
+def test_a_clock_stepping_back_takes_no_tokens() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter("device", rate=1.0, capacity=4.0, max_keys=10, clock=clock)
+    assert limiter.try_acquire("a", 2) == 0.0
+    clock.now -= 50.0                                        # 2 tokens left, whatever the clock says
+    assert limiter.try_acquire("a", 2) == 0.0 and limiter.try_acquire("a", 1) == pytest.approx(1.0)
+    clock.now += 50.5                                        # refills from the latest time seen
+    assert limiter.try_acquire("a", 1) == pytest.approx(0.5)
+
+
+def test_wait_tells_without_taking() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter("device", rate=2.0, capacity=3.0, max_keys=1, clock=clock)
+    assert limiter.wait("a", 3) == 0.0 and len(limiter) == 1  # a new key's bucket is full
+    assert limiter.wait("a", 3) == 0.0                       # nothing was taken
+    assert limiter.try_acquire("a", 3) == 0.0
+    assert limiter.wait("a") == pytest.approx(0.5) and limiter.wait("a", 10) == pytest.approx(1.5)
+    assert limiter.wait("b") == 0.0 and len(limiter) == 1    # bounded like try_acquire
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -30,7 +30,7 @@ from ldp_client.rng import SeededRng
 from ldp_client.spec import ROUND_NOT_OPEN_REASON, RoundNotOpen, RoundSpec
 from ldp_collector.config import CollectorConfig
 from ldp_collector.core import ROUND_NOT_OPEN_RETRY_SECONDS, Collector
-from ldp_collector.service import start_server
+from ldp_collector.server.lifecycle import start_server
 from ldp_collector.storage import open_store
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ import pytest
 from ldp.v1 import campaigns_pb2
 from ldp_collector import cli
 from ldp_collector.config import CollectorConfig
-from ldp_collector.service import RunningServer, start_server
+from ldp_collector.server.lifecycle import RunningServer, start_server
 
 TOKEN = "cli-operator-token-0123456789abcdef"
 REPO = Path(__file__).resolve().parents[2]

@@ -50,7 +50,7 @@ from ldp_collector.defences import (
 )
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import PLAUSIBILITY_DELTA, hamming_weight_limits
-from ldp_collector.service import start_server
+from ldp_collector.server.lifecycle import start_server
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import Outcome
 
@@ -245,6 +245,18 @@ def test_enrolment_limiter_per_peer_and_global() -> None:
     for _ in range(1000):
         limiter.admit("x")
     assert limiter.admit("y") is None
+
+
+def test_enrolment_limiter_waits_for_the_slower_bucket() -> None:
+    clock = FakeClock()
+    limiter = EnrolmentLimiter(rate=1.0, burst=1, peer_rate=0.25, peer_burst=1, clock=clock)
+    assert limiter.admit("a") is None
+    assert limiter.admit("a") == pytest.approx(4.0)  # the peer's bucket (4 s) outlasts the global one (1 s)
+    clock.now += 1.0
+    assert limiter.admit("b") is None                 # the refused calls of "a" took nothing
+    assert limiter.admit("c") == pytest.approx(1.0)   # only the global bucket is short
+    clock.now += 3.0
+    assert limiter.admit("a") is None
 
 
 def test_enrolment_limiter_memory_is_bounded() -> None:

@@ -39,7 +39,7 @@ from ldp_collector.estimation.accumulators import (
     rebuild,
 )
 from ldp_collector.ingest import RoundContext, ValidatedBatch, validate_batch, validate_report
-from ldp_collector.service import _parse
+from ldp_collector.server.wire import parse_request
 from ldp_collector.storage.base import StoredReport
 from support.fuzz import SPECS, Mutator, env_count, honest_reports
 
@@ -143,7 +143,7 @@ def test_submit_reports_ingestion_fast_and_slow_paths_agree(seed: int) -> None:
     for _ in range(mutator.rng.randrange(1, 4)):
         data = mutator.wire(data)
     try:
-        request = _parse(service_pb2.SubmitReportsRequest, data)
+        request = parse_request(service_pb2.SubmitReportsRequest, data)
     except InvalidArgumentError:
         return
     columns = serde.report_columns_from_proto(request.reports)
@@ -187,7 +187,7 @@ def test_request_parsing_raises_only_invalid_argument(request: tuple[type[Any], 
     mutator = Mutator(random.Random(seed))
     for data in (mutator.wire(valid), mutator.raw(valid), noise):
         try:
-            message = _parse(request_type, data)
+            message = parse_request(request_type, data)
         except InvalidArgumentError:
             continue
         assert isinstance(message, request_type)
@@ -298,6 +298,6 @@ def test_valid_messages_decode() -> None:
     batch = validate_batch(unpack_batch_columns(BATCH)[1], lookup)
     assert not batch.rejected and len(batch.valid) == len(REPORTS)
     for request_type, data in REQUESTS:
-        assert _parse(request_type, data).SerializeToString() == data
+        assert parse_request(request_type, data).SerializeToString() == data
     assert declared_batch_size(BATCH) == len(REPORTS)
     assert reports_pb2.Report.FromString(SUBMIT.reports[0].SerializeToString()) == SUBMIT.reports[0]

@@ -53,7 +53,7 @@ from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.estimation.accumulators import component_params_from_spec, rebuild
 from ldp_collector.ingest import RoundContext, validate_report
-from ldp_collector.service import DEVICE_SERVICE, OPERATOR_SERVICE
+from ldp_collector.server.wire import DEVICE_SERVICE, OPERATOR_SERVICE
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import ReportStore
 from support.fuzz import Mutator, env_count
@@ -94,7 +94,7 @@ SERVER = """
 import json, logging, sys
 logging.basicConfig(level=logging.ERROR)  # tracebacks of failed calls; not the refused-token warnings
 from ldp_collector.config import CollectorConfig
-from ldp_collector.service import start_server
+from ldp_collector.server.lifecycle import start_server
 server = start_server(CollectorConfig(**json.loads(sys.argv[1])))
 print(server.port, flush=True)
 sys.stdin.read()

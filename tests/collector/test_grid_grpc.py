@@ -24,7 +24,7 @@ from ldp_client.errors import ProtocolError
 from ldp_client.grpc import CollectorClient
 from ldp_collector.config import CollectorConfig
 from ldp_collector.operator import OperatorClient
-from ldp_collector.service import RunningServer, start_server
+from ldp_collector.server.lifecycle import RunningServer, start_server
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import cell_labels, evaluate_clustering
 from support.grpc_campaigns import Played, play_round

@@ -25,11 +25,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-import ldp_collector.service as service_module
+import ldp_collector.server.servicer as servicer_module
 from ldp.v1 import reports_pb2, service_pb2
 from ldp_client.report import MAX_BATCH_BYTES, MAX_BATCH_REPORTS
 from ldp_collector.config import CollectorConfig, ConfigError
-from ldp_collector.service import DEVICE_SERVICE, RunningServer, start_server
+from ldp_collector.server.lifecycle import RunningServer, start_server
+from ldp_collector.server.wire import DEVICE_SERVICE
 
 pytestmark = pytest.mark.integration
 
@@ -99,13 +100,13 @@ def test_the_transport_refuses_a_byte_more_than_the_largest_legal_batch(channel:
 def test_submit_reports_is_counted_before_parsing_and_parsed_off_the_event_loop(
         server: RunningServer, channel: grpc.Channel, monkeypatch: pytest.MonkeyPatch) -> None:
     parsed: list[tuple[str, str]] = []
-    real_parse = service_module._parse
+    real_parse = servicer_module.parse_request
 
     def recording_parse(request_type: Any, data: bytes) -> Any:
         parsed.append((request_type.__name__, threading.current_thread().name))
         return real_parse(request_type, data)
 
-    monkeypatch.setattr(service_module, "_parse", recording_parse)
+    monkeypatch.setattr(servicer_module, "parse_request", recording_parse)
     # 100 001 empty reports: refused from their count, never parsed.
     with pytest.raises(grpc.RpcError) as info:
         raw(channel, REPORTS)(empty_reports(100_001), timeout=30)

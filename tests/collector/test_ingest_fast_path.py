@@ -46,7 +46,7 @@ from ldp_collector.engines import ENGINES, CampaignEngine, RoundOutcome, RoundPl
 from ldp_collector.estimation import accumulators
 from ldp_collector.estimation.accumulators import component_params_from_spec, make_accumulate_fn, rebuild
 from ldp_collector.ingest import RoundContext, StoredReportColumns, validate_batch
-from ldp_collector.service import _submit_response
+from ldp_collector.server.wire import submit_response
 from ldp_collector.storage.base import AccumulateFn, CampaignRecord, Outcome, StoredReport
 from ldp_collector.storage.sqlite import SqliteReportStore
 
@@ -613,7 +613,7 @@ def _reference_response(report_ids: Sequence[bytes],
 def test_response_encoding_equals_protobuf(rows: list[tuple[bytes, Outcome, str]]) -> None:
     ids = [r[0] for r in rows]
     results = [(r[1], r[2]) for r in rows]
-    response = _submit_response(ids, results)
+    response = submit_response(ids, results)
     reference = _reference_response(ids, results)
     assert response == reference
     assert response.SerializeToString() == reference.SerializeToString()

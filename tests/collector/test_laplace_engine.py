@@ -229,18 +229,21 @@ def test_close_round_is_deterministic_per_campaign() -> None:
 E2E_N = 20_000
 E2E_SEED = 3
 
-#: (algorithm, epsilon) -> (measured ARI, floor). Measured with n = 20000, mixture d = 2 k = 4, data
-#: and population seed 3, the campaign ids below (all seeded, so a rerun gives the same values); the
-#: floors leave ~0.13 for platform differences in the float sums. F-measures: 0.900, 0.969, 0.969,
-#: 0.972, 0.831. At epsilon 2 the noise std (2.8 in unit-cube units) swamps the data: the centers end
-#: on the cube's faces (center error 0.34 of the domain's width) and the ARI mostly reflects where the
-#: four components sit in their bounding box, not a recovered structure.
+#: (algorithm, epsilon) -> (median ARI over population seeds 0-9, floor). n = 20000, mixture d = 2 k = 4
+#: (data seed 3), the campaign ids below; the test plays population seed 3. Each floor is the worst of
+#: the ten seeds less 0.05 (room for platform differences in the float sums), so it holds on any draw
+#: of this population, not only on the one the test plays: worst / median / best over the ten seeds are
+#: mnFCM eps 2: 0.793 / 0.793 / 0.793; eps 4: 0.633 / 0.743 / 0.902; eps 8: 0.917 / 0.926 / 0.944;
+#: FCM eps 8: 0.861 / 0.916 / 0.943; k-means eps 8: 0.627 / 0.684 / 0.878. At epsilon 2 the noise std
+#: (2.8 in unit-cube units) swamps the data: the centers end on the cube's faces (center error 0.34 of
+#: the domain's width) and the ARI mostly reflects where the four components sit in their bounding box,
+#: not a recovered structure (hence one value for every seed).
 ARI_FLOORS: dict[tuple[int, float], tuple[float, float]] = {
-    (MNFCM, 2.0): (0.793, 0.65),
-    (MNFCM, 4.0): (0.929, 0.80),
-    (MNFCM, 8.0): (0.931, 0.80),
-    (FCM, 8.0): (0.936, 0.80),
-    (KMEANS, 8.0): (0.721, 0.55),
+    (MNFCM, 2.0): (0.793, 0.74),
+    (MNFCM, 4.0): (0.743, 0.58),
+    (MNFCM, 8.0): (0.926, 0.86),
+    (FCM, 8.0): (0.916, 0.81),
+    (KMEANS, 8.0): (0.684, 0.57),
 }
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ldp_collector.config import CollectorConfig
-from ldp_collector.service import RunningServer, start_server
+from ldp_collector.server.lifecycle import RunningServer, start_server
 
 pytestmark = pytest.mark.integration
 

@@ -37,7 +37,9 @@ from ldp_client.spec import RoundSpec
 from ldp_collector.config import CollectorConfig, ConfigError, load_config
 from ldp_collector.errors import FailedPreconditionError, NotFoundError, OverloadedError
 from ldp_collector.logging_setup import configure_logging
-from ldp_collector.service import DEVICE_SERVICE, OPERATOR_SERVICE, RunningServer, start_server, status_for_error
+from ldp_collector.server.lifecycle import RunningServer, start_server
+from ldp_collector.server.status import status_for_error
+from ldp_collector.server.wire import DEVICE_SERVICE, OPERATOR_SERVICE
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,8 @@ from ldp_client.report import Report, pack_batch
 from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.config import CollectorConfig
-from ldp_collector.service import DEVICE_SERVICE, OPERATOR_SERVICE, RunningServer, start_server
+from ldp_collector.server.lifecycle import RunningServer, start_server
+from ldp_collector.server.wire import DEVICE_SERVICE, OPERATOR_SERVICE
 
 pytestmark = pytest.mark.integration
 

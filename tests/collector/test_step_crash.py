@@ -51,7 +51,7 @@ from ldp_client.grpc import CollectorClient, OutcomeStatus, RpcFailedError
 from ldp_client.report import Report
 from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundNotOpen, RoundSpec
-from ldp_collector.service import DEVICE_SERVICE
+from ldp_collector.server.wire import DEVICE_SERVICE
 from support.postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
 from support.server_process import AUTH, CHANNEL_OPTIONS, ServerProcess, read_round, round_is_open
 

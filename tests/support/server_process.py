@@ -22,7 +22,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ldp_collector.service import DEVICE_SERVICE
+from ldp_collector.server.wire import DEVICE_SERVICE
 from ldp_collector.storage.sqlite import DATABASE_FILE
 
 __all__ = ["AUTH", "CHANNEL_OPTIONS", "READY_TIMEOUT_S", "TOKEN", "ServerProcess", "free_port", "read_round",

@@ -38,6 +38,8 @@ import tomllib  # the collector requires Python 3.11+
 
 from ldp_client.report import MAX_BATCH_BYTES, MAX_BATCH_REPORTS
 
+from .ratelimit import DEFAULT_MAX_KEYS
+
 __all__ = ["DEFAULT_CONFIG_FILE", "NON_CONFIG_VARIABLES", "TEST_VARIABLE_PREFIX", "CollectorConfig", "ConfigError",
            "config_variables", "is_loopback", "load_config", "split_listen"]
 
@@ -194,7 +196,7 @@ class CollectorConfig:
     device_rate_burst: int = 0
     token_rate_limit: float = 0.0
     token_rate_burst: int = 0
-    rate_limit_max_keys: int = 65_536
+    rate_limit_max_keys: int = DEFAULT_MAX_KEYS
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     log_format: str = "auto"

@@ -46,7 +46,6 @@ import math
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -60,6 +59,8 @@ from ldp_client.payload import HashedValue, SignedVector
 from ldp_client.report import REPORT_ID_BYTES, Report
 from ldp_client.spec import MAX_COMPONENTS, RoundSpec
 
+from .ratelimit import DEFAULT_MAX_KEYS, RateLimiter
+
 __all__ = [
     "DEFAULT_ANOMALY_ALPHA",
     "DEVICE_ID_BYTES",
@@ -69,7 +70,6 @@ __all__ = [
     "DeviceIdentity",
     "EnrolmentAuthority",
     "EnrolmentLimiter",
-    "TokenBucket",
     "anomaly_flags",
     "anomaly_threshold",
     "check_assignment",
@@ -94,6 +94,8 @@ _TOKEN_CHARS = len(TOKEN_PREFIX) + math.ceil(_TOKEN_BYTES * 4 / 3)
 _TOKEN_LABEL = b"ldp.v1 device\x00"
 _ASSIGNMENT_LABEL = b"ldp.v1 assignment\x00"
 _SEEDS_LABEL = b"ldp.v1 hash seeds\x00"
+#: The one key of the enrolment limiter's global table.
+_GLOBAL_KEY = "*"
 
 
 @dataclass(frozen=True)
@@ -196,31 +198,10 @@ def check_assignment(report: Report, spec: RoundSpec, assignment: RoundAssignmen
                                 f"for round {report.round}")
 
 
-class TokenBucket:
-    """A token bucket: ``rate`` tokens per second, at most ``burst`` stored (not thread-safe)."""
-
-    __slots__ = ("burst", "rate", "tokens", "updated")
-
-    def __init__(self, rate: float, burst: float, now: float) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = burst
-        self.updated = now
-
-    def refill(self, now: float) -> None:
-        if now > self.updated:
-            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
-        self.updated = max(self.updated, now)
-
-    def wait(self) -> float:
-        """Seconds until one token is available after :meth:`refill` (0 when one is)."""
-        if self.tokens >= 1.0:
-            return 0.0
-        return (1.0 - self.tokens) / self.rate if self.rate > 0 else math.inf
-
-
 class EnrolmentLimiter:
     """Admission of enrolments: one global token bucket and one per peer address (thread-safe).
+
+    Both are :class:`~ldp_collector.ratelimit.RateLimiter` tables (the global one has a single key).
 
     Parameters
     ----------
@@ -236,8 +217,8 @@ class EnrolmentLimiter:
         Monotonic seconds (injectable for tests).
     """
 
-    def __init__(self, *, rate: float, burst: float, peer_rate: float, peer_burst: float, max_peers: int = 65536,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, rate: float, burst: float, peer_rate: float, peer_burst: float,
+                 max_peers: int = DEFAULT_MAX_KEYS, clock: Callable[[], float] = time.monotonic) -> None:
         for name, value in (("rate", rate), ("peer_rate", peer_rate)):
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"enrolment {name} must be a positive number, got {value!r}")
@@ -246,13 +227,12 @@ class EnrolmentLimiter:
                 raise ValueError(f"enrolment {name} must be at least 1, got {value!r}")
         if max_peers < 1:
             raise ValueError(f"max_peers must be >= 1, got {max_peers}")
-        self._clock = clock
+        # One lock over both tables: the two look-ups and the two takes of one admission are atomic.
         self._lock = threading.Lock()
-        self._global = TokenBucket(rate, burst, clock())
-        self._peer_rate = peer_rate
-        self._peer_burst = peer_burst
-        self._max_peers = max_peers
-        self._peers: OrderedDict[str, TokenBucket] = OrderedDict()
+        self._global = RateLimiter("enrolment", rate=rate, capacity=burst, max_keys=1, unit="enrolments",
+                                   clock=clock)
+        self._peers = RateLimiter("enrolment_peer", rate=peer_rate, capacity=peer_burst, max_keys=max_peers,
+                                  unit="enrolments", clock=clock)
 
     def __len__(self) -> int:
         """Peer buckets currently kept."""
@@ -265,22 +245,12 @@ class EnrolmentLimiter:
         drain the global one.
         """
         with self._lock:
-            now = self._clock()
-            bucket = self._peers.get(peer)
-            if bucket is None:
-                bucket = TokenBucket(self._peer_rate, self._peer_burst, now)
-                self._peers[peer] = bucket
-                if len(self._peers) > self._max_peers:
-                    self._peers.popitem(last=False)
-            else:
-                self._peers.move_to_end(peer)
-            bucket.refill(now)
-            self._global.refill(now)
-            wait = max(bucket.wait(), self._global.wait())
+            wait = max(self._peers.wait(peer), self._global.wait(_GLOBAL_KEY))
             if wait > 0:
                 return wait
-            bucket.tokens -= 1.0
-            self._global.tokens -= 1.0
+            # Both have room (tokens only grow with time, so the takes below admit too).
+            self._peers.try_acquire(peer)
+            self._global.try_acquire(_GLOBAL_KEY)
             return None
 
 

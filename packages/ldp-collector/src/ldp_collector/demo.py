@@ -1,7 +1,7 @@
 """``ldp-collector demo``: the whole story on one machine, over real gRPC.
 
 1. Start a collector on a free loopback port with a temporary data directory and a random
-   operator token (:func:`ldp_collector.service.start_server`).
+   operator token (:func:`ldp_collector.server.lifecycle.start_server`).
 2. As the operator, create a HISTOGRAM campaign over a 2-D numeric domain cut into a grid
    (16 x 16 cells over the two moons by default).
 3. Simulate the devices with the SDK (:mod:`ldp_collector.simulation`): each encodes its point into
@@ -34,7 +34,7 @@ from ldp.v1 import campaigns_pb2
 
 from .config import CollectorConfig
 from .plotting import estimates_grid, plot_density_comparison, require_matplotlib
-from .service import start_server
+from .server.lifecycle import start_server
 from .simulation.datasets import make_dataset
 from .simulation.evaluation import evaluate_histogram, histogram_truth
 from .simulation.population import numeric_bounds

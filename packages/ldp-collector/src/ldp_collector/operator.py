@@ -4,7 +4,7 @@
 results with the bearer token of the operator calls. The ``ldp-collector campaign`` and ``plot``
 commands use it, and so does the simulation's :class:`~ldp_collector.simulation.runner.RemoteCollector`.
 
-The collector's *server* modules never import ``grpc`` (only :mod:`ldp_collector.service` does);
+The collector's *server* modules never import ``grpc`` (only the :mod:`ldp_collector.server` package does);
 this is a client, so it imports ``grpc`` (through the SDK's transport, :mod:`ldp_client.grpc`, whose
 error mapping it shares) when a client is built.
 """

@@ -1,6 +1,8 @@
-"""Token-bucket rate limits keyed by device or bearer token, in bounded memory.
+"""Token-bucket rate limits keyed by device, bearer token or peer address, in bounded memory.
 
-A :class:`RateLimiter` holds one bucket per key (a device's token digest, a peer address ...):
+The collector's one token-bucket implementation: the per-device and per-token limits of the
+service and the enrolment limits of :mod:`ldp_collector.defences` are all :class:`RateLimiter`
+tables. A :class:`RateLimiter` holds one bucket per key (a device's token digest, a peer address ...):
 ``capacity`` tokens refilled at ``rate`` tokens per second. A request costing ``n`` tokens is
 admitted when the bucket holds ``min(n, capacity)`` of them; it then takes all ``n``, so the
 bucket may go into debt. That way a batch larger than the burst is still admitted from a full
@@ -17,6 +19,8 @@ Status code: a refusal is ``RESOURCE_EXHAUSTED`` (the gRPC code for an exhausted
 quota), unlike ``UNAVAILABLE``, which says the whole collector is overloaded. The SDK client
 retries both after the RetryInfo delay.
 
+A clock that steps back (it should not: the default is monotonic) never takes tokens away.
+
 This module has no gRPC dependency; the service applies the limits.
 """
 
@@ -30,11 +34,13 @@ from collections.abc import Callable, Hashable
 
 from .errors import CollectorError
 
-__all__ = ["RateLimitedError", "RateLimiter"]
+__all__ = ["DEFAULT_MAX_KEYS", "RateLimitedError", "RateLimiter"]
 
 #: Tokens of rounding slack: a refill computed as 0.999999999... tokens admits a 1-token request
 #: (a wait of a few nanoseconds would otherwise be answered, and clients would spin on it).
 _SLACK = 1e-9
+#: Buckets a table keeps by default (``rate_limit_max_keys``, the enrolment limiter's peers).
+DEFAULT_MAX_KEYS = 65_536
 
 
 class RateLimitedError(CollectorError):
@@ -121,23 +127,23 @@ class RateLimiter:
     def try_acquire(self, key: Hashable, cost: float = 1.0) -> float:
         """Like :meth:`acquire`, returning 0.0 when admitted, else the seconds to wait."""
         now = self._clock()
-        need = min(float(cost), self.capacity)
         with self._lock:
-            bucket = self._buckets.get(key)
-            if bucket is None:
-                tokens = self.capacity
-                if len(self._buckets) >= self.max_keys:
-                    self._evict(now)
-                bucket = [tokens, now]
-                self._buckets[key] = bucket
-            else:
-                self._buckets.move_to_end(key)
-                tokens = min(self.capacity, bucket[0] + (now - bucket[1]) * self.rate)
-            if tokens + _SLACK >= need:
-                bucket[0], bucket[1] = tokens - cost, now
-                return 0.0
-            bucket[0], bucket[1] = tokens, now
-            return (need - tokens) / self.rate
+            bucket = self._refilled(key, now)
+            wait = self._wait(bucket[0], cost)
+            if wait == 0.0:
+                bucket[0] -= cost
+            return wait
+
+    def wait(self, key: Hashable, cost: float = 1.0) -> float:
+        """The seconds until ``key``'s bucket would admit ``cost`` tokens (0.0: now), taking none.
+
+        With :meth:`try_acquire` after it, a caller holding its own lock admits a request only
+        when several tables all have room (the enrolment limiter: one peer's bucket and the
+        global one), so a request one table refuses takes nothing from the others.
+        """
+        now = self._clock()
+        with self._lock:
+            return self._wait(self._refilled(key, now)[0], cost)
 
     def refund(self, key: Hashable, cost: float = 1.0) -> None:
         """Give back tokens taken for a request that was then not served (e.g. shed by the pool)."""
@@ -145,6 +151,25 @@ class RateLimiter:
             bucket = self._buckets.get(key)
             if bucket is not None:
                 bucket[0] = min(self.capacity, bucket[0] + cost)
+
+    def _refilled(self, key: Hashable, now: float) -> list[float]:
+        """``key``'s bucket refilled up to ``now`` (a new key gets a full one); holds ``_lock``."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if len(self._buckets) >= self.max_keys:
+                self._evict(now)
+            bucket = [self.capacity, now]
+            self._buckets[key] = bucket
+        else:
+            self._buckets.move_to_end(key)
+            if now > bucket[1]:
+                bucket[0] = min(self.capacity, bucket[0] + (now - bucket[1]) * self.rate)
+                bucket[1] = now
+        return bucket
+
+    def _wait(self, tokens: float, cost: float) -> float:
+        need = min(float(cost), self.capacity)
+        return 0.0 if tokens + _SLACK >= need else (need - tokens) / self.rate
 
     def _evict(self, now: float) -> None:
         _, (tokens, then) = self._buckets.popitem(last=False)

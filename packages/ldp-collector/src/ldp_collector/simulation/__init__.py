@@ -1,7 +1,7 @@
 """Simulations and their evaluation: everything the collector's tests, CLI and benchmarks need beside it.
 
 Nothing in the service's production path (:mod:`ldp_collector.core`, the campaign engines, the
-estimators, storage, :mod:`ldp_collector.service`) imports this package; it imports them.
+estimators, storage, the :mod:`ldp_collector.server` package) imports this package; it imports them.
 
 :mod:`.population`
     ``n`` simulated devices that decide and randomize with the real device SDK.
