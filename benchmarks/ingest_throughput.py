@@ -217,7 +217,7 @@ def breakdown(collector: Collector, make_spec: Callable[[], RoundSpec], payloads
     from ldp_client.report import unpack_batch_columns
     from ldp_collector.server.wire import submit_response
 
-    writer = getattr(collector.store, "_thread", None)  # SqliteReportStore's writer thread
+    writer = getattr(getattr(collector.store, "_writer", None), "_thread", None)  # the store's group-commit thread
     stages: dict[tuple[str, str], list[float]] = {}
 
     def timed(path: str, name: str, fn: Callable[..., T], *fn_args: Any) -> T:

@@ -26,6 +26,7 @@ from ldp_collector.storage.postgres import (
     redact_url,
 )
 from support.postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
+from support.store_doubles import Columns, Gate
 
 from .store_contract import (
     A,
@@ -38,7 +39,6 @@ from .store_contract import (
     decoded_counts,
     make_report,
 )
-from .test_sqlite_store import Columns, Gate
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed: pip install 'ldp-collector[postgres]'")
 
@@ -161,7 +161,7 @@ def test_large_and_empty_payloads_round_trip(store: PostgresReportStore) -> None
 
 
 def test_group_commit_merges_waiting_requests(store: PostgresReportStore) -> None:
-    gate = Gate()
+    gate = Gate(count_per_group)
     blocker = threading.Thread(target=store.add_reports, args=("first", [make_report()], gate))
     blocker.start()
     assert gate.entered.wait(10)
@@ -171,7 +171,7 @@ def test_group_commit_merges_waiting_requests(store: PostgresReportStore) -> Non
         i, store.add_reports(f"w{i}", batches[i], count_per_group))) for i in range(6)]
     for t in waiting:
         t.start()
-    while store._queue.qsize() < 6:
+    while store._writer.waiting() < 6:
         threading.Event().wait(0.002)
     gate.release.set()
     for t in (blocker, *waiting):
@@ -181,7 +181,7 @@ def test_group_commit_merges_waiting_requests(store: PostgresReportStore) -> Non
 
 
 def test_a_failing_request_fails_alone(store: PostgresReportStore) -> None:
-    gate = Gate()
+    gate = Gate(count_per_group)
     blocker = threading.Thread(target=store.add_reports, args=("first", [make_report()], gate))
     blocker.start()
     assert gate.entered.wait(10)
@@ -201,7 +201,7 @@ def test_a_failing_request_fails_alone(store: PostgresReportStore) -> None:
                (("ok1", count_per_group), ("bad", boom), ("ok2", count_per_group))]
     for t in threads:
         t.start()
-    while store._queue.qsize() < 3:
+    while store._writer.waiting() < 3:
         threading.Event().wait(0.002)
     gate.release.set()
     for t in (blocker, *threads):
@@ -216,7 +216,7 @@ def test_backpressure_raises_overloaded(postgres_url: str) -> None:  # noqa: F81
     try:
         store.create_campaign(campaign_record())
         store.open_round("camp", 1, b"", 0.0)
-        gate = Gate()
+        gate = Gate(count_per_group)
         blocker = threading.Thread(target=store.add_reports, args=("first", [make_report()] * 8, gate))
         blocker.start()
         assert gate.entered.wait(10)

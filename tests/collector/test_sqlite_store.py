@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,8 +17,9 @@ from ldp_collector.storage import (
     StoredReport,
     open_store,
 )
+from ldp_collector.storage.group_commit import ColumnarReports
 from ldp_collector.storage.migrations import LATEST_VERSION, SQLITE_MIGRATIONS, Migration, apply_migrations
-from ldp_collector.storage.sqlite import ColumnarReports
+from support.store_doubles import Columns, Gate, wait_until
 
 from .store_contract import (
     A,
@@ -55,29 +54,6 @@ def store(data_dir: Path) -> Iterator[SqliteReportStore]:
         yield s
     finally:
         s.close()
-
-
-def wait_until(condition: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.002)
-
-
-class Gate:
-    """An accumulate callback that blocks the writer thread on its first call until opened."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.calls: list[int] = []
-
-    def __call__(self, reports: Sequence[StoredReport], blobs: Mapping[str, bytes]) -> Mapping[str, bytes]:
-        self.calls.append(len(reports))
-        if len(self.calls) == 1:
-            self.entered.set()
-            assert self.release.wait(10)
-        return count_per_group(reports, blobs)
 
 
 # -- the file ----------------------------------------------------------------------------------------
@@ -204,7 +180,7 @@ def test_large_and_empty_payloads_round_trip(store: SqliteReportStore) -> None:
 
 
 def test_group_commit_merges_waiting_requests(store: SqliteReportStore) -> None:
-    gate = Gate()
+    gate = Gate(count_per_group)
     first = threading.Thread(target=store.add_reports, args=("first", [make_report()], gate))
     first.start()
     assert gate.entered.wait(10)  # the writer is inside the first transaction
@@ -217,7 +193,7 @@ def test_group_commit_merges_waiting_requests(store: SqliteReportStore) -> None:
     waiting = [threading.Thread(target=submit, args=(i,)) for i in range(5)]
     for w in waiting:
         w.start()
-    wait_until(lambda: store._queue.qsize() == 5)
+    wait_until(lambda: store._writer.waiting() == 5)
     gate.release.set()
     for w in [first, *waiting]:
         w.join()
@@ -227,7 +203,7 @@ def test_group_commit_merges_waiting_requests(store: SqliteReportStore) -> None:
 
 
 def test_a_failing_request_fails_alone(store: SqliteReportStore) -> None:
-    gate = Gate()
+    gate = Gate(count_per_group)
     blocker = threading.Thread(target=store.add_reports, args=("first", [make_report()], gate))
     blocker.start()
     assert gate.entered.wait(10)
@@ -249,7 +225,7 @@ def test_a_failing_request_fails_alone(store: SqliteReportStore) -> None:
                threading.Thread(target=submit, args=("dup", [good[0]], None))]
     for t in threads:
         t.start()
-        wait_until(lambda n=threads.index(t) + 1: store._queue.qsize() == n)
+        wait_until(lambda n=threads.index(t) + 1: store._writer.waiting() == n)
     gate.release.set()
     for t in [blocker, *threads]:
         t.join()
@@ -263,7 +239,7 @@ def test_backpressure_raises_overloaded(data_dir: Path) -> None:
     try:
         store.create_campaign(campaign_record())
         store.open_round("camp", 1, b"", 0.0)
-        gate = Gate()
+        gate = Gate(count_per_group)
         blocker = threading.Thread(target=store.add_reports, args=("first", [make_report()] * 8, gate))
         blocker.start()
         assert gate.entered.wait(10)
@@ -295,17 +271,17 @@ def test_close_flushes_queued_requests(data_dir: Path) -> None:
     store = SqliteReportStore(data_dir)
     store.create_campaign(campaign_record())
     store.open_round("camp", 1, b"", 0.0)
-    gate = Gate()
+    gate = Gate(count_per_group)
     blocker = threading.Thread(target=store.add_reports, args=("first", [make_report()], gate))
     blocker.start()
     assert gate.entered.wait(10)
     results: list[object] = []
     queued = threading.Thread(target=lambda: results.append(store.add_reports("queued", [make_report()])))
     queued.start()
-    wait_until(lambda: store._queue.qsize() == 1)
+    wait_until(lambda: store._writer.waiting() == 1)
     closer = threading.Thread(target=store.close)
     closer.start()
-    wait_until(lambda: store._closed)
+    wait_until(lambda: store._writer.closed)
     gate.release.set()
     for t in (blocker, queued, closer):
         t.join()
@@ -318,32 +294,6 @@ def test_close_flushes_queued_requests(data_dir: Path) -> None:
 
 
 # -- columnar batches ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Columns(Sequence[StoredReport]):
-    """A minimal :class:`ColumnarReports`."""
-
-    report_ids: list[bytes]
-    campaign_ids: list[str]
-    rounds: list[int]
-    groups: list[int]
-    payloads: list[bytes]
-
-    @classmethod
-    def of(cls, reports: Sequence[StoredReport]) -> Columns:
-        return cls([r.report_id for r in reports], [r.campaign_id for r in reports], [r.round for r in reports],
-                   [r.group for r in reports], [r.payloads for r in reports])
-
-    def __len__(self) -> int:
-        return len(self.report_ids)
-
-    def __getitem__(self, i: int) -> StoredReport:  # type: ignore[override]
-        return StoredReport(report_id=self.report_ids[i], campaign_id=self.campaign_ids[i], round=self.rounds[i],
-                            group=self.groups[i], payloads=self.payloads[i])
-
-    def take(self, indexes: Sequence[int]) -> Columns:
-        return Columns.of([self[i] for i in indexes])
-
 
 def test_columnar_batches_are_stored_like_plain_ones(store: SqliteReportStore) -> None:
     store.open_round("camp", 2, b"", 0.0)

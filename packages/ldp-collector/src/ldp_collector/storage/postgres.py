@@ -38,16 +38,18 @@ unreachable, the callers get :class:`~ldp_collector.errors.OverloadedError` (UNA
 retry the same request, which is idempotent. A read on a lost connection fails the same way once,
 and drops the idle connections, which the restart also ended.
 
-Writes: one writer thread, group commit
----------------------------------------
-Like the SQLite store, every write of one store object goes through one writer thread and one
-connection: while a transaction commits, new requests queue up and the next transaction takes all
-of them. Each round's reports go in with two statements (``INSERT ... SELECT FROM unnest(...)`` of
-binary arrays of ids, groups and payloads), not one round trip per report. Because every writer of
-a round must hold its row lock until its commit is durable, writers of one round serialize whatever
-their number; a connection pool (one transaction per caller) therefore commits one batch per
-``fsync``, while the writer thread commits a whole group per ``fsync``, and measured faster (see
-:class:`PostgresReportStore`), so there is no pool for writes.
+Writes: group commit
+--------------------
+Like the SQLite store, every write of one store object goes through the shared
+:class:`~ldp_collector.storage.group_commit.GroupCommitWriter` (one writer thread, one
+connection; :class:`_PostgresDialect` is what it runs): while a transaction commits, new requests
+queue up and the next transaction takes all of them. Each round's reports go in with two
+statements (``INSERT ... SELECT FROM unnest(...)`` of binary arrays of ids, groups and payloads),
+not one round trip per report. Because every writer of a round must hold its row lock until its
+commit is durable, writers of one round serialize whatever their number; a connection pool (one
+transaction per caller) therefore commits one batch per ``fsync``, while the writer thread commits
+a whole group per ``fsync``, and measured faster (see :class:`PostgresReportStore`), so there is no
+pool for writes.
 
 Reads and the step lock
 -----------------------
@@ -60,22 +62,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import queue
 import threading
 import time
-import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import msgpack
-
 from ..errors import AlreadyExistsError, CollectorError, InvalidArgumentError, NotFoundError, OverloadedError
-from .base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoreClosedError, StoredReport
+from .base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoredReport
+from .group_commit import Dialect, GroupCommitWriter, RoundState, check_blobs, columns_of, take, validate_round_key
 from .migrations import Migration, SchemaVersionError
-from .sqlite import _check_blobs, _columns, _take, _validate_round_key
 
 if TYPE_CHECKING:
     import psycopg
@@ -84,14 +81,8 @@ __all__ = ["MAX_GROUP_REPORTS", "POSTGRES_MIGRATIONS", "PostgresReportStore", "r
 
 #: Most reports the writer puts into one transaction (bounds latency and memory).
 MAX_GROUP_REPORTS = 100_000
-#: Most requests in one transaction.
-MAX_GROUP_REQUESTS = 256
 
-_REPORT_ID_BYTES = 16
-_MAX_U32 = 2**32 - 1
 _MAX_IDLE_READERS = 8
-#: Times a group is retried after a deadlock or a concurrent answer to one of its request ids.
-_MAX_GROUP_ATTEMPTS = 5
 _CONNECT_TIMEOUT_S = 10
 #: Key of the transaction-level advisory lock held while migrating ("ldp-migr" as a big-endian int64).
 _MIGRATION_LOCK_KEY = int.from_bytes(b"ldp-migr", "big", signed=True)
@@ -182,8 +173,6 @@ _INSERT_RESPONSES = ("INSERT INTO request_ids (request_id, response, created_at)
                      "SELECT * FROM unnest(%b::text[], %b::bytea[], %b::float8[]) "
                      "ON CONFLICT DO NOTHING RETURNING request_id")
 
-T = TypeVar("T")
-
 
 def _psycopg() -> Any:
     """The psycopg module, or a clear error naming the extra that installs it."""
@@ -222,7 +211,7 @@ def _normalize_url(url: str) -> str:
     return f"postgresql://{rest}"
 
 
-# -- requests to the writer thread ------------------------------------------------------------------
+# -- the dialect the group-commit writer runs ---------------------------------------------------------
 
 @dataclass(slots=True)
 class _Chunk:
@@ -239,7 +228,7 @@ class _Chunk:
     @classmethod
     def encode(cls, campaign_id: str, round: int, positions: Sequence[int],
                reports: Sequence[StoredReport]) -> _Chunk:
-        columns = _columns(reports)
+        columns = columns_of(reports)
         if columns is not None:
             ids, groups, payloads = list(columns.report_ids), list(columns.groups), list(columns.payloads)
         else:
@@ -255,91 +244,9 @@ class _Chunk:
     def subset(self, keep: Sequence[int]) -> _Chunk:
         """The chunk restricted to the reports at ``keep`` (indexes into this chunk)."""
         return _Chunk(campaign_id=self.campaign_id, round=self.round, positions=[self.positions[k] for k in keep],
-                      reports=_take(self.reports, keep), ids=[self.ids[k] for k in keep],
+                      reports=take(self.reports, keep), ids=[self.ids[k] for k in keep],
                       groups=[self.groups[k] for k in keep], payloads=[self.payloads[k] for k in keep])
 
-
-@dataclass(slots=True)
-class _AddRequest:
-    request_id: str
-    size: int
-    #: Pre-filled outcomes: DUPLICATE for ids repeated within the request, None for the rest.
-    outcomes: list[Outcome | None]
-    chunks: list[_Chunk]
-    accumulate: AccumulateFn | None
-    future: Future[list[Outcome]] = field(default_factory=Future)
-
-
-@dataclass(slots=True)
-class _Operation(Generic[T]):
-    """A write other than ``add_reports``, run by the writer in a transaction of its own."""
-
-    run: Callable[[Any], T]
-    future: Future[T] = field(default_factory=Future)
-
-
-_STOP = object()
-
-
-class _Restart(Exception):
-    """The group must start over: another transaction answered one of its request ids meanwhile."""
-
-
-def _prepare(request_id: str, reports: Sequence[StoredReport], accumulate: AccumulateFn | None) -> _AddRequest:
-    """Validate and split a batch by round in the caller's thread."""
-    n = len(reports)
-    columns = _columns(reports)
-    ids: Sequence[bytes]
-    groups: Sequence[int]
-    if columns is not None:
-        ids, groups = columns.report_ids, columns.groups
-        cids, rounds = columns.campaign_ids, columns.rounds
-    else:
-        if not all(isinstance(r, StoredReport) for r in reports):
-            bad = next(r for r in reports if not isinstance(r, StoredReport))
-            raise TypeError(f"reports must be StoredReport objects, got {type(bad).__name__}")
-        ids = [r.report_id for r in reports]
-        groups = [r.group for r in reports]
-        cids, rounds = [r.campaign_id for r in reports], [r.round for r in reports]
-    if not (set(map(type, ids)) <= {bytes} and set(map(len, ids)) <= {_REPORT_ID_BYTES}):
-        bad_id = next(rid for rid in ids if type(rid) is not bytes or len(rid) != _REPORT_ID_BYTES)
-        raise InvalidArgumentError(f"report_id must be {_REPORT_ID_BYTES} bytes, got {bad_id!r:.60}")
-    if not set(map(type, groups)) <= {int} or (groups and not 0 <= min(groups) <= max(groups) <= _MAX_U32):
-        bad_group = next(g for g in groups if type(g) is not int or not 0 <= g <= _MAX_U32)
-        raise InvalidArgumentError(f"group must be an int in [0, {_MAX_U32}], got {bad_group!r:.40}")
-    outcomes: list[Outcome | None] = [None] * n
-    if len(set(ids)) == n:
-        kept: Sequence[int] = range(n)
-    else:  # the first occurrence of an id counts; later ones are duplicates
-        seen: set[bytes] = set()
-        kept = []
-        for i, rid in enumerate(ids):
-            if rid in seen:
-                outcomes[i] = Outcome.DUPLICATE
-            else:
-                seen.add(rid)
-                kept.append(i)
-    keys = set(zip(cids, rounds))
-    for key in keys:
-        _validate_round_key(*key)
-    by_round: dict[tuple[str, int], Sequence[int]] = {}
-    if len(keys) == 1:
-        by_round[next(iter(keys))] = kept
-    else:
-        split: dict[tuple[str, int], list[int]] = {}
-        for i in kept:
-            split.setdefault((cids[i], rounds[i]), []).append(i)
-        by_round.update(split)
-    chunks = [_Chunk.encode(cid, rnd, positions, _take(reports, positions))
-              for (cid, rnd), positions in by_round.items() if positions]
-    return _AddRequest(request_id=request_id, size=n, outcomes=outcomes, chunks=chunks, accumulate=accumulate)
-
-
-@dataclass(slots=True)
-class _RoundState:
-    is_open: bool
-    next_seq: int
-    added: int = 0
 
 
 def _campaign(row: Sequence[Any]) -> CampaignRecord:
@@ -411,6 +318,97 @@ def apply_postgres_migrations(conn: psycopg.Connection[Any], migrations: Sequenc
     return latest
 
 
+class _PostgresDialect(Dialect["psycopg.Connection[Any]", _Chunk]):
+    """The PostgreSQL operations of the group-commit writer, on one connection, replaced when lost.
+
+    A group locks the rows of its rounds (``FOR UPDATE``, in key order). A deadlock or a lost
+    connection retries the group, on a new connection if needed: if the lost transaction did
+    commit, the retry finds its request ids recorded and replays what they recorded. An
+    unreachable database fails every request of the group with the retryable ``OverloadedError``.
+    """
+
+    max_group_reports = MAX_GROUP_REPORTS
+
+    def __init__(self, pg: Any, conn: psycopg.Connection[Any], connect: Callable[[], psycopg.Connection[Any]],
+                 where: str) -> None:
+        self._pg = pg
+        self.conn = conn
+        self._connect = connect
+        self._where = where
+        self.retryable = (pg.errors.DeadlockDetected, pg.errors.SerializationFailure, pg.OperationalError)
+        self.unavailable = (pg.OperationalError, OverloadedError)
+
+    def encode(self, campaign_id: str, round: int, positions: Sequence[int],
+               reports: Sequence[StoredReport]) -> _Chunk:
+        return _Chunk.encode(campaign_id, round, positions, reports)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        if self.conn.closed or self.conn.broken:  # the last one broke (a database restart)
+            with contextlib.suppress(Exception):
+                self.conn.close()
+            self.conn = self._connect()
+        with self.conn.transaction():
+            yield self.conn
+
+    def storage_error(self, exc: BaseException) -> BaseException:
+        pg = self._pg
+        if isinstance(exc, pg.OperationalError):  # the server is down or the connection broke: retry
+            return OverloadedError(f"the report store {self._where} is unavailable: {exc}".strip(), retry_after=1.0)
+        if isinstance(exc, pg.Error):
+            return CollectorError(f"report store failure: {type(exc).__name__}: {exc}")
+        return exc
+
+    def recorded_answers(self, conn: psycopg.Connection[Any], request_ids: Sequence[str]) -> dict[str, bytes]:
+        return {rid: bytes(answer) for rid, answer in conn.execute(
+            "SELECT request_id, response FROM request_ids WHERE request_id = ANY(%b::text[])",
+            (list(request_ids),)).fetchall()}
+
+    def read_rounds(self, conn: psycopg.Connection[Any],
+                    keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], RoundState]:
+        rows = conn.execute(_LOCK_ROUNDS, ([k[0] for k in keys], [k[1] for k in keys])).fetchall()
+        return {(cid, rnd): RoundState(is_open=bool(is_open), next_seq=int(count)) for cid, rnd, is_open, count in rows}
+
+    def existing(self, conn: psycopg.Connection[Any], chunk: _Chunk) -> set[int]:
+        stored = {bytes(rid) for (rid,) in conn.execute(_EXISTING_IDS, (chunk.ids,)).fetchall()}
+        return {k for k, rid in enumerate(chunk.ids) if rid in stored}
+
+    def insert_new(self, conn: psycopg.Connection[Any], chunk: _Chunk, first_seq: int) -> _Chunk | None:
+        inserted = conn.execute(_INSERT_IDS, (chunk.ids,)).fetchall()
+        if len(inserted) == len(chunk.ids):
+            new = chunk
+        else:
+            fresh = {bytes(rid) for (rid,) in inserted}
+            keep = [k for k, rid in enumerate(chunk.ids) if rid in fresh]
+            if not keep:
+                return None
+            new = chunk.subset(keep)
+        conn.execute(_INSERT_REPORTS, (new.campaign_id, new.round, first_seq, new.ids, new.groups, new.payloads))
+        return new
+
+    def load_accumulators(self, conn: psycopg.Connection[Any], campaign_id: str, round: int) -> dict[str, bytes]:
+        return {name: bytes(data) for name, data in conn.execute(
+            "SELECT name, data FROM accumulators WHERE campaign_id = %s AND round = %s",
+            (campaign_id, round)).fetchall()}
+
+    def save_accumulators(self, conn: psycopg.Connection[Any], campaign_id: str, round: int,
+                          blobs: Mapping[str, bytes]) -> None:
+        conn.execute(_UPSERT_ACCUMULATORS, (campaign_id, round, list(blobs), list(blobs.values())))
+
+    def set_report_count(self, conn: psycopg.Connection[Any], campaign_id: str, round: int, count: int) -> None:
+        conn.execute("UPDATE rounds SET report_count = %s WHERE campaign_id = %s AND round = %s",
+                     (count, campaign_id, round))
+
+    def record_answers(self, conn: psycopg.Connection[Any], answers: Sequence[tuple[str, bytes]], now: float) -> bool:
+        recorded = conn.execute(_INSERT_RESPONSES, ([rid for rid, _ in answers], [answer for _, answer in answers],
+                                                    [now] * len(answers))).fetchall()
+        return len(recorded) == len(answers)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
 class PostgresReportStore(ReportStore):
     """The :class:`ReportStore` in a PostgreSQL database; thread-safe, durable, shared by processes.
 
@@ -461,26 +459,22 @@ class PostgresReportStore(ReportStore):
         self._url = _normalize_url(url)
         self._where = redact_url(self._url)
         self._application_name = application_name
-        self._max_pending = max_pending_reports
-        self._lock = threading.Lock()
-        self._closed = False
-        self._pending = 0
+        self._lock = threading.Lock()  # guards the idle readers
         self._idle_readers: list[psycopg.Connection[Any]] = []
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         # The step lock: a dedicated session, the campaigns this object holds, and its own lock.
         self._step_guard = threading.Lock()
         self._step_conn: psycopg.Connection[Any] | None = None
         self._steps_held: set[str] = set()
-        self._writer = self._connect()
+        conn = self._connect()
         try:
-            apply_postgres_migrations(self._writer, where=self._where)
-            row = self._writer.execute("SELECT current_database() || '.' || current_schema()").fetchone()
+            apply_postgres_migrations(conn, where=self._where)
+            row = conn.execute("SELECT current_database() || '.' || current_schema()").fetchone()
             self._namespace = str(row[0]) if row is not None else ""
         except BaseException:
-            self._writer.close()
+            conn.close()
             raise
-        self._thread = threading.Thread(target=self._writer_main, name="ldp-store-writer", daemon=True)
-        self._thread.start()
+        self._dialect = _PostgresDialect(self._psycopg, conn, self._connect, self._where)
+        self._writer = GroupCommitWriter(self._dialect, name=self._where, max_pending_reports=max_pending_reports)
 
     @property
     def url(self) -> str:
@@ -494,7 +488,7 @@ class PostgresReportStore(ReportStore):
         self.close()
 
     def __repr__(self) -> str:
-        return f"PostgresReportStore({self._where!r}{', closed' if self._closed else ''})"
+        return f"PostgresReportStore({self._where!r}{', closed' if self._writer.closed else ''})"
 
     # -- connections ---------------------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection[Any]:
@@ -510,23 +504,10 @@ class PostgresReportStore(ReportStore):
         conn.execute("SET synchronous_commit = on")
         return conn
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError(f"the report store {self._where!r} is closed")
-
-    def _storage_error(self, exc: BaseException) -> BaseException:
-        """Map psycopg errors to the collector's domain errors (others pass through unchanged)."""
-        pg = self._psycopg
-        if isinstance(exc, pg.OperationalError):  # the server is down or the connection broke: retry
-            return OverloadedError(f"the report store {self._where} is unavailable: {exc}".strip(), retry_after=1.0)
-        if isinstance(exc, pg.Error):
-            return CollectorError(f"report store failure: {type(exc).__name__}: {exc}")
-        return exc
-
     @contextlib.contextmanager
     def _reader(self) -> Iterator[psycopg.Connection[Any]]:
         with self._lock:
-            self._check_open()
+            self._writer.check_open()
             conn = self._idle_readers.pop() if self._idle_readers else None
         if conn is None:
             conn = self._connect()
@@ -537,227 +518,19 @@ class PostgresReportStore(ReportStore):
             if isinstance(exc, self._psycopg.OperationalError):  # the server restarted: so did every idle session
                 with self._lock:
                     stale, self._idle_readers = self._idle_readers, []
-            raise self._storage_error(exc) from exc
+            raise self._dialect.storage_error(exc) from exc
         finally:
             with self._lock:
-                if (not self._closed and not conn.closed and not conn.broken
+                if (not self._writer.closed and not conn.closed and not conn.broken
                         and len(self._idle_readers) < _MAX_IDLE_READERS):
                     self._idle_readers.append(conn)
                     conn = None
             for dead in stale if conn is None else [*stale, conn]:
                 dead.close()
 
-    # -- the writer thread ---------------------------------------------------------------------------
-    def _enqueue(self, item: _AddRequest | _Operation[Any], size: int = 0) -> None:
-        with self._lock:
-            self._check_open()
-            if size and self._pending and self._pending + size > self._max_pending:
-                raise OverloadedError(f"the report store has {self._pending} reports waiting to be written; "
-                                      "retry later", retry_after=1.0)
-            self._pending += size
-            self._queue.put(item)
-
-    def _write(self, run: Callable[[Any], T]) -> T:
-        op: _Operation[T] = _Operation(run)
-        self._enqueue(op)
-        return op.future.result()
-
-    def _writer_conn(self) -> psycopg.Connection[Any]:
-        """The writing connection, reconnected if the last one broke (a database restart)."""
-        if self._writer.closed or self._writer.broken:
-            with contextlib.suppress(Exception):
-                self._writer.close()
-            self._writer = self._connect()
-        return self._writer
-
-    def _writer_main(self) -> None:
-        stopping = False
-        while not stopping:
-            items = [self._queue.get()]
-            size = getattr(items[0], "size", 0)
-            while size < MAX_GROUP_REPORTS and len(items) < MAX_GROUP_REQUESTS:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                items.append(item)
-                size += getattr(item, "size", 0)
-            try:
-                stopping = self._process(items)
-            except BaseException as exc:  # never leave a caller waiting forever
-                for item in items:
-                    if isinstance(item, (_AddRequest, _Operation)) and not item.future.done():
-                        item.future.set_exception(self._storage_error(exc))
-        with contextlib.suppress(Exception):
-            self._writer.close()
-
-    def _process(self, items: list[object]) -> bool:
-        """Run queued items in order, grouping consecutive ``add_reports``; True once told to stop."""
-        stopping = False
-        group: list[_AddRequest] = []
-        request_ids: set[str] = set()
-        for item in items:
-            if isinstance(item, _AddRequest):
-                if item.request_id in request_ids:  # a repeat must see the first one committed
-                    self._commit_group(group)
-                    group, request_ids = [], set()
-                group.append(item)
-                request_ids.add(item.request_id)
-                continue
-            self._commit_group(group)
-            group, request_ids = [], set()
-            if isinstance(item, _Operation):
-                self._run_operation(item)
-            else:
-                stopping = True
-        self._commit_group(group)
-        return stopping
-
-    def _run_operation(self, op: _Operation[Any]) -> None:
-        try:
-            conn = self._writer_conn()
-            with conn.transaction():
-                result = op.run(conn)
-        except BaseException as exc:
-            op.future.set_exception(self._storage_error(exc))
-        else:
-            op.future.set_result(result)
-
-    def _commit_group(self, group: list[_AddRequest]) -> None:
-        if not group:
-            return
-        pg = self._psycopg
-        # A lost connection is retried too, on a new one: if the lost transaction did commit, the
-        # retry finds its request ids recorded and answers with what it recorded.
-        retryable = (pg.errors.DeadlockDetected, pg.errors.SerializationFailure, _Restart, pg.OperationalError)
-        for attempt in range(_MAX_GROUP_ATTEMPTS):
-            try:
-                conn = self._writer_conn()
-                with conn.transaction():
-                    answers = self._apply_group(conn, group)
-            except retryable as exc:
-                if attempt + 1 < _MAX_GROUP_ATTEMPTS:
-                    time.sleep(0.001 * 2**attempt)
-                    continue
-                failure: BaseException = exc
-            except BaseException as exc:
-                failure = exc
-            else:
-                for request, outcomes in zip(group, answers):
-                    request.future.set_result(outcomes)
-                return
-            break
-        if len(group) == 1 or isinstance(failure, (pg.OperationalError, OverloadedError)):
-            for request in group:  # the database is unreachable: every caller retries its request
-                request.future.set_exception(self._storage_error(failure))
-        else:  # find the culprit: each request alone
-            for request in group:
-                self._commit_group([request])
-
-    def _apply_group(self, conn: psycopg.Connection[Any], group: list[_AddRequest]) -> list[list[Outcome]]:
-        """Insert a group's reports in the open transaction; return each request's outcomes."""
-        replayed: dict[str, bytes] = {
-            rid: bytes(resp) for rid, resp in conn.execute(
-                "SELECT request_id, response FROM request_ids WHERE request_id = ANY(%b::text[])",
-                ([r.request_id for r in group],)).fetchall()}
-        keys = sorted({(c.campaign_id, c.round) for r in group if r.request_id not in replayed for c in r.chunks})
-        rounds: dict[tuple[str, int], _RoundState] = {}
-        if keys:
-            for cid, rnd, is_open, count in conn.execute(
-                    _LOCK_ROUNDS, ([k[0] for k in keys], [k[1] for k in keys])).fetchall():
-                rounds[(cid, rnd)] = _RoundState(is_open=bool(is_open), next_seq=int(count))
-        pending: dict[tuple[str, int, int], tuple[AccumulateFn, list[Sequence[StoredReport]]]] = {}
-        answers: list[list[Outcome]] = []
-        responses: list[tuple[str, bytes]] = []
-        for request in group:
-            if request.request_id in replayed:
-                answers.append([Outcome(v) for v in msgpack.unpackb(replayed[request.request_id])])
-                continue
-            outcomes = list(request.outcomes)
-            for chunk in request.chunks:
-                key = (chunk.campaign_id, chunk.round)
-                state = rounds.get(key)
-                new = self._insert_chunk(conn, chunk, state, outcomes)
-                if new is not None and request.accumulate is not None:
-                    fn = request.accumulate
-                    batches = pending.setdefault((*key, id(fn)), (fn, [[]]))[1]
-                    if _columns(new.reports) is not None:  # kept as it is, for the accumulator
-                        batches.append(new.reports)
-                    else:  # plain reports of a round: one call for all of them
-                        assert isinstance(batches[0], list)
-                        batches[0].extend(new.reports)
-            final = [Outcome.REJECTED if o is None else o for o in outcomes]
-            answers.append(final)
-            responses.append((request.request_id, msgpack.packb([int(o) for o in final])))
-        self._accumulate(conn, pending)
-        for (campaign_id, round), state in rounds.items():
-            if state.added:
-                conn.execute("UPDATE rounds SET report_count = %s WHERE campaign_id = %s AND round = %s",
-                             (state.next_seq, campaign_id, round))
-        if responses:
-            now = time.time()
-            recorded = conn.execute(_INSERT_RESPONSES, ([rid for rid, _ in responses], [resp for _, resp in responses],
-                                                        [now] * len(responses))).fetchall()
-            if len(recorded) != len(responses):  # another process answered one of these requests meanwhile
-                raise _Restart
-        return answers
-
-    @staticmethod
-    def _insert_chunk(conn: psycopg.Connection[Any], chunk: _Chunk, state: _RoundState | None,
-                      outcomes: list[Outcome | None]) -> _Chunk | None:
-        """Insert the chunk's new reports; fill ``outcomes``; return the inserted part (None if nothing)."""
-        if state is None or not state.is_open:  # refused, unless already stored
-            existing = {bytes(rid) for (rid,) in conn.execute(_EXISTING_IDS, (chunk.ids,)).fetchall()}
-            for rid, position in zip(chunk.ids, chunk.positions):
-                outcomes[position] = Outcome.DUPLICATE if rid in existing else Outcome.REJECTED
-            return None
-        inserted = conn.execute(_INSERT_IDS, (chunk.ids,)).fetchall()
-        if len(inserted) == len(chunk.ids):
-            new = chunk
-        else:
-            fresh = {bytes(rid) for (rid,) in inserted}
-            keep = [k for k, rid in enumerate(chunk.ids) if rid in fresh]
-            for k, rid in enumerate(chunk.ids):
-                if rid not in fresh:
-                    outcomes[chunk.positions[k]] = Outcome.DUPLICATE
-            if not keep:
-                return None
-            new = chunk.subset(keep)
-        conn.execute(_INSERT_REPORTS, (new.campaign_id, new.round, state.next_seq, new.ids, new.groups, new.payloads))
-        state.next_seq += len(new.ids)
-        state.added += len(new.ids)
-        positions = new.positions
-        if isinstance(positions, range) and positions.step == 1:  # the whole request: one slice
-            outcomes[positions.start:positions.stop] = [Outcome.ACCEPTED] * len(positions)
-        else:
-            for position in positions:
-                outcomes[position] = Outcome.ACCEPTED
-        return new
-
-    @staticmethod
-    def _accumulate(conn: psycopg.Connection[Any],
-                    pending: Mapping[tuple[str, int, int], tuple[AccumulateFn, list[Sequence[StoredReport]]]]) -> None:
-        """Run each round's accumulate callback on its new reports (the round's row is locked), then
-        upsert what changed."""
-        cache: dict[tuple[str, int], dict[str, bytes]] = {}
-        for (campaign_id, round, _), (fn, batches) in pending.items():
-            key = (campaign_id, round)
-            if key not in cache:
-                cache[key] = {name: bytes(data) for name, data in conn.execute(
-                    "SELECT name, data FROM accumulators WHERE campaign_id = %s AND round = %s", key).fetchall()}
-            blobs = cache[key]
-            changed: dict[str, bytes] = {}
-            for reports in batches:
-                if reports:
-                    updated = _check_blobs(fn(reports, types.MappingProxyType(blobs)), "accumulate's result")
-                    blobs.update(updated)
-                    changed.update(updated)
-            if changed:
-                conn.execute(_UPSERT_ACCUMULATORS, (campaign_id, round, list(changed), list(changed.values())))
-
     # -- campaigns -----------------------------------------------------------------------------------
     def create_campaign(self, record: CampaignRecord) -> None:
-        _validate_round_key(record.campaign_id, 0)
+        validate_round_key(record.campaign_id, 0)
 
         def run(conn: psycopg.Connection[Any]) -> None:
             inserted = conn.execute(
@@ -768,7 +541,7 @@ class PostgresReportStore(ReportStore):
             if inserted.rowcount == 0:
                 raise AlreadyExistsError(f"campaign {record.campaign_id!r} already exists")
 
-        self._write(run)
+        self._writer.write(run)
 
     def get_campaign(self, campaign_id: str) -> CampaignRecord:
         with self._reader() as conn:
@@ -805,11 +578,11 @@ class PostgresReportStore(ReportStore):
             if not found:
                 raise NotFoundError(f"campaign {campaign_id!r} does not exist")
 
-        self._write(run)
+        self._writer.write(run)
 
     # -- rounds --------------------------------------------------------------------------------------
     def open_round(self, campaign_id: str, round: int, spec: bytes, opened_at: float) -> None:
-        _validate_round_key(campaign_id, round)
+        validate_round_key(campaign_id, round)
 
         def run(conn: psycopg.Connection[Any]) -> None:
             # FOR KEY SHARE keeps the campaign from vanishing; ON CONFLICT makes a racing opener lose cleanly.
@@ -822,7 +595,7 @@ class PostgresReportStore(ReportStore):
             if inserted.rowcount == 0:
                 raise AlreadyExistsError(f"round {round} of campaign {campaign_id!r} already exists")
 
-        self._write(run)
+        self._writer.write(run)
 
     def get_round(self, campaign_id: str, round: int) -> RoundRecord:
         with self._reader() as conn:
@@ -850,7 +623,7 @@ class PostgresReportStore(ReportStore):
             _require_round(conn, campaign_id, round)
             return False
 
-        return self._write(run)
+        return self._writer.write(run)
 
     def set_round_estimates(self, campaign_id: str, round: int, estimates: bytes) -> None:
         def run(conn: psycopg.Connection[Any]) -> None:
@@ -859,24 +632,17 @@ class PostgresReportStore(ReportStore):
             if cursor.rowcount == 0:
                 raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
 
-        self._write(run)
+        self._writer.write(run)
 
     # -- reports -------------------------------------------------------------------------------------
     def add_reports(self, request_id: str, reports: Sequence[StoredReport],
                     accumulate: AccumulateFn | None = None) -> list[Outcome]:
-        if not isinstance(request_id, str) or not request_id:
-            raise InvalidArgumentError(f"request_id must be a non-empty str, got {request_id!r:.60}")
-        with self._reader() as conn:  # a replay needs no encoding and no writer
+        return self._writer.add(request_id, reports, accumulate, self._recorded_answer)
+
+    def _recorded_answer(self, request_id: str) -> bytes | None:
+        with self._reader() as conn:
             row = conn.execute("SELECT response FROM request_ids WHERE request_id = %s", (request_id,)).fetchone()
-        if row is not None:
-            return [Outcome(v) for v in msgpack.unpackb(bytes(row[0]))]
-        request = _prepare(request_id, reports, accumulate)
-        self._enqueue(request, max(request.size, 1))
-        try:
-            return request.future.result()
-        finally:
-            with self._lock:
-                self._pending -= max(request.size, 1)
+        return None if row is None else bytes(row[0])
 
     def iter_reports(self, campaign_id: str, round: int, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -917,7 +683,7 @@ class PostgresReportStore(ReportStore):
         return {name: bytes(data) for name, data in rows}
 
     def replace_accumulators(self, campaign_id: str, round: int, blobs: Mapping[str, bytes]) -> None:
-        items = _check_blobs(blobs, "blobs")
+        items = check_blobs(blobs, "blobs")
 
         def run(conn: psycopg.Connection[Any]) -> None:
             # The round's row lock orders this against ingestion, which updates the same blobs.
@@ -928,7 +694,7 @@ class PostgresReportStore(ReportStore):
             if items:
                 conn.execute(_UPSERT_ACCUMULATORS, (campaign_id, round, [n for n, _ in items], [d for _, d in items]))
 
-        self._write(run)
+        self._writer.write(run)
 
     # -- the cross-process step lock ---------------------------------------------------------------------
     @contextlib.contextmanager
@@ -940,8 +706,7 @@ class PostgresReportStore(ReportStore):
         the process holding it dies. Within this object, a campaign whose lock is held yields
         ``False`` too (advisory locks are re-entrant per session).
         """
-        with self._lock:
-            self._check_open()
+        self._writer.check_open()
         key = _advisory_key(self._namespace, campaign_id)
         with self._step_guard:
             if campaign_id in self._steps_held:
@@ -976,9 +741,9 @@ class PostgresReportStore(ReportStore):
                 return conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
             except self._psycopg.OperationalError as exc:
                 if attempt == 2 or conn is None or not (conn.closed or conn.broken):
-                    raise self._storage_error(exc) from exc
+                    raise self._dialect.storage_error(exc) from exc
             except self._psycopg.Error as exc:
-                raise self._storage_error(exc) from exc
+                raise self._dialect.storage_error(exc) from exc
         raise AssertionError("unreachable")
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -987,13 +752,9 @@ class PostgresReportStore(ReportStore):
 
         Idempotent; every other method raises :class:`StoreClosedError` afterwards.
         """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._queue.put(_STOP)  # after every request enqueued before the flag was set
+        self._writer.close()
+        with self._lock:  # a reader returned from now on is closed, not kept
             idle, self._idle_readers = self._idle_readers, []
-        self._thread.join()
         for conn in idle:
             conn.close()
         with self._step_guard:

@@ -6,14 +6,12 @@ One database file, ``collector.sqlite3``, in the data directory (created if miss
 with ``synchronous=FULL`` (a commit is on disk when it returns) and foreign keys enforced. The
 schema is versioned (:mod:`ldp_collector.storage.migrations`).
 
-Writes: one writer thread, group commit
----------------------------------------
-Every write goes through one writer thread that owns the only writing connection. Callers enqueue
-a request and wait on a :class:`concurrent.futures.Future`. While the writer commits one group
-(the ``fsync`` of ``synchronous=FULL``), new requests queue up; it then takes all of them (up to
-:data:`MAX_GROUP_REPORTS` reports) into ONE ``BEGIN IMMEDIATE ... COMMIT`` transaction and wakes
-each caller with its outcomes only after that commit. So the cost of a durable commit is shared by
-every concurrent caller, and an acknowledged report is always on disk.
+Writes: group commit
+--------------------
+Every write goes through the store's :class:`~ldp_collector.storage.group_commit.GroupCommitWriter`,
+whose thread owns the only writing connection and commits each group of concurrent requests in
+ONE ``BEGIN IMMEDIATE ... COMMIT`` transaction (the ``fsync`` of ``synchronous=FULL``) before it
+acknowledges any of them; :class:`_SqliteDialect` is what it runs.
 
 To keep the writer's share of the work small, a caller encodes its own batch before enqueueing it
 (in its own thread, in parallel with the writer's SQLite work, which runs without the GIL): the
@@ -22,19 +20,15 @@ another, and the per-report payload offsets, lengths and groups, so the writer i
 batch with one ``INSERT ... SELECT`` over ``json_each`` instead of one bound statement per report
 (``executemany`` spends more time binding parameters in Python than SQLite spends inserting: for
 1000 reports, 3.5 us per report against 1.0 us). A batch that offers its columns
-(:class:`ColumnarReports`, e.g. ``ldp_collector.ingest.StoredReportColumns``) is encoded from them
-without touching one ``StoredReport`` per report, and reaches ``accumulate`` as it is.
+(:class:`~ldp_collector.storage.group_commit.ColumnarReports`, e.g.
+``ldp_collector.ingest.StoredReportColumns``) is encoded from them without touching one
+``StoredReport`` per report, and reaches ``accumulate`` as it is.
 
 Duplicates are found by the database, not by a pre-``SELECT``: the batch's ids go into the
 ``report_ids`` primary key in one statement; if that statement fails on a constraint (some id is
 already stored, possibly by an earlier request of the same group), SQLite undoes just that
 statement, the writer asks which ids exist, and inserts the rest. Batches without duplicates, the
 common case, pay for nothing extra.
-
-If anything fails inside a group transaction (an ``accumulate`` callback raising, a full disk),
-the group is rolled back and its requests are retried one transaction each, so one bad request
-fails alone. Campaign and round updates also run on the writer thread, one transaction each, in
-queue order.
 
 Reads
 -----
@@ -54,24 +48,29 @@ import hashlib
 import itertools
 import json
 import os
-import queue
 import sqlite3
 import threading
 import time
-import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
-
-import msgpack
+from typing import Any, TypeVar
 
 from ..errors import AlreadyExistsError, CollectorError, InvalidArgumentError, NotFoundError, OverloadedError
-from .base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoreClosedError, StoredReport
+from .base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoredReport
+from .group_commit import (
+    REPORT_ID_BYTES,
+    Dialect,
+    GroupCommitWriter,
+    RoundState,
+    check_blobs,
+    columns_of,
+    take,
+    validate_round_key,
+)
 from .migrations import apply_migrations
 
-__all__ = ["DATABASE_FILE", "MAX_GROUP_REPORTS", "STEP_LOCK_DIR", "ColumnarReports", "SqliteReportStore"]
+__all__ = ["DATABASE_FILE", "MAX_GROUP_REPORTS", "STEP_LOCK_DIR", "SqliteReportStore"]
 
 #: Name of the database file inside the data directory.
 DATABASE_FILE = "collector.sqlite3"
@@ -79,16 +78,11 @@ DATABASE_FILE = "collector.sqlite3"
 STEP_LOCK_DIR = "step-locks"
 #: Most reports the writer puts into one group-commit transaction (bounds latency and memory).
 MAX_GROUP_REPORTS = 200_000
-#: Most requests in one group-commit transaction.
-MAX_GROUP_REQUESTS = 256
 
-_REPORT_ID_BYTES = 16  # ldp_client.report.REPORT_ID_BYTES; the SQL below slices ids at this width
 _START_DIGITS, _LENGTH_DIGITS = 12, 10  # payload starts and lengths travel as fixed-width decimal ASCII
 _LAYOUT_WIDTH = _START_DIGITS + _LENGTH_DIGITS
 _LAYOUT_FORMAT = f"%0{_START_DIGITS}d%0{_LENGTH_DIGITS}d"
 _MAX_BATCH_PAYLOAD_BYTES = 10**_LENGTH_DIGITS  # so every start and length fits its digits
-_MAX_U32 = 2**32 - 1
-_MAX_S63 = 2**63 - 1
 _BUSY_TIMEOUT_S = 10.0
 _WRITER_CACHE_KIB = 131072  # 128 MiB page cache: the random-key report_ids B-tree stays in memory
 _MAX_IDLE_READERS = 8
@@ -101,7 +95,7 @@ _WAL_AUTOCHECKPOINT_PAGES = 2048  # 32 MiB of WAL between checkpoints (the defau
 # One statement per batch: the row source is the JSON array of groups, whose keys 0..n-1 index the
 # fixed-width id and layout blobs (SQLite slices them with substr() and CASTs the digits back).
 _ROW_SOURCE = "json_each(?2) AS j"
-_ID = f"substr(?1, j.key * {_REPORT_ID_BYTES} + 1, {_REPORT_ID_BYTES})"
+_ID = f"substr(?1, j.key * {REPORT_ID_BYTES} + 1, {REPORT_ID_BYTES})"
 _INSERT_IDS = f"INSERT INTO report_ids (report_id) SELECT {_ID} FROM {_ROW_SOURCE}"
 _INSERT_REPORTS = (
     f"INSERT INTO reports (campaign_id, round, seq, report_id, group_index, payloads) SELECT ?3, ?4, ?5 + j.key, "
@@ -121,55 +115,7 @@ _ROUND_COLUMNS = "campaign_id, round, spec, is_open, opened_at, closed_at, repor
 T = TypeVar("T")
 
 
-# -- requests to the writer thread ------------------------------------------------------------------
-
-@runtime_checkable
-class ColumnarReports(Protocol):
-    """A ``Sequence[StoredReport]`` that also offers its columns (position ``i`` of each column is
-    the field of report ``i``); :meth:`SqliteReportStore.add_reports` encodes such a batch from the
-    columns and hands the accepted part to ``accumulate`` in the same form (via :meth:`take`)."""
-
-    @property
-    def report_ids(self) -> Sequence[bytes]: ...
-
-    @property
-    def campaign_ids(self) -> Sequence[str]: ...
-
-    @property
-    def rounds(self) -> Sequence[int]: ...
-
-    @property
-    def groups(self) -> Sequence[int]: ...
-
-    @property
-    def payloads(self) -> Sequence[bytes]: ...
-
-    def __len__(self) -> int: ...
-
-    def take(self, indexes: Sequence[int]) -> Sequence[StoredReport]:
-        """The reports at ``indexes`` (in that order), in the same columnar form."""
-
-
-_COLUMNAR_TYPES: dict[type, bool] = {}
-
-
-def _columns(reports: Sequence[StoredReport]) -> ColumnarReports | None:
-    """``reports`` as :class:`ColumnarReports` if it is one, else None. The check is remembered per
-    type: a runtime protocol check costs about 0.2 ms on Python 3.11, as much as encoding 500 reports."""
-    kind = type(reports)
-    known = _COLUMNAR_TYPES.get(kind)
-    if known is None:
-        known = _COLUMNAR_TYPES[kind] = isinstance(reports, ColumnarReports)
-    return cast(ColumnarReports, reports) if known else None
-
-
-def _take(reports: Sequence[StoredReport], indexes: Sequence[int]) -> Sequence[StoredReport]:
-    """The reports at ``indexes`` (columnar reports stay columnar)."""
-    columns = _columns(reports)
-    if columns is None:
-        return [reports[k] for k in indexes]
-    return reports if isinstance(indexes, range) and len(indexes) == len(reports) else columns.take(indexes)
-
+# -- the dialect the group-commit writer runs ---------------------------------------------------------
 
 @dataclass(slots=True)
 class _Chunk:
@@ -188,7 +134,7 @@ class _Chunk:
     @classmethod
     def encode(cls, campaign_id: str, round: int, positions: Sequence[int],
                reports: Sequence[StoredReport]) -> _Chunk:
-        columns = _columns(reports)
+        columns = columns_of(reports)
         if columns is not None:
             ids, groups, payloads = columns.report_ids, columns.groups, columns.payloads
         else:
@@ -218,93 +164,8 @@ class _Chunk:
     def subset(self, keep: Sequence[int]) -> _Chunk:
         """The chunk restricted to the reports at ``keep`` (indexes into this chunk)."""
         return _Chunk.encode(self.campaign_id, self.round, [self.positions[k] for k in keep],
-                             _take(self.reports, keep))
+                             take(self.reports, keep))
 
-
-@dataclass(slots=True)
-class _AddRequest:
-    request_id: str
-    size: int
-    #: Pre-filled outcomes: DUPLICATE for ids repeated within the request, None for the rest.
-    outcomes: list[Outcome | None]
-    chunks: list[_Chunk]
-    accumulate: AccumulateFn | None
-    future: Future[list[Outcome]] = field(default_factory=Future)
-
-
-@dataclass(slots=True)
-class _Operation(Generic[T]):
-    """A write other than ``add_reports``, run by the writer in a transaction of its own."""
-
-    run: Callable[[sqlite3.Connection], T]
-    future: Future[T] = field(default_factory=Future)
-
-
-_STOP = object()
-
-
-@dataclass(slots=True)
-class _RoundState:
-    is_open: bool
-    next_seq: int
-    added: int = 0
-
-
-def _validate_round_key(campaign_id: object, round: object) -> None:
-    if not isinstance(campaign_id, str) or not campaign_id:
-        raise InvalidArgumentError(f"campaign_id must be a non-empty str, got {campaign_id!r:.60}")
-    if not isinstance(round, int) or isinstance(round, bool) or not 0 <= round <= _MAX_S63:
-        raise InvalidArgumentError(f"round must be an int in [0, 2**63 - 1], got {round!r:.40}")
-
-
-def _prepare(request_id: str, reports: Sequence[StoredReport], accumulate: AccumulateFn | None) -> _AddRequest:
-    """Validate and encode a batch in the caller's thread."""
-    n = len(reports)
-    ids: Sequence[bytes]
-    groups: Sequence[int]
-    columns = _columns(reports)
-    if columns is not None:
-        ids, groups = columns.report_ids, columns.groups
-    else:
-        if not all(isinstance(r, StoredReport) for r in reports):
-            bad = next(r for r in reports if not isinstance(r, StoredReport))
-            raise TypeError(f"reports must be StoredReport objects, got {type(bad).__name__}")
-        ids = [r.report_id for r in reports]
-        groups = [r.group for r in reports]
-    if not (set(map(type, ids)) <= {bytes} and set(map(len, ids)) <= {_REPORT_ID_BYTES}):
-        bad_id = next(rid for rid in ids if type(rid) is not bytes or len(rid) != _REPORT_ID_BYTES)
-        raise InvalidArgumentError(f"report_id must be {_REPORT_ID_BYTES} bytes, got {bad_id!r:.60}")
-    if not set(map(type, groups)) <= {int} or (groups and not 0 <= min(groups) <= max(groups) <= _MAX_U32):
-        bad_group = next(g for g in groups if type(g) is not int or not 0 <= g <= _MAX_U32)
-        raise InvalidArgumentError(f"group must be an int in [0, {_MAX_U32}], got {bad_group!r:.40}")
-    outcomes: list[Outcome | None] = [None] * n
-    if len(set(ids)) == n:
-        kept: Sequence[int] = range(n)
-    else:  # the first occurrence of an id counts; later ones are duplicates
-        seen: set[bytes] = set()
-        kept = []
-        for i, rid in enumerate(ids):
-            if rid in seen:
-                outcomes[i] = Outcome.DUPLICATE
-            else:
-                seen.add(rid)
-                kept.append(i)
-    cids, rounds = ((columns.campaign_ids, columns.rounds) if columns is not None
-                    else ([r.campaign_id for r in reports], [r.round for r in reports]))
-    keys = set(zip(cids, rounds))
-    for key in keys:
-        _validate_round_key(*key)
-    by_round: dict[tuple[str, int], Sequence[int]] = {}
-    if len(keys) == 1:
-        by_round[next(iter(keys))] = kept
-    else:
-        split: dict[tuple[str, int], list[int]] = {}
-        for i in kept:
-            split.setdefault((cids[i], rounds[i]), []).append(i)
-        by_round.update(split)
-    chunks = [_Chunk.encode(cid, rnd, positions, _take(reports, positions))
-              for (cid, rnd), positions in by_round.items() if positions]
-    return _AddRequest(request_id=request_id, size=n, outcomes=outcomes, chunks=chunks, accumulate=accumulate)
 
 
 def _storage_error(exc: BaseException) -> BaseException:
@@ -340,14 +201,6 @@ def _require_round(conn: sqlite3.Connection, campaign_id: str, round: int) -> No
         raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
 
 
-def _check_blobs(blobs: Mapping[str, bytes], what: str) -> list[tuple[str, bytes]]:
-    items = list(blobs.items())
-    for name, data in items:
-        if not isinstance(name, str) or not isinstance(data, bytes):
-            raise TypeError(f"{what} must map str to bytes, got {type(name).__name__} -> {type(data).__name__}")
-    return items
-
-
 def _retry_when_locked(step: Callable[[], T]) -> T:
     """Run a start-up step, retrying while SQLite says "database is locked".
 
@@ -365,6 +218,98 @@ def _retry_when_locked(step: Callable[[], T]) -> T:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
+
+
+class _SqliteDialect(Dialect[sqlite3.Connection, _Chunk]):
+    """The SQLite operations of the group-commit writer, on the store's one writing connection.
+
+    ``BEGIN IMMEDIATE`` takes the database's write lock at once, so everything the transaction
+    reads (is the round open, which ids exist, the next ``seq``) stays true until its commit, also
+    against writers in other processes; no row locks are needed and no group is ever retried.
+    """
+
+    max_group_reports = MAX_GROUP_REPORTS
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def encode(self, campaign_id: str, round: int, positions: Sequence[int],
+               reports: Sequence[StoredReport]) -> _Chunk:
+        return _Chunk.encode(campaign_id, round, positions, reports)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # a failed COMMIT may have rolled back already
+                    conn.execute("ROLLBACK")
+            raise
+
+    def storage_error(self, exc: BaseException) -> BaseException:
+        return _storage_error(exc)
+
+    def recorded_answers(self, conn: sqlite3.Connection, request_ids: Sequence[str]) -> dict[str, bytes]:
+        marks = ",".join("?" * len(request_ids))
+        return dict(conn.execute(f"SELECT request_id, response FROM request_ids WHERE request_id IN ({marks})",
+                                 list(request_ids)).fetchall())
+
+    def read_rounds(self, conn: sqlite3.Connection,
+                    keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], RoundState]:
+        rounds: dict[tuple[str, int], RoundState] = {}
+        for key in keys:
+            row = _one(conn, "SELECT is_open, report_count FROM rounds WHERE campaign_id = ? AND round = ?", key)
+            if row is not None:
+                rounds[key] = RoundState(is_open=bool(row[0]), next_seq=row[1])
+        return rounds
+
+    def existing(self, conn: sqlite3.Connection, chunk: _Chunk) -> set[int]:
+        return {k for (k,) in conn.execute(_EXISTING_POSITIONS, (chunk.ids, chunk.groups)).fetchall()}
+
+    def insert_new(self, conn: sqlite3.Connection, chunk: _Chunk, first_seq: int) -> _Chunk | None:
+        try:
+            conn.execute(_INSERT_IDS, (chunk.ids, chunk.groups))
+            new = chunk
+        except sqlite3.IntegrityError:  # some ids are stored already; SQLite undid this statement only
+            existing = self.existing(conn, chunk)
+            if len(existing) == len(chunk.positions):
+                return None
+            new = chunk.subset([k for k in range(len(chunk.positions)) if k not in existing])
+            conn.execute(_INSERT_IDS, (new.ids, new.groups))
+        conn.execute(_INSERT_FIXED_WIDTH_REPORTS if new.width else _INSERT_REPORTS,
+                     (new.ids, new.groups, new.campaign_id, new.round, first_seq, new.payloads,
+                      new.width or new.layout))
+        return new
+
+    def load_accumulators(self, conn: sqlite3.Connection, campaign_id: str, round: int) -> dict[str, bytes]:
+        return dict(conn.execute("SELECT name, data FROM accumulators WHERE campaign_id = ? AND round = ?",
+                                 (campaign_id, round)).fetchall())
+
+    def save_accumulators(self, conn: sqlite3.Connection, campaign_id: str, round: int,
+                          blobs: Mapping[str, bytes]) -> None:
+        conn.executemany(
+            "INSERT INTO accumulators (campaign_id, round, name, data) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (campaign_id, round, name) DO UPDATE SET data = excluded.data",
+            [(campaign_id, round, name, data) for name, data in blobs.items()])
+
+    def set_report_count(self, conn: sqlite3.Connection, campaign_id: str, round: int, count: int) -> None:
+        conn.execute("UPDATE rounds SET report_count = ? WHERE campaign_id = ? AND round = ?",
+                     (count, campaign_id, round))
+
+    def record_answers(self, conn: sqlite3.Connection, answers: Sequence[tuple[str, bytes]], now: float) -> bool:
+        # No other writer can record one meanwhile: BEGIN IMMEDIATE excludes them until our commit.
+        conn.executemany("INSERT INTO request_ids (request_id, response, created_at) VALUES (?, ?, ?)",
+                         [(request_id, answer, now) for request_id, answer in answers])
+        return True
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.conn.close()
 
 
 class SqliteReportStore(ReportStore):
@@ -405,32 +350,28 @@ class SqliteReportStore(ReportStore):
             raise InvalidArgumentError(f"data directory {str(path)!r} exists and is not a directory")
         path.mkdir(parents=True, exist_ok=True)
         self._path = path / DATABASE_FILE
-        self._max_pending = max_pending_reports
-        self._lock = threading.Lock()
-        self._closed = False
-        self._pending = 0
+        self._lock = threading.Lock()  # guards the idle readers
         self._idle_readers: list[sqlite3.Connection] = []
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         try:
-            self._writer = self._connect()
+            conn = self._connect()
         except sqlite3.Error as exc:
             raise self._open_error(exc) from exc
         try:
-            self._writer.execute(f"PRAGMA page_size = {_PAGE_SIZE}")  # no effect on an existing database
-            mode = _retry_when_locked(lambda: self._writer.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            conn.execute(f"PRAGMA page_size = {_PAGE_SIZE}")  # no effect on an existing database
+            mode = _retry_when_locked(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
             if str(mode).lower() != "wal":
                 raise CollectorError(f"{self._path} cannot use WAL mode (journal_mode is {mode}); "
                                      "put the data directory on a local file system")
-            self._writer.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
-            self._writer.execute(f"PRAGMA wal_autocheckpoint = {_WAL_AUTOCHECKPOINT_PAGES}")
-            _retry_when_locked(lambda: apply_migrations(self._writer, where=str(self._path)))
+            conn.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_AUTOCHECKPOINT_PAGES}")
+            _retry_when_locked(lambda: apply_migrations(conn, where=str(self._path)))
         except BaseException as exc:
-            self._writer.close()
+            conn.close()
             if isinstance(exc, sqlite3.Error):
                 raise self._open_error(exc) from exc
             raise
-        self._thread = threading.Thread(target=self._writer_main, name="ldp-store-writer", daemon=True)
-        self._thread.start()
+        self._writer = GroupCommitWriter(_SqliteDialect(conn), name=str(self._path),
+                                         max_pending_reports=max_pending_reports)
 
     @property
     def path(self) -> Path:
@@ -444,7 +385,7 @@ class SqliteReportStore(ReportStore):
         self.close()
 
     def __repr__(self) -> str:
-        return f"SqliteReportStore({str(self._path.parent)!r}{', closed' if self._closed else ''})"
+        return f"SqliteReportStore({str(self._path.parent)!r}{', closed' if self._writer.closed else ''})"
 
     def _open_error(self, exc: sqlite3.Error) -> CollectorError:
         """One line naming the database file: ``cannot open the report store '...': file is not a database``."""
@@ -460,14 +401,10 @@ class SqliteReportStore(ReportStore):
             conn.execute("PRAGMA query_only = ON")
         return conn
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError(f"the report store {str(self._path)!r} is closed")
-
     @contextlib.contextmanager
     def _reader(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._check_open()
+            self._writer.check_open()
             conn = self._idle_readers.pop() if self._idle_readers else None
         if conn is None:
             conn = self._connect(read_only=True)
@@ -477,214 +414,15 @@ class SqliteReportStore(ReportStore):
             raise _storage_error(exc) from exc
         finally:
             with self._lock:
-                if not self._closed and len(self._idle_readers) < _MAX_IDLE_READERS:
+                if not self._writer.closed and len(self._idle_readers) < _MAX_IDLE_READERS:
                     self._idle_readers.append(conn)
                     conn = None
             if conn is not None:
                 conn.close()
 
-    # -- the writer thread ---------------------------------------------------------------------------
-    def _enqueue(self, item: _AddRequest | _Operation[Any], size: int = 0) -> None:
-        with self._lock:
-            self._check_open()
-            if size and self._pending and self._pending + size > self._max_pending:
-                raise OverloadedError(f"the report store has {self._pending} reports waiting to be written; "
-                                      "retry later", retry_after=1.0)
-            self._pending += size
-            self._queue.put(item)
-
-    def _write(self, run: Callable[[sqlite3.Connection], T]) -> T:
-        op: _Operation[T] = _Operation(run)
-        self._enqueue(op)
-        return op.future.result()
-
-    def _writer_main(self) -> None:
-        stopping = False
-        while not stopping:
-            items = [self._queue.get()]
-            size = getattr(items[0], "size", 0)
-            while size < MAX_GROUP_REPORTS and len(items) < MAX_GROUP_REQUESTS:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                items.append(item)
-                size += getattr(item, "size", 0)
-            try:
-                stopping = self._process(items)
-            except BaseException as exc:  # never leave a caller waiting forever
-                for item in items:
-                    if isinstance(item, (_AddRequest, _Operation)) and not item.future.done():
-                        item.future.set_exception(_storage_error(exc))
-        with contextlib.suppress(sqlite3.Error):
-            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        self._writer.close()
-
-    def _process(self, items: list[object]) -> bool:
-        """Run queued items in order, grouping consecutive ``add_reports``; True once told to stop."""
-        stopping = False
-        group: list[_AddRequest] = []
-        request_ids: set[str] = set()
-        for item in items:
-            if isinstance(item, _AddRequest):
-                if item.request_id in request_ids:  # a repeat must see the first one committed
-                    self._commit_group(group)
-                    group, request_ids = [], set()
-                group.append(item)
-                request_ids.add(item.request_id)
-                continue
-            self._commit_group(group)
-            group, request_ids = [], set()
-            if isinstance(item, _Operation):
-                self._run_operation(item)
-            else:
-                stopping = True
-        self._commit_group(group)
-        return stopping
-
-    def _rollback(self) -> None:
-        if self._writer.in_transaction:
-            with contextlib.suppress(sqlite3.Error):  # a failed COMMIT may have rolled back already
-                self._writer.execute("ROLLBACK")
-
-    def _run_operation(self, op: _Operation[Any]) -> None:
-        conn = self._writer
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            result = op.run(conn)
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            self._rollback()
-            op.future.set_exception(_storage_error(exc))
-        else:
-            op.future.set_result(result)
-
-    def _commit_group(self, group: list[_AddRequest]) -> None:
-        if not group:
-            return
-        conn = self._writer
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            answers = self._apply_group(conn, group)
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            self._rollback()
-            if len(group) == 1:
-                group[0].future.set_exception(_storage_error(exc))
-            else:  # find the culprit: each request alone
-                for request in group:
-                    self._commit_group([request])
-            return
-        for request, outcomes in zip(group, answers):
-            request.future.set_result(outcomes)
-
-    def _apply_group(self, conn: sqlite3.Connection, group: list[_AddRequest]) -> list[list[Outcome]]:
-        """Insert a group's reports in the open transaction; return each request's outcomes."""
-        marks = ",".join("?" * len(group))
-        replayed: dict[str, bytes] = dict(conn.execute(
-            f"SELECT request_id, response FROM request_ids WHERE request_id IN ({marks})",
-            [r.request_id for r in group]).fetchall())
-        rounds: dict[tuple[str, int], _RoundState | None] = {}
-        pending: dict[tuple[str, int, int], tuple[AccumulateFn, list[Sequence[StoredReport]]]] = {}
-        answers: list[list[Outcome]] = []
-        responses: list[tuple[str, bytes, float]] = []
-        for request in group:
-            if request.request_id in replayed:
-                answers.append([Outcome(v) for v in msgpack.unpackb(replayed[request.request_id])])
-                continue
-            outcomes = list(request.outcomes)
-            for chunk in request.chunks:
-                key = (chunk.campaign_id, chunk.round)
-                if key not in rounds:
-                    row = _one(conn, "SELECT is_open, report_count FROM rounds WHERE campaign_id = ? AND round = ?",
-                               key)
-                    rounds[key] = _RoundState(is_open=bool(row[0]), next_seq=row[1]) if row is not None else None
-                state = rounds[key]
-                new = self._insert_chunk(conn, chunk, state, outcomes)
-                if new is not None and request.accumulate is not None and state is not None:
-                    fn = request.accumulate
-                    batches = pending.setdefault((*key, id(fn)), (fn, [[]]))[1]
-                    if _columns(new.reports) is not None:  # kept as it is, for the accumulator
-                        batches.append(new.reports)
-                    else:  # plain reports of a round: one call for all of them
-                        assert isinstance(batches[0], list)
-                        batches[0].extend(new.reports)
-            final = [Outcome.REJECTED if o is None else o for o in outcomes] if None in outcomes else outcomes
-            answers.append(final)  # type: ignore[arg-type]  # no None left
-            # Outcome is an IntEnum: msgpack packs it as the plain int it is.
-            responses.append((request.request_id, msgpack.packb(final), time.time()))
-        self._accumulate(conn, pending)
-        for (campaign_id, round), state in rounds.items():
-            if state is not None and state.added:
-                conn.execute("UPDATE rounds SET report_count = ? WHERE campaign_id = ? AND round = ?",
-                             (state.next_seq, campaign_id, round))
-        conn.executemany("INSERT INTO request_ids (request_id, response, created_at) VALUES (?, ?, ?)", responses)
-        return answers
-
-    @staticmethod
-    def _insert_chunk(conn: sqlite3.Connection, chunk: _Chunk, state: _RoundState | None,
-                      outcomes: list[Outcome | None]) -> _Chunk | None:
-        """Insert the chunk's new reports; fill ``outcomes``; return the inserted part (None if nothing)."""
-        if state is None or not state.is_open:  # refused, unless already stored
-            existing = SqliteReportStore._existing(conn, chunk)
-            for k, position in enumerate(chunk.positions):
-                outcomes[position] = Outcome.DUPLICATE if k in existing else Outcome.REJECTED
-            return None
-        try:
-            conn.execute(_INSERT_IDS, (chunk.ids, chunk.groups))
-            new = chunk
-        except sqlite3.IntegrityError:  # some ids are stored already; SQLite undid this statement only
-            existing = SqliteReportStore._existing(conn, chunk)
-            for k in existing:
-                outcomes[chunk.positions[k]] = Outcome.DUPLICATE
-            if len(existing) == len(chunk.positions):
-                return None
-            new = chunk.subset([k for k in range(len(chunk.positions)) if k not in existing])
-            conn.execute(_INSERT_IDS, (new.ids, new.groups))
-        conn.execute(_INSERT_FIXED_WIDTH_REPORTS if new.width else _INSERT_REPORTS,
-                     (new.ids, new.groups, new.campaign_id, new.round, state.next_seq, new.payloads,
-                      new.width or new.layout))
-        state.next_seq += len(new.positions)
-        state.added += len(new.positions)
-        positions = new.positions
-        if isinstance(positions, range) and positions.step == 1:  # the whole request: one slice
-            outcomes[positions.start:positions.stop] = [Outcome.ACCEPTED] * len(positions)
-        else:
-            for position in positions:
-                outcomes[position] = Outcome.ACCEPTED
-        return new
-
-    @staticmethod
-    def _existing(conn: sqlite3.Connection, chunk: _Chunk) -> set[int]:
-        """Positions (in the chunk) of the ids already in ``report_ids``."""
-        return {k for (k,) in conn.execute(_EXISTING_POSITIONS, (chunk.ids, chunk.groups)).fetchall()}
-
-    @staticmethod
-    def _accumulate(conn: sqlite3.Connection,
-                    pending: Mapping[tuple[str, int, int], tuple[AccumulateFn, list[Sequence[StoredReport]]]]) -> None:
-        """Run each round's accumulate callback on its new reports: once for the plain ones, once per
-        columnar batch (kept whole, so the callback can read its columns), then upsert what changed."""
-        cache: dict[tuple[str, int], dict[str, bytes]] = {}
-        for (campaign_id, round, _), (fn, batches) in pending.items():
-            key = (campaign_id, round)
-            if key not in cache:
-                cache[key] = dict(conn.execute("SELECT name, data FROM accumulators WHERE campaign_id = ? AND round = ?",
-                                               key).fetchall())
-            blobs = cache[key]
-            changed: dict[str, bytes] = {}
-            for reports in batches:
-                if reports:
-                    updated = _check_blobs(fn(reports, types.MappingProxyType(blobs)), "accumulate's result")
-                    blobs.update(updated)
-                    changed.update(updated)
-            conn.executemany(
-                "INSERT INTO accumulators (campaign_id, round, name, data) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (campaign_id, round, name) DO UPDATE SET data = excluded.data",
-                [(campaign_id, round, name, data) for name, data in changed.items()])
-
     # -- campaigns -----------------------------------------------------------------------------------
     def create_campaign(self, record: CampaignRecord) -> None:
-        _validate_round_key(record.campaign_id, 0)
+        validate_round_key(record.campaign_id, 0)
 
         def run(conn: sqlite3.Connection) -> None:
             if _one(conn, "SELECT 1 FROM campaigns WHERE campaign_id = ?", (record.campaign_id,)) is not None:
@@ -693,7 +431,7 @@ class SqliteReportStore(ReportStore):
                          (record.campaign_id, record.config, record.state, record.current_round, record.created_at,
                           record.engine_state, record.result, record.error))
 
-        self._write(run)
+        self._writer.write(run)
 
     def get_campaign(self, campaign_id: str) -> CampaignRecord:
         with self._reader() as conn:
@@ -729,11 +467,11 @@ class SqliteReportStore(ReportStore):
             if not found:
                 raise NotFoundError(f"campaign {campaign_id!r} does not exist")
 
-        self._write(run)
+        self._writer.write(run)
 
     # -- rounds --------------------------------------------------------------------------------------
     def open_round(self, campaign_id: str, round: int, spec: bytes, opened_at: float) -> None:
-        _validate_round_key(campaign_id, round)
+        validate_round_key(campaign_id, round)
 
         def run(conn: sqlite3.Connection) -> None:
             if _one(conn, "SELECT 1 FROM campaigns WHERE campaign_id = ?", (campaign_id,)) is None:
@@ -743,7 +481,7 @@ class SqliteReportStore(ReportStore):
             conn.execute(f"INSERT INTO rounds ({_ROUND_COLUMNS}) VALUES (?, ?, ?, 1, ?, NULL, 0, NULL)",
                          (campaign_id, round, spec, opened_at))
 
-        self._write(run)
+        self._writer.write(run)
 
     def get_round(self, campaign_id: str, round: int) -> RoundRecord:
         with self._reader() as conn:
@@ -769,7 +507,7 @@ class SqliteReportStore(ReportStore):
             _require_round(conn, campaign_id, round)
             return False
 
-        return self._write(run)
+        return self._writer.write(run)
 
     def set_round_estimates(self, campaign_id: str, round: int, estimates: bytes) -> None:
         def run(conn: sqlite3.Connection) -> None:
@@ -778,24 +516,17 @@ class SqliteReportStore(ReportStore):
             if cursor.rowcount == 0:
                 raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
 
-        self._write(run)
+        self._writer.write(run)
 
     # -- reports -------------------------------------------------------------------------------------
     def add_reports(self, request_id: str, reports: Sequence[StoredReport],
                     accumulate: AccumulateFn | None = None) -> list[Outcome]:
-        if not isinstance(request_id, str) or not request_id:
-            raise InvalidArgumentError(f"request_id must be a non-empty str, got {request_id!r:.60}")
-        with self._reader() as conn:  # a replay needs no encoding and no writer
+        return self._writer.add(request_id, reports, accumulate, self._recorded_answer)
+
+    def _recorded_answer(self, request_id: str) -> bytes | None:
+        with self._reader() as conn:
             row = _one(conn, "SELECT response FROM request_ids WHERE request_id = ?", (request_id,))
-        if row is not None:
-            return [Outcome(v) for v in msgpack.unpackb(row[0])]
-        request = _prepare(request_id, reports, accumulate)
-        self._enqueue(request, max(request.size, 1))
-        try:
-            return request.future.result()
-        finally:
-            with self._lock:
-                self._pending -= max(request.size, 1)
+        return None if row is None else bytes(row[0])
 
     def iter_reports(self, campaign_id: str, round: int, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -837,7 +568,7 @@ class SqliteReportStore(ReportStore):
         return dict(rows)
 
     def replace_accumulators(self, campaign_id: str, round: int, blobs: Mapping[str, bytes]) -> None:
-        items = _check_blobs(blobs, "blobs")
+        items = check_blobs(blobs, "blobs")
 
         def run(conn: sqlite3.Connection) -> None:
             _require_round(conn, campaign_id, round)
@@ -845,7 +576,7 @@ class SqliteReportStore(ReportStore):
             conn.executemany("INSERT INTO accumulators (campaign_id, round, name, data) VALUES (?, ?, ?, ?)",
                              [(campaign_id, round, name, data) for name, data in items])
 
-        self._write(run)
+        self._writer.write(run)
 
     # -- the cross-process step lock ---------------------------------------------------------------
     @contextlib.contextmanager
@@ -857,8 +588,7 @@ class SqliteReportStore(ReportStore):
         every store object on this directory, and released by the kernel when the holder's file
         is closed, also when its process dies. The files stay (one small file per campaign).
         """
-        with self._lock:
-            self._check_open()
+        self._writer.check_open()
         directory = self._path.parent / STEP_LOCK_DIR
         directory.mkdir(exist_ok=True)
         name = hashlib.sha256(campaign_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
@@ -879,12 +609,8 @@ class SqliteReportStore(ReportStore):
 
         Idempotent; every other method raises :class:`StoreClosedError` afterwards.
         """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._queue.put(_STOP)  # after every request enqueued before the flag was set
+        self._writer.close()
+        with self._lock:  # a reader returned from now on is closed, not kept
             idle, self._idle_readers = self._idle_readers, []
-        self._thread.join()
         for conn in idle:
             conn.close()
