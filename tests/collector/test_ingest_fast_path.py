@@ -27,7 +27,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ldp.v1 import campaigns_pb2, reports_pb2, service_pb2
@@ -37,7 +37,7 @@ from ldp_client.encoders.categorical import CategoricalEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms import BitwiseRRParams, GRRParams, LocalHashingParams, oue
 from ldp_client.payload import payload_from_wire, payload_to_wire
-from ldp_client.report import Report, ReportColumns, unpack_batch, unpack_batch_columns
+from ldp_client.report import MAX_CONTAINERS_PER_REPORT, Report, ReportColumns, unpack_batch, unpack_batch_columns
 from ldp_client.rng import SeededRng
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector import ingest
@@ -123,9 +123,30 @@ def wire_payload(draw: st.DrawFn, component: Component | None) -> Any:
     return draw(garbage)
 
 
+def containers(obj: Any) -> int:
+    """The arrays and maps a wire object holds, itself included."""
+    if isinstance(obj, (list, tuple)):
+        return 1 + sum(containers(x) for x in obj)
+    if isinstance(obj, dict):
+        return 1 + sum(containers(x) for x in obj.values())
+    return 0
+
+
 @st.composite
 def wire_report(draw: st.DrawFn) -> Any:
-    """One entry of a packed batch: mostly a report of the test round, sometimes anything at all."""
+    """One entry of a packed batch: mostly a report of the test round, sometimes anything at all.
+
+    At most :data:`MAX_CONTAINERS_PER_REPORT` arrays or maps: a report beyond that refuses the whole
+    batch in both decoders (``tests/client/test_batch_limits.py``), so it has no per-report outcome
+    to compare here.
+    """
+    item = draw(_wire_report())
+    assume(containers(item) <= MAX_CONTAINERS_PER_REPORT)
+    return item
+
+
+@st.composite
+def _wire_report(draw: st.DrawFn) -> Any:
     kind = draw(st.integers(0, 19))
     if kind == 0:
         return draw(garbage)
