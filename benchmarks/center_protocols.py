@@ -82,7 +82,7 @@ from harness.baselines._common import Clustering
 from harness.suites import DatasetCase, epsilon_label
 
 from ldp_collector.datasets import make_dataset
-from ldp_collector.engines.base import ENGINES
+from ldp_collector.kinds.base import ENGINES
 from ldp_collector.evaluation.kmeans import assign, reference_kmeans_cost
 from ldp_collector.evaluation.metrics import evaluate_clustering
 

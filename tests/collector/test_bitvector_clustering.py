@@ -22,8 +22,8 @@ from ldp_client.rng import SeededRng
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
-from ldp_collector.engines import bitvector as bitvector_engine
-from ldp_collector.engines.bitvector import HALF_WIDTH_FACTOR, BitVectorEngine
+from ldp_collector.kinds import bitvector as bitvector_engine
+from ldp_collector.kinds.bitvector import HALF_WIDTH_FACTOR, BitVectorEngine
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.bitvector import (
     dbscan_encoded,

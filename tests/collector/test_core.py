@@ -27,7 +27,7 @@ from ldp_client.report import Report
 from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.core import Collector
-from ldp_collector.engines import ENGINES, HistogramEngine, RoundOutcome, RoundPlan, RoundReports
+from ldp_collector.kinds import ENGINES, HistogramEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.errors import (
     AlreadyExistsError,
     CollectorError,

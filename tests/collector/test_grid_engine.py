@@ -27,9 +27,9 @@ from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
-from ldp_collector.engines import ENGINES, RoundReports
-from ldp_collector.engines.base import RoundOutcome
-from ldp_collector.engines.grid import (
+from ldp_collector.kinds import ENGINES, RoundReports
+from ldp_collector.kinds.base import RoundOutcome
+from ldp_collector.kinds.grid import (
     DEFAULT_CALIBRATION_SHARE,
     DEFAULT_CORE_Z,
     DEFAULT_DENSE_Z,

@@ -17,7 +17,7 @@ import msgpack
 import numpy as np
 import pytest
 
-import ldp_collector.engines.laplace  # noqa: F401  (registers the engine)
+import ldp_collector.kinds.laplace  # noqa: F401  (registers the engine)
 from ldp.v1 import campaigns_pb2, encoders_pb2
 from ldp_client.encoders.vectors import UnitCubeEncoder
 from ldp_client.errors import ProtocolError
@@ -27,8 +27,8 @@ from ldp_client.serde import cluster_model_from_proto
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
-from ldp_collector.engines.base import ENGINES, RoundReports
-from ldp_collector.engines.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
+from ldp_collector.kinds.base import ENGINES, RoundReports
+from ldp_collector.kinds.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.evaluation import center_error
 from ldp_collector.simulate import CampaignRun, evaluate_clustering, numeric_bounds, run_campaign

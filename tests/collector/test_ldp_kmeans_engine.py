@@ -18,7 +18,7 @@ import msgpack
 import numpy as np
 import pytest
 
-import ldp_collector.engines.ldp_kmeans  # noqa: F401  (registers the engine)
+import ldp_collector.kinds.ldp_kmeans  # noqa: F401  (registers the engine)
 from ldp.v1 import campaigns_pb2, encoders_pb2
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.nearest import NearestCandidateEncoder
@@ -34,8 +34,8 @@ from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
-from ldp_collector.engines.base import ENGINES, RoundReports, pack_state
-from ldp_collector.engines.ldp_kmeans import (
+from ldp_collector.kinds.base import ENGINES, RoundReports, pack_state
+from ldp_collector.kinds.ldp_kmeans import (
     DEFAULT_DATA_SHARE,
     DEFAULT_ITERATIONS,
     SPLIT_FRACTION,

@@ -23,8 +23,8 @@ from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, Vect
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
-from ldp_collector.engines.base import ENGINES
-from ldp_collector.engines.nettree import (
+from ldp_collector.kinds.base import ENGINES
+from ldp_collector.kinds.nettree import (
     DEFAULT_DEPTH,
     DEFAULT_NODE_SHARE,
     NetTreeEngine,

@@ -22,8 +22,8 @@ from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
-from ldp_collector.engines.base import ENGINES
-from ldp_collector.engines.stemmer import (
+from ldp_collector.kinds.base import ENGINES
+from ldp_collector.kinds.stemmer import (
     DEFAULT_REPETITIONS,
     DEFAULT_SCALES,
     SHARES_WITH_LLOYD,

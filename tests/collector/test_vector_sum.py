@@ -33,7 +33,7 @@ from ldp_client.report import Report, pack_batch, unpack_batch_columns
 from ldp_client.rng import SeededRng
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector.core import Collector
-from ldp_collector.engines import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
+from ldp_collector.kinds import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.estimation import vector_sum
 from ldp_collector.estimation.accumulators import (
     component_params_from_spec,

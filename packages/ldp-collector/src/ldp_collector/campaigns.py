@@ -25,7 +25,7 @@ from ldp_client.errors import InvalidParameterError
 from ldp_client.serde import round_spec_to_proto
 from ldp_client.spec import MAX_EPSILON_PER_CAMPAIGN, RoundSpec, check_campaign_id
 
-from .engines import ENGINES, CampaignEngine
+from .kinds import ENGINES, CampaignEngine
 from .errors import InvalidArgumentError
 from .storage.base import CampaignRecord, RoundRecord
 

@@ -939,7 +939,7 @@ def _heavy_hitter_errors(result: campaigns_pb2.Result, truth: NDArray[np.int64],
 def _cmd_simulate(args: argparse.Namespace) -> int:
     kind = args.kind
     if kind in CLUSTERING_KINDS and args.collector is None:
-        from .engines import ENGINES
+        from .kinds import ENGINES
 
         if kind_value(kind) not in ENGINES:
             raise SimulationError(f"kind {kind} is not implemented yet")

@@ -80,7 +80,7 @@ from .campaigns import (
     round_status,
     timestamp,
 )
-from .engines import CampaignEngine, RoundOutcome, RoundPlan, RoundReports
+from .kinds import CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from .errors import (
     FailedPreconditionError,
     InvalidArgumentError,

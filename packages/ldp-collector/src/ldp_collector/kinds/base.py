@@ -63,7 +63,7 @@ class RoundReports(abc.ABC):
 
 
 class CampaignEngine(abc.ABC):
-    """Base of every campaign kind (one module per kind under ``ldp_collector.engines``)."""
+    """Base of every campaign kind (one module per kind under ``ldp_collector.kinds``)."""
 
     #: The ``ldp.v1.CampaignKind`` value this engine serves.
     KIND: ClassVar[int]
