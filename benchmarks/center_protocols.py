@@ -82,9 +82,9 @@ from harness.baselines._common import Clustering
 from harness.suites import DatasetCase, epsilon_label
 
 from ldp_collector.datasets import make_dataset
-from ldp_collector.kinds.base import ENGINES
 from ldp_collector.evaluation.kmeans import assign, reference_kmeans_cost
 from ldp_collector.evaluation.metrics import evaluate_clustering
+from ldp_collector.kinds.base import ENGINES
 
 #: The harness's offset between the data seed and the method's seed.
 METHOD_SEED_OFFSET = 100_000

@@ -39,8 +39,8 @@ from numpy.typing import NDArray
 from ldp.v1 import campaigns_pb2
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
-from ldp_collector.kinds.grid import DEFAULT_MAX_CELLS, GridEngine
 from ldp_collector.evaluation import adjusted_rand_index
+from ldp_collector.kinds.grid import DEFAULT_MAX_CELLS, GridEngine
 from ldp_collector.simulate import evaluate_clustering, numeric_bounds, run_campaign
 from ldp_collector.storage import open_store
 

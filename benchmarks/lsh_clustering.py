@@ -46,12 +46,12 @@ from ldp.v1 import campaigns_pb2
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
-from ldp_collector.kinds.nettree import NetTreeEngine, noiseless_outcome
-from ldp_collector.kinds.stemmer import StemmerEngine
-from ldp_collector.kinds.stemmer import noiseless_outcome as stemmer_noiseless
 from ldp_collector.evaluation import adjusted_rand_index
 from ldp_collector.evaluation.kmeans import assign, reference_kmeans_cost
 from ldp_collector.evaluation.metrics import kmeans_cost
+from ldp_collector.kinds.nettree import NetTreeEngine, noiseless_outcome
+from ldp_collector.kinds.stemmer import StemmerEngine
+from ldp_collector.kinds.stemmer import noiseless_outcome as stemmer_noiseless
 from ldp_collector.simulate import numeric_bounds, run_campaign
 from ldp_collector.storage import open_store
 

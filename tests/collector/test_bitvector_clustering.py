@@ -22,8 +22,6 @@ from ldp_client.rng import SeededRng
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
-from ldp_collector.kinds import bitvector as bitvector_engine
-from ldp_collector.kinds.bitvector import HALF_WIDTH_FACTOR, BitVectorEngine
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.bitvector import (
     dbscan_encoded,
@@ -36,6 +34,8 @@ from ldp_collector.estimation.bitvector import (
     report_center_sq_distances,
     unpack_bit_payloads,
 )
+from ldp_collector.kinds import bitvector as bitvector_engine
+from ldp_collector.kinds.bitvector import HALF_WIDTH_FACTOR, BitVectorEngine
 from ldp_collector.simulate import evaluate_clustering, numeric_bounds, run_campaign
 from ldp_collector.storage import open_store
 

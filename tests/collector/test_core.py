@@ -27,7 +27,6 @@ from ldp_client.report import Report
 from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.core import Collector
-from ldp_collector.kinds import ENGINES, HistogramEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.errors import (
     AlreadyExistsError,
     CollectorError,
@@ -35,6 +34,7 @@ from ldp_collector.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
+from ldp_collector.kinds import ENGINES, HistogramEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import (
     AccumulateFn,

@@ -27,6 +27,9 @@ from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
+from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.estimation.grid_clustering import level_for_side
+from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.kinds import ENGINES, RoundReports
 from ldp_collector.kinds.base import RoundOutcome
 from ldp_collector.kinds.grid import (
@@ -39,9 +42,6 @@ from ldp_collector.kinds.grid import (
     GridEngine,
     _pool_prior,
 )
-from ldp_collector.errors import InvalidArgumentError
-from ldp_collector.estimation.grid_clustering import level_for_side
-from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.simulate import (
     CampaignRun,
     Population,

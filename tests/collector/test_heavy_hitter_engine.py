@@ -20,11 +20,11 @@ from ldp_client.report import Report
 from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
-from ldp_collector.kinds import ENGINES, HeavyHitterEngine, RoundReports
-from ldp_collector.kinds.heavy_hitters import default_bits_per_level, prefix_domain
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.heavy_hitters import level_params
 from ldp_collector.ingest import RoundContext, validate_report
+from ldp_collector.kinds import ENGINES, HeavyHitterEngine, RoundReports
+from ldp_collector.kinds.heavy_hitters import default_bits_per_level, prefix_domain
 from ldp_collector.storage.base import StoredReport
 
 

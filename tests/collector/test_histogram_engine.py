@@ -30,10 +30,10 @@ from ldp_client.rng import SeededRng
 from ldp_client.serde import encoder_to_proto, mechanism_to_proto
 from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
-from ldp_collector.kinds import ENGINES, HistogramEngine, RoundReports
-from ldp_collector.kinds.histogram import default_cells_per_dimension, round_aggregators
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import RoundContext, validate_report
+from ldp_collector.kinds import ENGINES, HistogramEngine, RoundReports
+from ldp_collector.kinds.histogram import default_cells_per_dimension, round_aggregators
 from ldp_collector.storage.base import StoredReport
 
 

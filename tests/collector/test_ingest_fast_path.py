@@ -42,10 +42,10 @@ from ldp_client.rng import SeededRng
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector import ingest
 from ldp_collector.core import Collector
-from ldp_collector.kinds import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.estimation import accumulators
 from ldp_collector.estimation.accumulators import component_params_from_spec, make_accumulate_fn, rebuild
 from ldp_collector.ingest import RoundContext, StoredReportColumns, validate_batch
+from ldp_collector.kinds import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.service import _submit_response
 from ldp_collector.storage.base import AccumulateFn, CampaignRecord, Outcome, StoredReport
 from ldp_collector.storage.sqlite import SqliteReportStore

@@ -27,10 +27,10 @@ from ldp_client.serde import cluster_model_from_proto
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
-from ldp_collector.kinds.base import ENGINES, RoundReports
-from ldp_collector.kinds.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.evaluation import center_error
+from ldp_collector.kinds.base import ENGINES, RoundReports
+from ldp_collector.kinds.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
 from ldp_collector.simulate import CampaignRun, evaluate_clustering, numeric_bounds, run_campaign
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import StoredReport

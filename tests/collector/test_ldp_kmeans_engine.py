@@ -34,6 +34,8 @@ from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
+from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.kinds.base import ENGINES, RoundReports, pack_state
 from ldp_collector.kinds.ldp_kmeans import (
     DEFAULT_DATA_SHARE,
@@ -45,8 +47,6 @@ from ldp_collector.kinds.ldp_kmeans import (
     vector_component,
     vector_estimates,
 )
-from ldp_collector.errors import InvalidArgumentError
-from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.simulate import Population, evaluate_clustering, numeric_bounds, run_campaign
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import StoredReport

@@ -23,6 +23,10 @@ from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, Vect
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
+from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.evaluation.kmeans import reference_kmeans_cost
+from ldp_collector.evaluation.metrics import kmeans_cost
+from ldp_collector.kinds._lsh import vector_shape
 from ldp_collector.kinds.base import ENGINES
 from ldp_collector.kinds.nettree import (
     DEFAULT_DEPTH,
@@ -31,11 +35,7 @@ from ldp_collector.kinds.nettree import (
     default_bits_per_level,
     leaf_nodes,
     noiseless_outcome,
-    vector_shape,
 )
-from ldp_collector.errors import InvalidArgumentError
-from ldp_collector.evaluation.kmeans import reference_kmeans_cost
-from ldp_collector.evaluation.metrics import kmeans_cost
 from ldp_collector.simulate import CampaignRun, evaluate_clustering, run_campaign
 from ldp_collector.storage import open_store
 

@@ -22,6 +22,9 @@ from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
+from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.evaluation.kmeans import reference_kmeans_cost
+from ldp_collector.evaluation.metrics import kmeans_cost
 from ldp_collector.kinds.base import ENGINES
 from ldp_collector.kinds.stemmer import (
     DEFAULT_REPETITIONS,
@@ -31,9 +34,6 @@ from ldp_collector.kinds.stemmer import (
     StemmerEngine,
     noiseless_outcome,
 )
-from ldp_collector.errors import InvalidArgumentError
-from ldp_collector.evaluation.kmeans import reference_kmeans_cost
-from ldp_collector.evaluation.metrics import kmeans_cost
 from ldp_collector.simulate import CampaignRun, evaluate_clustering, run_campaign
 from ldp_collector.storage import open_store
 from support.recording import RecordingCollector

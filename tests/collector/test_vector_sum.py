@@ -33,7 +33,6 @@ from ldp_client.report import Report, pack_batch, unpack_batch_columns
 from ldp_client.rng import SeededRng
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector.core import Collector
-from ldp_collector.kinds import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.estimation import vector_sum
 from ldp_collector.estimation.accumulators import (
     component_params_from_spec,
@@ -43,6 +42,7 @@ from ldp_collector.estimation.accumulators import (
 )
 from ldp_collector.estimation.olh_hash import hash_values
 from ldp_collector.estimation.vector_sum import BucketSums, analytic_variance, bucket_sums, decode_signed
+from ldp_collector.kinds import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.storage.base import Outcome
 from ldp_collector.storage.sqlite import SqliteReportStore
 from support.stats import FALSE_FAILURE_RATE, chi2_sf

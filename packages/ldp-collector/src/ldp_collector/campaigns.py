@@ -20,13 +20,13 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf.message import DecodeError
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.encoders.base import NumericDomain
 from ldp_client.errors import InvalidParameterError
 from ldp_client.serde import round_spec_to_proto
 from ldp_client.spec import MAX_EPSILON_PER_CAMPAIGN, RoundSpec, check_campaign_id
 
-from .kinds import ENGINES, CampaignEngine
 from .errors import InvalidArgumentError
+from .kinds import ENGINES, CampaignEngine
+from .kinds.common import numeric_domain
 from .storage.base import CampaignRecord, RoundRecord
 
 __all__ = [
@@ -129,7 +129,7 @@ def _check_common(config: campaigns_pb2.CampaignConfig) -> None:
             raise InvalidArgumentError(
                 f"domain.categorical_size must be in [2, 2^63], got {size}")
     else:
-        _check_numeric_domain(config.domain.numeric.lower, config.domain.numeric.upper)
+        numeric_domain(config.domain.numeric.lower, config.domain.numeric.upper)
 
     if config.budget_policy not in (campaigns_pb2.BUDGET_POLICY_UNSPECIFIED, campaigns_pb2.PARTITION,
                                     campaigns_pb2.SPLIT):
@@ -159,13 +159,6 @@ def _check_common(config: campaigns_pb2.CampaignConfig) -> None:
     if chosen is not None and chosen != expected:
         raise InvalidArgumentError(
             f"a {kind_name(kind)} campaign takes {expected} parameters, got {chosen}")
-
-
-def _check_numeric_domain(lower: Sequence[float], upper: Sequence[float]) -> None:
-    try:
-        NumericDomain(lower=tuple(lower), upper=tuple(upper))
-    except InvalidParameterError as exc:
-        raise InvalidArgumentError(f"domain.numeric: {exc}") from None
 
 
 class PreparedCampaign:

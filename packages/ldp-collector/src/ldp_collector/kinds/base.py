@@ -17,11 +17,12 @@ import msgpack
 
 from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import NumericDomain
-from ldp_client.errors import InvalidParameterError, ProtocolError
+from ldp_client.errors import ProtocolError
 from ldp_client.spec import RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..storage.base import AccumulateFn, StoredReport
+from .common import numeric_domain as checked_domain
 
 __all__ = ["ENGINES", "CampaignEngine", "RoundOutcome", "RoundPlan", "RoundReports", "load_state", "numeric_domain",
            "pack_state", "register_engine"]
@@ -107,10 +108,7 @@ def numeric_domain(config: campaigns_pb2.CampaignConfig, kind: str) -> NumericDo
     """
     if config.domain.WhichOneof("domain") != "numeric":
         raise InvalidArgumentError(f"a {kind} campaign needs a numeric domain (points with public bounds)")
-    try:
-        return NumericDomain(lower=tuple(config.domain.numeric.lower), upper=tuple(config.domain.numeric.upper))
-    except InvalidParameterError as exc:
-        raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+    return checked_domain(config.domain.numeric.lower, config.domain.numeric.upper)
 
 
 def pack_state(phase: str, **fields: Any) -> bytes:

@@ -60,7 +60,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.budget import equal_share
+from ldp_client.budget import MAX_MECHANISM_EPSILON, equal_share
 from ldp_client.encoders.geometry import TreeCell, max_tree_level
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
@@ -94,7 +94,8 @@ from .base import (
     pack_state,
     register_engine,
 )
-from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, aggregator_for, estimates_message, round_aggregators
+from .common import DEFAULT_CONFIDENCE, MAX_PAYLOAD_BITS
+from .histogram import aggregator_for, estimates_message, round_aggregators
 
 __all__ = [
     "CLUSTER_FALSE_POSITIVE_RATE",
@@ -105,7 +106,6 @@ __all__ = [
     "DEFAULT_MAX_CELLS",
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_REFINEMENT_SHARE",
-    "MAX_PAYLOAD_BITS",
     "MAX_TREE_LEVELS",
     "GridEngine",
     "GridPlan",
@@ -126,7 +126,6 @@ CLUSTER_FALSE_POSITIVE_RATE = 0.05
 #: Most tree levels reported in the TREE round (and subgroups of B).
 MAX_TREE_LEVELS = 3
 #: Largest payload per report the oracle choice allows (OUE up to 1024 cells, local hashing beyond).
-MAX_PAYLOAD_BITS = 1024
 #: Group weights are integers: shares are expressed in units of 1/_WEIGHT_SCALE.
 _WEIGHT_SCALE = 10_000
 _PHASE_CALIBRATE = "calibrate"

@@ -60,7 +60,8 @@ from ..estimation.heavy_hitters import (
 )
 from ..storage.base import AccumulateFn
 from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
-from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, aggregator_for, round_aggregators
+from .common import DEFAULT_CONFIDENCE, check_report_epsilon
+from .histogram import aggregator_for, round_aggregators
 
 __all__ = [
     "DEFAULT_FALSE_POSITIVE_RATE",
@@ -127,10 +128,7 @@ class HeavyHitterEngine(CampaignEngine):
             raise InvalidArgumentError(
                 "heavy-hitter campaigns support the PARTITION budget policy only (all levels report in one round)")
         epsilon = normalized.epsilon
-        if not 0.0 < epsilon <= MAX_MECHANISM_EPSILON:
-            raise InvalidArgumentError(
-                f"a heavy-hitter device spends its whole epsilon in one report, so epsilon must be in "
-                f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+        check_report_epsilon(epsilon, "a heavy-hitter device")
         size = normalized.domain.categorical_size
         params = normalized.heavy_hitters
         needed = max(1, math.ceil(math.log2(size))) if size > 1 else 1

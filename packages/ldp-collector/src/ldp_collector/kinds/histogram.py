@@ -56,7 +56,7 @@ from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
 from ldp_client.budget import equal_share
-from ldp_client.encoders.base import Encoder, NumericDomain
+from ldp_client.encoders.base import Encoder
 from ldp_client.encoders.categorical import CategoricalEncoder
 from ldp_client.encoders.grid import UniformGridEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
@@ -85,12 +85,11 @@ from ..estimation.accumulators import (
 from ..estimation.frequency import MAX_DENSE_DOMAIN, FrequencyAggregator, FrequencyEstimate, make_aggregator
 from ..storage.base import AccumulateFn
 from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .common import DEFAULT_CONFIDENCE, check_report_epsilon, numeric_domain
 
 __all__ = [
-    "DEFAULT_CONFIDENCE",
     "MAX_WINDOWS",
     "MAX_HISTOGRAM_CELLS",
-    "MAX_MECHANISM_EPSILON",
     "HistogramEngine",
     "aggregator_for",
     "default_cells_per_dimension",
@@ -101,12 +100,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Level of the intervals stored with the estimates (``GetEstimates`` can recompute others).
-DEFAULT_CONFIDENCE = 0.95
 #: Largest histogram: every value gets an estimate, so the domain must be enumerable.
 MAX_HISTOGRAM_CELLS = MAX_DENSE_DOMAIN
-#: A single report spends the whole budget, and one mechanism takes at most this epsilon.
-MAX_MECHANISM_EPSILON = 20.0
 #: Default grid: about this many cells in total, at most 32 per dimension, at least 2.
 _DEFAULT_GRID_CELLS = 4096
 _MAX_DEFAULT_PER_DIMENSION = 32
@@ -269,10 +264,7 @@ class HistogramEngine(CampaignEngine):
         super().__init__(campaign_id, normalized)
         params = normalized.histogram  # an unset oneof member reads as defaults; writing sets it
         epsilon = normalized.epsilon
-        if not 0.0 < epsilon <= MAX_MECHANISM_EPSILON:
-            raise InvalidArgumentError(
-                f"a histogram campaign spends its whole epsilon in one report, so epsilon must be in "
-                f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+        check_report_epsilon(epsilon, "a histogram campaign")
         encoder = self._encoder(normalized, params)
         size = encoder.output_size
         if size > MAX_HISTOGRAM_CELLS:
@@ -309,10 +301,7 @@ class HistogramEngine(CampaignEngine):
             if params.cells_per_dimension:
                 raise InvalidArgumentError("histogram.cells_per_dimension applies to numeric domains only")
             return CategoricalEncoder(domain_size=domain.categorical_size)
-        try:
-            numeric = NumericDomain(lower=tuple(domain.numeric.lower), upper=tuple(domain.numeric.upper))
-        except InvalidParameterError as exc:
-            raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+        numeric = numeric_domain(domain.numeric.lower, domain.numeric.upper)
         d = numeric.dimension
         cells = list(params.cells_per_dimension)
         if not cells:

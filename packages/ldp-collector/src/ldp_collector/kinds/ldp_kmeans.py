@@ -139,7 +139,6 @@ Reference
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -149,7 +148,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.budget import split_epsilon
+from ldp_client.budget import MAX_MECHANISM_EPSILON, split_epsilon
 from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms import GRRParams
@@ -171,15 +170,14 @@ from .base import (
     pack_state,
     register_engine,
 )
-from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, estimates_message
+from .common import DEFAULT_CONFIDENCE, MAX_K, MIN_K, campaign_seed
+from .histogram import estimates_message
 
 __all__ = [
     "DEFAULT_DATA_SHARE",
     "DEFAULT_ITERATIONS",
     "MAX_ITERATIONS",
-    "MAX_K",
     "MIN_COUNT_Z",
-    "MIN_K",
     "SPLIT_FRACTION",
     "LdpKmeansEngine",
     "LdpKmeansPlan",
@@ -191,7 +189,6 @@ __all__ = [
 
 DEFAULT_ITERATIONS = 5
 DEFAULT_DATA_SHARE = 0.5
-MIN_K, MAX_K = 2, 256
 MAX_ITERATIONS = 20
 #: A center moves only when its estimated count exceeds this many standard errors.
 MIN_COUNT_Z = 2.0
@@ -431,7 +428,7 @@ class LdpKmeansEngine(CampaignEngine):
 
     def _seed(self) -> int:
         """Seed of the server's k-means and re-seeding (post-processing: reproducible, needs no secret)."""
-        return int.from_bytes(hashlib.sha256(self.campaign_id.encode()).digest()[:8], "little")
+        return campaign_seed(self.campaign_id)
 
     # -- rounds -----------------------------------------------------------------------------------
 
