@@ -84,7 +84,7 @@ from harness.suites import DatasetCase, epsilon_label
 from ldp_collector.datasets import make_dataset
 from ldp_collector.evaluation.kmeans import assign, reference_kmeans_cost
 from ldp_collector.evaluation.metrics import evaluate_clustering
-from ldp_collector.kinds.base import ENGINES
+from ldp_collector.kinds import KINDS
 
 #: The harness's offset between the data seed and the method's seed.
 METHOD_SEED_OFFSET = 100_000
@@ -133,7 +133,7 @@ class _ServerTimer:
 
     def __enter__(self) -> _ServerTimer:
         timer = self
-        for cls in {*ENGINES.values()}:
+        for cls in {kind.engine for kind in KINDS.values()}:
             original = cls.__dict__.get("close_round")
             if original is None:
                 continue

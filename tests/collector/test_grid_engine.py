@@ -30,7 +30,7 @@ from ldp_collector.datasets import make_dataset
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.grid_clustering import level_for_side
 from ldp_collector.ingest import RoundContext, validate_report
-from ldp_collector.kinds import ENGINES, RoundReports
+from ldp_collector.kinds import KINDS, RoundReports
 from ldp_collector.kinds.base import RoundOutcome
 from ldp_collector.kinds.grid import (
     DEFAULT_CALIBRATION_SHARE,
@@ -157,7 +157,7 @@ def cells_of(result: campaigns_pb2.Result) -> list[TreeCell]:
 
 
 def test_registered_for_the_grid_kind() -> None:
-    assert ENGINES[campaigns_pb2.GRID] is GridEngine
+    assert KINDS["grid"].engine is GridEngine
 
 
 def categorical(c: campaigns_pb2.CampaignConfig) -> None:

@@ -23,8 +23,8 @@ from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.heavy_hitters import level_params
 from ldp_collector.ingest import RoundContext, validate_report
-from ldp_collector.kinds import ENGINES, HeavyHitterEngine, RoundReports
-from ldp_collector.kinds.heavy_hitters import default_bits_per_level, prefix_domain
+from ldp_collector.kinds import KINDS, RoundReports
+from ldp_collector.kinds.heavy_hitters import HeavyHitterEngine, default_bits_per_level, prefix_domain
 from ldp_collector.storage.base import StoredReport
 
 
@@ -89,7 +89,7 @@ def population(n: int, heavy: dict[int, float], bits: int, seed: int) -> list[in
 
 
 def test_registered_for_heavy_hitter_kind() -> None:
-    assert ENGINES[campaigns_pb2.HEAVY_HITTERS] is HeavyHitterEngine
+    assert KINDS["heavy_hitters"].engine is HeavyHitterEngine
 
 
 @pytest.mark.parametrize("size,bits,per_level,levels", [(2, 1, 1, 1), (200, 8, 8, 1), (2**12, 12, 4, 3),

@@ -32,8 +32,8 @@ from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import RoundContext, validate_report
-from ldp_collector.kinds import ENGINES, HistogramEngine, RoundReports
-from ldp_collector.kinds.histogram import default_cells_per_dimension, round_aggregators
+from ldp_collector.kinds import KINDS, RoundReports
+from ldp_collector.kinds.histogram import HistogramEngine, default_cells_per_dimension, round_aggregators
 from ldp_collector.storage.base import StoredReport
 
 
@@ -109,7 +109,7 @@ def skewed_values(n: int, size: int) -> list[int]:
 
 
 def test_registered_for_histogram_kind() -> None:
-    assert ENGINES[campaigns_pb2.HISTOGRAM] is HistogramEngine
+    assert KINDS["histogram"].engine is HistogramEngine
 
 
 @pytest.mark.parametrize("size,epsilon,oracle", [(4, 2.0, campaigns_pb2.GRR), (1024, 1.0, campaigns_pb2.OUE),

@@ -29,7 +29,8 @@ from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.evaluation import center_error
-from ldp_collector.kinds.base import ENGINES, RoundReports
+from ldp_collector.kinds import KINDS
+from ldp_collector.kinds.base import RoundReports
 from ldp_collector.kinds.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
 from ldp_collector.simulate import CampaignRun, evaluate_clustering, numeric_bounds, run_campaign
 from ldp_collector.storage import open_store
@@ -81,7 +82,7 @@ def stored(values: Sequence[Sequence[int]], group: int = 0) -> list[StoredReport
 # -- configuration ----------------------------------------------------------------------------------
 
 def test_engine_is_registered() -> None:
-    assert ENGINES[campaigns_pb2.LAPLACE] is LaplaceEngine
+    assert KINDS["laplace"].engine is LaplaceEngine
 
 
 def test_defaults_are_filled_into_a_copy() -> None:

@@ -36,7 +36,8 @@ from ldp_collector.core import Collector
 from ldp_collector.datasets import make_dataset
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import RoundContext, validate_report
-from ldp_collector.kinds.base import ENGINES, RoundReports, pack_state
+from ldp_collector.kinds import KINDS
+from ldp_collector.kinds.base import RoundReports, pack_state
 from ldp_collector.kinds.ldp_kmeans import (
     DEFAULT_DATA_SHARE,
     DEFAULT_ITERATIONS,
@@ -112,7 +113,7 @@ def spec_centers(spec: RoundSpec) -> np.ndarray:
 
 
 def test_registered_for_the_ldp_kmeans_kind() -> None:
-    assert ENGINES[campaigns_pb2.LDP_KMEANS] is LdpKmeansEngine
+    assert KINDS["ldp_kmeans"].engine is LdpKmeansEngine
 
 
 @pytest.mark.parametrize(("top", "params", "message"), [

@@ -26,8 +26,8 @@ from ldp_collector.datasets import make_dataset
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.evaluation.kmeans import reference_kmeans_cost
 from ldp_collector.evaluation.metrics import kmeans_cost
+from ldp_collector.kinds import KINDS
 from ldp_collector.kinds._lsh import vector_shape
-from ldp_collector.kinds.base import ENGINES
 from ldp_collector.kinds.nettree import (
     DEFAULT_DEPTH,
     DEFAULT_NODE_SHARE,
@@ -60,7 +60,7 @@ def engine_for(config: campaigns_pb2.CampaignConfig) -> NetTreeEngine:
 
 
 def test_registered() -> None:
-    assert ENGINES[campaigns_pb2.NETTREE] is NetTreeEngine
+    assert KINDS["nettree"].engine is NetTreeEngine
 
 
 def test_defaults_are_filled_in() -> None:

@@ -25,7 +25,7 @@ from ldp_collector.datasets import make_dataset
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.evaluation.kmeans import reference_kmeans_cost
 from ldp_collector.evaluation.metrics import kmeans_cost
-from ldp_collector.kinds.base import ENGINES
+from ldp_collector.kinds import KINDS
 from ldp_collector.kinds.stemmer import (
     DEFAULT_REPETITIONS,
     DEFAULT_SCALES,
@@ -58,7 +58,7 @@ def engine_for(config: campaigns_pb2.CampaignConfig) -> StemmerEngine:
 
 
 def test_registered_and_defaults() -> None:
-    assert ENGINES[campaigns_pb2.STEMMER] is StemmerEngine
+    assert KINDS["stemmer"].engine is StemmerEngine
     engine = engine_for(stemmer_config([0.0] * 10, [1.0] * 10, k=8, campaign_id="st-def"))
     p = engine.config.stemmer
     assert p.projection_dimension == 4 and p.scales == DEFAULT_SCALES and p.repetitions == DEFAULT_REPETITIONS

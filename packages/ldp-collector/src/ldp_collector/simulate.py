@@ -63,7 +63,6 @@ from ldp_client.report import REPORT_ID_BYTES, Report, new_report_id
 from ldp_client.rng import Rng, SeededRng
 from ldp_client.spec import MAX_EPSILON_PER_CAMPAIGN, RoundNotOpen, RoundSpec
 
-from .campaigns import kind_name
 from .core import Collector
 from .errors import RoundNotOpenError
 from .evaluation import (
@@ -76,6 +75,7 @@ from .evaluation import (
 )
 from .evaluation import evaluate_clustering as evaluate_labels
 from .evaluation import hungarian_accuracy as clustering_accuracy
+from .kinds import KINDS as REGISTERED_KINDS
 from .storage.base import Outcome
 
 if TYPE_CHECKING:
@@ -122,10 +122,9 @@ AUTO_DEVICE_LIMIT = 50_000
 SIMULATION_POLICY = DevicePolicy(max_epsilon_per_campaign=MAX_EPSILON_PER_CAMPAIGN, max_epsilon_total=1e6,
                                  max_reports_per_campaign=1024)
 #: Campaign kinds by CLI name (``ldp.v1.CampaignKind`` names, lower case).
-KINDS: tuple[str, ...] = tuple(
-    kind_name(v) for v in campaigns_pb2.CampaignKind.values() if v != campaigns_pb2.CAMPAIGN_KIND_UNSPECIFIED)
+KINDS: tuple[str, ...] = tuple(REGISTERED_KINDS)
 #: Kinds whose result is a clustering.
-CLUSTERING_KINDS: frozenset[str] = frozenset({"grid", "stemmer", "nettree", "bitvector", "laplace", "ldp_kmeans"})
+CLUSTERING_KINDS: frozenset[str] = frozenset(name for name, kind in REGISTERED_KINDS.items() if kind.clustering)
 
 
 class SimulationError(RuntimeError):
@@ -142,7 +141,7 @@ def kind_value(name: str) -> campaigns_pb2.CampaignKind.ValueType:
     """
     if name not in KINDS:
         raise InvalidParameterError(f"unknown campaign kind {name!r}; known kinds: {', '.join(KINDS)}")
-    return campaigns_pb2.CampaignKind.Value(name.upper())
+    return REGISTERED_KINDS[name].value
 
 
 def numeric_bounds(points: ArrayLike) -> tuple[tuple[float, ...], tuple[float, ...]]:

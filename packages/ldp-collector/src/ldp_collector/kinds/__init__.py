@@ -1,43 +1,13 @@
-"""Campaign engines: one module per campaign kind, all behind :class:`CampaignEngine`.
+"""Campaign kinds: one module per kind, each declaring its :class:`Kind` (engine, domains, ...).
 
-Importing this package registers every engine module in :data:`ENGINES` (``CampaignKind`` value
--> engine class); a kind without an entry is not implemented yet.
+:data:`KINDS` (from :mod:`.registry`) is the only list of kinds; every other layer reads it. The
+engines implement :class:`CampaignEngine` (``first_round``, ``close_round``); :mod:`.common` holds
+what several kinds share.
 """
 
 from __future__ import annotations
 
-from . import bitvector, grid, heavy_hitters, histogram, laplace, ldp_kmeans, nettree, stemmer
-from .base import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
-from .bitvector import BitVectorEngine
-from .grid import GridEngine
-from .heavy_hitters import HeavyHitterEngine
-from .histogram import HistogramEngine
-from .laplace import LaplaceEngine
-from .ldp_kmeans import LdpKmeansEngine
-from .nettree import NetTreeEngine
-from .stemmer import StemmerEngine
+from .base import CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports
+from .registry import KINDS, kind_for
 
-__all__ = [
-    "ENGINES",
-    "BitVectorEngine",
-    "CampaignEngine",
-    "GridEngine",
-    "HeavyHitterEngine",
-    "HistogramEngine",
-    "LaplaceEngine",
-    "LdpKmeansEngine",
-    "NetTreeEngine",
-    "RoundOutcome",
-    "RoundPlan",
-    "RoundReports",
-    "StemmerEngine",
-    "bitvector",
-    "grid",
-    "heavy_hitters",
-    "histogram",
-    "laplace",
-    "ldp_kmeans",
-    "nettree",
-    "register_engine",
-    "stemmer",
-]
+__all__ = ["KINDS", "CampaignEngine", "Kind", "RoundOutcome", "RoundPlan", "RoundReports", "kind_for"]

@@ -42,7 +42,6 @@ Cost
 from __future__ import annotations
 
 import logging
-from typing import ClassVar
 
 import numpy as np
 
@@ -63,10 +62,11 @@ from ..estimation.bitvector import (
     public_pivots,
     unpack_bit_payloads,
 )
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
+from .base import NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports, numeric_domain
 from .common import MAX_K, MIN_K, campaign_seed, check_report_epsilon
 
 __all__ = [
+    "KIND",
     "DEFAULT_PIVOTS_PER_ATTRIBUTE",
     "HALF_WIDTH_FACTOR",
     "MAX_PIVOTS_PER_ATTRIBUTE",
@@ -102,7 +102,6 @@ def layout_of(encoder: BitVectorEncoder) -> BitVectorLayout:
                            pivots=encoder.attribute_pivots, half_widths=encoder.half_widths)
 
 
-@register_engine
 class BitVectorEngine(CampaignEngine):
     """Engine of ``BITVECTOR`` campaigns (module docstring).
 
@@ -119,8 +118,6 @@ class BitVectorEngine(CampaignEngine):
         A categorical domain, epsilon outside (0, 20], ``k`` outside [2, 256],
         ``pivots_per_attribute`` outside [2, 64] or above 4096 bits in total, an unknown algorithm.
     """
-
-    KIND: ClassVar[int] = campaigns_pb2.BITVECTOR
 
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
@@ -221,3 +218,7 @@ class BitVectorEngine(CampaignEngine):
             diagnostics["clusters"] = float(len(centers))
         result.warnings.extend(warnings)
         return RoundOutcome(result=result, diagnostics=diagnostics)
+
+
+#: The BITVECTOR campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="bitvector", engine=BitVectorEngine, domains=frozenset({NUMERIC}), clustering=True)

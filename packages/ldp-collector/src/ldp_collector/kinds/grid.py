@@ -53,7 +53,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
-from typing import Any, ClassVar
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -85,19 +85,21 @@ from ..estimation.grid_clustering import (
 )
 from ..storage.base import AccumulateFn
 from .base import (
+    NUMERIC,
     CampaignEngine,
+    Kind,
     RoundOutcome,
     RoundPlan,
     RoundReports,
     load_state,
     numeric_domain,
     pack_state,
-    register_engine,
 )
 from .common import DEFAULT_CONFIDENCE, MAX_PAYLOAD_BITS
 from .histogram import aggregator_for, estimates_message, round_aggregators
 
 __all__ = [
+    "KIND",
     "CLUSTER_FALSE_POSITIVE_RATE",
     "DEFAULT_CALIBRATION_CELLS",
     "DEFAULT_CALIBRATION_SHARE",
@@ -154,7 +156,6 @@ def _variant_name(variant: int) -> str:
     return campaigns_pb2.GridParameters.Variant.Name(variant).lower()  # type: ignore[arg-type]
 
 
-@register_engine
 class GridEngine(CampaignEngine):
     """Engine of ``GRID`` campaigns (module docstring).
 
@@ -172,8 +173,6 @@ class GridEngine(CampaignEngine):
         A categorical domain, a per-round epsilon above 20, shares outside (0, 1) or summing to
         1 or more, a calibration grid that is not a power of two, or limits out of range.
     """
-
-    KIND: ClassVar[int] = campaigns_pb2.GRID
 
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
@@ -659,3 +658,7 @@ def _pool_prior(cells: Sequence[TreeCell], counts: NDArray[np.float64], se: NDAr
         var[i] = 1.0 / (w_old + w_new)
         pooled += 1
     return share * n, np.sqrt(var) * n, pooled
+
+
+#: The GRID campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="grid", engine=GridEngine, domains=frozenset({NUMERIC}), clustering=True)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -59,11 +58,12 @@ from ..estimation.heavy_hitters import (
     next_candidates,
 )
 from ..storage.base import AccumulateFn
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .base import CATEGORICAL, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports
 from .common import DEFAULT_CONFIDENCE, check_report_epsilon
 from .histogram import aggregator_for, round_aggregators
 
 __all__ = [
+    "KIND",
     "DEFAULT_FALSE_POSITIVE_RATE",
     "DEFAULT_MAX_CANDIDATES",
     "MAX_VALUE_BITS",
@@ -96,7 +96,6 @@ def prefix_domain(value_bits: int) -> NumericDomain:
     return NumericDomain(lower=(0.0,), upper=(float(2**value_bits),))
 
 
-@register_engine
 class HeavyHitterEngine(CampaignEngine):
     """Engine of ``HEAVY_HITTERS`` campaigns (module docstring).
 
@@ -114,8 +113,6 @@ class HeavyHitterEngine(CampaignEngine):
     InvalidArgumentError
         A numeric domain, the SPLIT budget policy, epsilon above 20, or parameters out of range.
     """
-
-    KIND: ClassVar[int] = campaigns_pb2.HEAVY_HITTERS
 
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
@@ -235,3 +232,6 @@ class HeavyHitterEngine(CampaignEngine):
         result.estimates.CopyFrom(estimates)
         return RoundOutcome(estimates=estimates, result=result, diagnostics=diagnostics)
 
+
+#: The HEAVY_HITTERS campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="heavy_hitters", engine=HeavyHitterEngine, domains=frozenset({CATEGORICAL}))

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import ClassVar
 
 import msgpack
 import numpy as np
@@ -84,10 +83,11 @@ from ..estimation.accumulators import (
 )
 from ..estimation.frequency import MAX_DENSE_DOMAIN, FrequencyAggregator, FrequencyEstimate, make_aggregator
 from ..storage.base import AccumulateFn
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .base import CATEGORICAL, NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports
 from .common import DEFAULT_CONFIDENCE, check_report_epsilon, numeric_domain
 
 __all__ = [
+    "KIND",
     "MAX_WINDOWS",
     "MAX_HISTOGRAM_CELLS",
     "HistogramEngine",
@@ -236,7 +236,6 @@ def aggregator_for(aggregators: dict[str, FrequencyAggregator], spec: RoundSpec,
     return make_aggregator(params)
 
 
-@register_engine
 class HistogramEngine(CampaignEngine):
     """Engine of ``HISTOGRAM`` campaigns (module docstring).
 
@@ -255,8 +254,6 @@ class HistogramEngine(CampaignEngine):
         cells given for a categorical domain, or an oracle that does not fit the domain or the
         payload cap.
     """
-
-    KIND: ClassVar[int] = campaigns_pb2.HISTOGRAM
 
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
@@ -440,3 +437,7 @@ _ORACLE_OF_MECHANISM: dict[str, campaigns_pb2.FrequencyOracle.ValueType] = {
     "oue": campaigns_pb2.OUE,
     "local_hashing": campaigns_pb2.OLH,
 }
+
+
+#: The HISTOGRAM campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="histogram", engine=HistogramEngine, domains=frozenset({NUMERIC, CATEGORICAL}))

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import ClassVar
 
 import msgpack
 import numpy as np
@@ -59,10 +58,11 @@ from ..estimation.accumulators import decode_report_payloads
 from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_c_means
 from ..evaluation.kmeans import weighted_kmeans
 from ..storage.base import StoredReport
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
+from .base import NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports, numeric_domain
 from .common import MAX_K, campaign_seed, check_report_epsilon
 
 __all__ = [
+    "KIND",
     "DEFAULT_GRID_BITS",
     "MAX_ITERATIONS",
     "N_INIT",
@@ -122,7 +122,6 @@ def decode_points(batches: Iterable[list[StoredReport]], params: DiscreteLaplace
     return out
 
 
-@register_engine
 class LaplaceEngine(CampaignEngine):
     """Engine of ``LAPLACE`` campaigns (module docstring).
 
@@ -139,8 +138,6 @@ class LaplaceEngine(CampaignEngine):
         A categorical domain, epsilon above 20, ``k`` outside [1, 256], a fuzzifier not in
         (1, 100] (or set for KMEANS), ``grid_bits`` above 30, or an unknown algorithm.
     """
-
-    KIND: ClassVar[int] = campaigns_pb2.LAPLACE
 
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
@@ -254,3 +251,7 @@ class LaplaceEngine(CampaignEngine):
         clustering.weights.extend(shares.tolist())
         result.warnings.extend(warnings)
         return RoundOutcome(result=result, diagnostics=diagnostics)
+
+
+#: The LAPLACE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="laplace", engine=LaplaceEngine, domains=frozenset({NUMERIC}), clustering=True)

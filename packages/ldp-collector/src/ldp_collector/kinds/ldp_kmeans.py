@@ -141,7 +141,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -161,19 +161,21 @@ from ..estimation.vectors import vector_component, vector_estimates
 from ..evaluation.kmeans import weighted_kmeans
 from ..storage.base import AccumulateFn
 from .base import (
+    NUMERIC,
     CampaignEngine,
+    Kind,
     RoundOutcome,
     RoundPlan,
     RoundReports,
     load_state,
     numeric_domain,
     pack_state,
-    register_engine,
 )
 from .common import DEFAULT_CONFIDENCE, MAX_K, MIN_K, campaign_seed
 from .histogram import estimates_message
 
 __all__ = [
+    "KIND",
     "DEFAULT_DATA_SHARE",
     "DEFAULT_ITERATIONS",
     "MAX_ITERATIONS",
@@ -333,7 +335,6 @@ class LdpKmeansPlan:
     max_reports_per_device: int
 
 
-@register_engine
 class LdpKmeansEngine(CampaignEngine):
     """Engine of ``LDP_KMEANS`` campaigns (module docstring).
 
@@ -351,8 +352,6 @@ class LdpKmeansEngine(CampaignEngine):
         A categorical domain, ``k``, ``iterations`` or ``data_share`` out of range, or a
         component epsilon outside what the mechanisms accept (above 20 under PARTITION).
     """
-
-    KIND: ClassVar[int] = campaigns_pb2.LDP_KMEANS
 
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
@@ -571,3 +570,7 @@ class LdpKmeansEngine(CampaignEngine):
         clustering.weights.extend(weights.tolist())
         result.estimates.CopyFrom(estimates)
         return result
+
+
+#: The LDP_KMEANS campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="ldp_kmeans", engine=LdpKmeansEngine, domains=frozenset({NUMERIC}), clustering=True)

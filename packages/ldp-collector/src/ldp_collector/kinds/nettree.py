@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -69,10 +69,11 @@ from ..estimation.net_tree import (
 )
 from ..estimation.vector_sum import bucket_sums
 from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
+from .base import NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports, numeric_domain
 from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, campaign_seed, check_report_epsilon
 
 __all__ = [
+    "KIND",
     "DEFAULT_DEPTH",
     "DEFAULT_FALSE_POSITIVE_RATE",
     "DEFAULT_NODE_SHARE",
@@ -112,7 +113,6 @@ def default_bits_per_level(k: int, depth: int) -> int:
     return max(1, math.ceil((math.log2(k) + 5.0) / depth))
 
 
-@register_engine
 class NetTreeEngine(CampaignEngine):
     """Engine of ``NETTREE`` campaigns (module docstring).
 
@@ -132,8 +132,6 @@ class NetTreeEngine(CampaignEngine):
     InvalidArgumentError
         A categorical domain, epsilon outside (0, 20], or a parameter out of range.
     """
-
-    KIND: ClassVar[int] = campaigns_pb2.NETTREE
 
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
@@ -412,3 +410,7 @@ def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
         return exact_sums(leaves, nodes, y)
 
     return engine.server_step(n, estimate, leaf_sums, vector_variance=0.0)
+
+
+#: The NETTREE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="nettree", engine=NetTreeEngine, domains=frozenset({NUMERIC}), clustering=True)

@@ -53,7 +53,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -78,14 +78,15 @@ from ..estimation.vector_sum import bucket_sums
 from ..evaluation.kmeans import assign, weighted_kmeans
 from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
 from .base import (
+    NUMERIC,
     CampaignEngine,
+    Kind,
     RoundOutcome,
     RoundPlan,
     RoundReports,
     load_state,
     numeric_domain,
     pack_state,
-    register_engine,
 )
 from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, campaign_seed
 
@@ -109,7 +110,6 @@ MIN_COUNT_Z = 3.0
 _PHASES = ("keys", "means", "weights", "lloyd")
 
 
-@register_engine
 class StemmerEngine(CampaignEngine):
     """Engine of ``STEMMER`` campaigns (module docstring).
 
@@ -127,8 +127,6 @@ class StemmerEngine(CampaignEngine):
     InvalidArgumentError
         A categorical domain, epsilon outside (0, 20] (per report), or a parameter out of range.
     """
-
-    KIND: ClassVar[int] = campaigns_pb2.STEMMER
 
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
@@ -523,3 +521,7 @@ def noiseless_outcome(engine: StemmerEngine, points: ArrayLike) -> RoundOutcome:
                                     for j in range(d + 1)]).astype(np.float64)
             outcome = engine.lloyd_step(state, sums, 0.0, n)
     return outcome
+
+
+#: The STEMMER campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="stemmer", engine=StemmerEngine, domains=frozenset({NUMERIC}), clustering=True)
