@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -30,7 +30,7 @@ from ldp_collector.datasets import make_dataset
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.grid_clustering import level_for_side
 from ldp_collector.ingest import RoundContext, validate_report
-from ldp_collector.kinds import KINDS, RoundReports
+from ldp_collector.kinds import KINDS
 from ldp_collector.kinds.base import RoundOutcome
 from ldp_collector.kinds.grid import (
     DEFAULT_CALIBRATION_SHARE,
@@ -50,8 +50,8 @@ from ldp_collector.simulate import (
     run_campaign,
 )
 from ldp_collector.storage import open_store
-from ldp_collector.storage.base import StoredReport
 from support.recording import RecordingCollector
+from support.round_reports import ListRoundReports
 from support.stats import Z_UNBIASED, chi2_sf
 
 GRID = campaigns_pb2.GridParameters
@@ -85,23 +85,6 @@ def engine_for(config: campaigns_pb2.CampaignConfig) -> GridEngine:
 
 
 # -- driving the engine directly -------------------------------------------------------------------
-
-
-class ListRoundReports(RoundReports):
-    def __init__(self, rows: Sequence[StoredReport], accumulators: dict[str, bytes] | None = None) -> None:
-        self.rows = list(rows)
-        self.blobs = accumulators or {}
-
-    @property
-    def count(self) -> int:
-        return len(self.rows)
-
-    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
-        for i in range(0, len(self.rows), batch_size):
-            yield self.rows[i:i + batch_size]
-
-    def accumulators(self) -> dict[str, bytes]:
-        return dict(self.blobs)
 
 
 def play(engine: GridEngine, spec: RoundSpec, population: Population) -> ListRoundReports:

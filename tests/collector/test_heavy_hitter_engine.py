@@ -8,7 +8,7 @@ false-positive rate of 1e-6 in the engine's own thresholds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -23,26 +23,9 @@ from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.heavy_hitters import level_params
 from ldp_collector.ingest import RoundContext, validate_report
-from ldp_collector.kinds import KINDS, RoundReports
+from ldp_collector.kinds import KINDS
 from ldp_collector.kinds.heavy_hitters import HeavyHitterEngine, default_bits_per_level, prefix_domain
-from ldp_collector.storage.base import StoredReport
-
-
-class ListRoundReports(RoundReports):
-    def __init__(self, rows: Sequence[StoredReport], accumulators: dict[str, bytes] | None = None) -> None:
-        self.rows = list(rows)
-        self.blobs = accumulators or {}
-
-    @property
-    def count(self) -> int:
-        return len(self.rows)
-
-    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
-        for i in range(0, len(self.rows), batch_size):
-            yield self.rows[i:i + batch_size]
-
-    def accumulators(self) -> dict[str, bytes]:
-        return dict(self.blobs)
+from support.round_reports import ListRoundReports
 
 
 def config(size: int = 2**12, epsilon: float = 4.0, **params: Any) -> campaigns_pb2.CampaignConfig:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -30,11 +30,11 @@ from ldp_collector.datasets import make_dataset
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.evaluation import center_error
 from ldp_collector.kinds import KINDS
-from ldp_collector.kinds.base import RoundReports
 from ldp_collector.kinds.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
 from ldp_collector.simulate import CampaignRun, evaluate_clustering, numeric_bounds, run_campaign
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import StoredReport
+from support.round_reports import ListRoundReports
 
 LAPLACE = campaigns_pb2.LaplaceParameters
 KMEANS, FCM, MNFCM = int(LAPLACE.KMEANS), int(LAPLACE.FCM), int(LAPLACE.MNFCM)
@@ -55,22 +55,6 @@ def engine_for(config: campaigns_pb2.CampaignConfig) -> LaplaceEngine:
     engine = prepare_campaign(config).engine
     assert isinstance(engine, LaplaceEngine)
     return engine
-
-
-class ListRoundReports(RoundReports):
-    def __init__(self, rows: Sequence[StoredReport]) -> None:
-        self.rows = list(rows)
-
-    @property
-    def count(self) -> int:
-        return len(self.rows)
-
-    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
-        for i in range(0, len(self.rows), batch_size):
-            yield self.rows[i:i + batch_size]
-
-    def accumulators(self) -> dict[str, bytes]:
-        return {}
 
 
 def stored(values: Sequence[Sequence[int]], group: int = 0) -> list[StoredReport]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -37,7 +37,7 @@ from ldp_collector.datasets import make_dataset
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.kinds import KINDS
-from ldp_collector.kinds.base import RoundReports, pack_state
+from ldp_collector.kinds.base import pack_state
 from ldp_collector.kinds.ldp_kmeans import (
     DEFAULT_DATA_SHARE,
     DEFAULT_ITERATIONS,
@@ -51,6 +51,7 @@ from ldp_collector.kinds.ldp_kmeans import (
 from ldp_collector.simulate import Population, evaluate_clustering, numeric_bounds, run_campaign
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import StoredReport
+from support.round_reports import ListRoundReports
 from support.stats import Z_UNBIASED
 
 PARTITION, SPLIT = int(campaigns_pb2.PARTITION), int(campaigns_pb2.SPLIT)
@@ -73,22 +74,6 @@ def engine_for(config: campaigns_pb2.CampaignConfig) -> LdpKmeansEngine:
     engine = prepare_campaign(config).engine
     assert isinstance(engine, LdpKmeansEngine)
     return engine
-
-
-class ListRoundReports(RoundReports):
-    def __init__(self, rows: Sequence[StoredReport]) -> None:
-        self.rows = list(rows)
-
-    @property
-    def count(self) -> int:
-        return len(self.rows)
-
-    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
-        for i in range(0, len(self.rows), batch_size):
-            yield self.rows[i:i + batch_size]
-
-    def accumulators(self) -> dict[str, bytes]:
-        return {}
 
 
 def play(spec: RoundSpec, population: Population) -> ListRoundReports:
