@@ -4,7 +4,7 @@ Runs whole campaigns through the in-process collector and the SDK simulator (``m
 ``make_dataset("mixture", n, d=..., k=4, seed=...)`` for several ``pivots_per_attribute`` and
 epsilons, and prints ARI and the cost ratio to non-private k-means
 (:func:`ldp_collector.simulation.evaluation.evaluate_clustering`), median over seeds. This is how
-``DEFAULT_PIVOTS_PER_ATTRIBUTE`` of :mod:`ldp_collector.engines.bitvector` was chosen.
+``DEFAULT_PIVOTS_PER_ATTRIBUTE`` of :mod:`ldp_collector.kinds.bitvector` was chosen.
 
     python benchmarks/bitvector_clustering.py --n 100000 --dims 2 10 --pivots 4 6 8 12 16 \
         --epsilons 1 2 4 --seeds 1 [--json out.json]
@@ -25,7 +25,7 @@ from typing import Any
 
 from ldp.v1 import campaigns_pb2, encoders_pb2
 from ldp_collector.core import Collector
-from ldp_collector.engines import bitvector  # noqa: F401  (registers the engine)
+from ldp_collector.kinds import bitvector  # noqa: F401  (registers the engine)
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import numeric_bounds

@@ -81,8 +81,8 @@ from harness.baselines import (
 from harness.baselines._common import Clustering
 from harness.suites import DatasetCase, epsilon_label
 
-from ldp_collector.engines.base import ENGINES
 from ldp_collector.estimation.kmeans import assign
+from ldp_collector.kinds import KINDS
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.scores import evaluate_clustering, reference_kmeans_cost
 
@@ -133,7 +133,7 @@ class _ServerTimer:
 
     def __enter__(self) -> _ServerTimer:
         timer = self
-        for cls in {*ENGINES.values()}:
+        for cls in {kind.engine for kind in KINDS.values()}:
             original = cls.__dict__.get("close_round")
             if original is None:
                 continue

@@ -38,7 +38,7 @@ from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
 from ldp_collector.core import Collector
-from ldp_collector.engines.grid import DEFAULT_MAX_CELLS, GridEngine
+from ldp_collector.kinds.grid import DEFAULT_MAX_CELLS, GridEngine
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import numeric_bounds

@@ -6,7 +6,7 @@ engine's ``close_round`` over all rounds. The LDP floors (discrete-Laplace point
 OUE grid histogram + weighted k-means) and non-private k-means run on the same points. Cost ratio =
 k-means cost of the published centers on the true points / the best of 3 non-private k-means++
 runs. ``epsilon = inf`` is the engine's own server step(s) on exact counts, sums and weights
-(``noiseless_outcome`` in :mod:`ldp_collector.engines.nettree` and :mod:`~ldp_collector.engines.stemmer`):
+(``noiseless_outcome`` in :mod:`ldp_collector.kinds.nettree` and :mod:`~ldp_collector.kinds.stemmer`):
 the algorithm without noise.
 
 Experiments (``--experiment``)
@@ -45,10 +45,10 @@ from numpy.typing import NDArray
 from ldp.v1 import campaigns_pb2
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.engines.nettree import NetTreeEngine, noiseless_outcome
-from ldp_collector.engines.stemmer import StemmerEngine
-from ldp_collector.engines.stemmer import noiseless_outcome as stemmer_noiseless
 from ldp_collector.estimation.kmeans import assign
+from ldp_collector.kinds.nettree import NetTreeEngine, noiseless_outcome
+from ldp_collector.kinds.stemmer import StemmerEngine
+from ldp_collector.kinds.stemmer import noiseless_outcome as stemmer_noiseless
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.population import numeric_bounds
 from ldp_collector.simulation.runner import run_campaign

@@ -21,8 +21,6 @@ from ldp_client.payload import pack_bits
 from ldp_client.rng import SeededRng
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.engines import bitvector as bitvector_engine
-from ldp_collector.engines.bitvector import HALF_WIDTH_FACTOR, BitVectorEngine
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.bitvector import (
     dbscan_encoded,
@@ -35,6 +33,8 @@ from ldp_collector.estimation.bitvector import (
     report_center_sq_distances,
     unpack_bit_payloads,
 )
+from ldp_collector.kinds import bitvector as bitvector_engine
+from ldp_collector.kinds.bitvector import HALF_WIDTH_FACTOR, BitVectorEngine
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import numeric_bounds

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from statistics import NormalDist
 from typing import Any
 
@@ -27,7 +28,6 @@ from ldp_client.report import Report
 from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.core import Collector
-from ldp_collector.engines import ENGINES, HistogramEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.errors import (
     AlreadyExistsError,
     CollectorError,
@@ -35,6 +35,8 @@ from ldp_collector.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
+from ldp_collector.kinds import KINDS, RoundOutcome, RoundPlan, RoundReports
+from ldp_collector.kinds.histogram import HistogramEngine
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import (
     AccumulateFn,
@@ -607,7 +609,7 @@ class _ExplodingEngine(HistogramEngine):
 
 def test_engine_failure_marks_campaign_failed_and_keeps_reports(store: ReportStore,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(ENGINES, campaigns_pb2.HISTOGRAM, _ExplodingEngine)
+    monkeypatch.setitem(KINDS, "histogram", replace(KINDS["histogram"], engine=_ExplodingEngine))
     collector = Collector(store)
     collector.create_campaign(histogram_config(oracle=campaigns_pb2.GRR))
     spec = spec_of(collector, "hist-1")
@@ -636,7 +638,7 @@ class _TwoRoundEngine(HistogramEngine):
 
 
 def test_multi_round_campaign(store: ReportStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(ENGINES, campaigns_pb2.HISTOGRAM, _TwoRoundEngine)
+    monkeypatch.setitem(KINDS, "histogram", replace(KINDS["histogram"], engine=_TwoRoundEngine))
     clock = Clock()
     collector = Collector(store, clock=clock)
     config = histogram_config(oracle=campaigns_pb2.GRR)

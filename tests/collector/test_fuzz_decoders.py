@@ -30,7 +30,6 @@ from ldp_client.mechanisms import GRRParams, LocalHashingParams, MechanismParams
 from ldp_client.mechanisms.unary_encoding import UnaryVariant
 from ldp_client.report import Report, ReportColumns, declared_batch_size, pack_batch, unpack_batch, unpack_batch_columns
 from ldp_client.spec import RoundSpec
-from ldp_collector.engines.base import load_state, pack_state
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.accumulators import (
     CountAccumulator,
@@ -39,6 +38,7 @@ from ldp_collector.estimation.accumulators import (
     rebuild,
 )
 from ldp_collector.ingest import RoundContext, ValidatedBatch, validate_batch, validate_report
+from ldp_collector.kinds.base import load_state, pack_state
 from ldp_collector.server.wire import parse_request
 from ldp_collector.storage.base import StoredReport
 from support.fuzz import SPECS, Mutator, env_count, honest_reports

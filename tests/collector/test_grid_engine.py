@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -26,9 +26,12 @@ from ldp_client.errors import ProtocolError
 from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.engines import ENGINES, RoundReports
-from ldp_collector.engines.base import RoundOutcome
-from ldp_collector.engines.grid import (
+from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.estimation.grid_clustering import level_for_side
+from ldp_collector.ingest import RoundContext, validate_report
+from ldp_collector.kinds import KINDS
+from ldp_collector.kinds.base import RoundOutcome
+from ldp_collector.kinds.grid import (
     DEFAULT_CALIBRATION_SHARE,
     DEFAULT_CORE_Z,
     DEFAULT_DENSE_Z,
@@ -38,16 +41,13 @@ from ldp_collector.engines.grid import (
     GridEngine,
     _pool_prior,
 )
-from ldp_collector.errors import InvalidArgumentError
-from ldp_collector.estimation.grid_clustering import level_for_side
-from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import Population, numeric_bounds
 from ldp_collector.simulation.runner import CampaignRun, run_campaign
 from ldp_collector.storage import open_store
-from ldp_collector.storage.base import StoredReport
 from support.recording import RecordingCollector
+from support.round_reports import ListRoundReports
 from support.stats import Z_UNBIASED, chi2_sf
 
 GRID = campaigns_pb2.GridParameters
@@ -81,23 +81,6 @@ def engine_for(config: campaigns_pb2.CampaignConfig) -> GridEngine:
 
 
 # -- driving the engine directly -------------------------------------------------------------------
-
-
-class ListRoundReports(RoundReports):
-    def __init__(self, rows: Sequence[StoredReport], accumulators: dict[str, bytes] | None = None) -> None:
-        self.rows = list(rows)
-        self.blobs = accumulators or {}
-
-    @property
-    def count(self) -> int:
-        return len(self.rows)
-
-    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
-        for i in range(0, len(self.rows), batch_size):
-            yield self.rows[i:i + batch_size]
-
-    def accumulators(self) -> dict[str, bytes]:
-        return dict(self.blobs)
 
 
 def play(engine: GridEngine, spec: RoundSpec, population: Population) -> ListRoundReports:
@@ -153,7 +136,7 @@ def cells_of(result: campaigns_pb2.Result) -> list[TreeCell]:
 
 
 def test_registered_for_the_grid_kind() -> None:
-    assert ENGINES[campaigns_pb2.GRID] is GridEngine
+    assert KINDS["grid"].engine is GridEngine
 
 
 def categorical(c: campaigns_pb2.CampaignConfig) -> None:

@@ -8,7 +8,7 @@ false-positive rate of 1e-6 in the engine's own thresholds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -20,29 +20,12 @@ from ldp_client.report import Report
 from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
-from ldp_collector.engines import ENGINES, HeavyHitterEngine, RoundReports
-from ldp_collector.engines.heavy_hitters import default_bits_per_level, prefix_domain
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.heavy_hitters import level_params
 from ldp_collector.ingest import RoundContext, validate_report
-from ldp_collector.storage.base import StoredReport
-
-
-class ListRoundReports(RoundReports):
-    def __init__(self, rows: Sequence[StoredReport], accumulators: dict[str, bytes] | None = None) -> None:
-        self.rows = list(rows)
-        self.blobs = accumulators or {}
-
-    @property
-    def count(self) -> int:
-        return len(self.rows)
-
-    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
-        for i in range(0, len(self.rows), batch_size):
-            yield self.rows[i:i + batch_size]
-
-    def accumulators(self) -> dict[str, bytes]:
-        return dict(self.blobs)
+from ldp_collector.kinds import KINDS
+from ldp_collector.kinds.heavy_hitters import HeavyHitterEngine, default_bits_per_level, prefix_domain
+from support.round_reports import ListRoundReports
 
 
 def config(size: int = 2**12, epsilon: float = 4.0, **params: Any) -> campaigns_pb2.CampaignConfig:
@@ -89,7 +72,7 @@ def population(n: int, heavy: dict[int, float], bits: int, seed: int) -> list[in
 
 
 def test_registered_for_heavy_hitter_kind() -> None:
-    assert ENGINES[campaigns_pb2.HEAVY_HITTERS] is HeavyHitterEngine
+    assert KINDS["heavy_hitters"].engine is HeavyHitterEngine
 
 
 @pytest.mark.parametrize("size,bits,per_level,levels", [(2, 1, 1, 1), (200, 8, 8, 1), (2**12, 12, 4, 3),

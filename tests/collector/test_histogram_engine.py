@@ -9,7 +9,7 @@ test fails falsely with probability below 1e-6; one test runs unseeded on the OS
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from statistics import NormalDist
 from typing import Any
 
@@ -30,30 +30,11 @@ from ldp_client.rng import SeededRng
 from ldp_client.serde import encoder_to_proto, mechanism_to_proto
 from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
-from ldp_collector.engines import ENGINES, HistogramEngine, RoundReports
-from ldp_collector.engines.histogram import default_cells_per_dimension, round_aggregators
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import RoundContext, validate_report
-from ldp_collector.storage.base import StoredReport
-
-
-class ListRoundReports(RoundReports):
-    """A closed round's rows, with the accumulators an ingesting store would have kept."""
-
-    def __init__(self, rows: Sequence[StoredReport], accumulators: dict[str, bytes] | None = None) -> None:
-        self.rows = list(rows)
-        self.blobs = accumulators or {}
-
-    @property
-    def count(self) -> int:
-        return len(self.rows)
-
-    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
-        for i in range(0, len(self.rows), batch_size):
-            yield self.rows[i:i + batch_size]
-
-    def accumulators(self) -> dict[str, bytes]:
-        return dict(self.blobs)
+from ldp_collector.kinds import KINDS
+from ldp_collector.kinds.histogram import HistogramEngine, default_cells_per_dimension, round_aggregators
+from support.round_reports import ListRoundReports
 
 
 def config(size: int = 8, epsilon: float = 2.0, oracle: int = 0, **fields: Any) -> campaigns_pb2.CampaignConfig:
@@ -109,7 +90,7 @@ def skewed_values(n: int, size: int) -> list[int]:
 
 
 def test_registered_for_histogram_kind() -> None:
-    assert ENGINES[campaigns_pb2.HISTOGRAM] is HistogramEngine
+    assert KINDS["histogram"].engine is HistogramEngine
 
 
 @pytest.mark.parametrize("size,epsilon,oracle", [(4, 2.0, campaigns_pb2.GRR), (1024, 1.0, campaigns_pb2.OUE),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,10 @@ from ldp_client.rng import SeededRng
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector import ingest
 from ldp_collector.core import Collector
-from ldp_collector.engines import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.estimation import accumulators
 from ldp_collector.estimation.accumulators import component_params_from_spec, make_accumulate_fn, rebuild
 from ldp_collector.ingest import RoundContext, StoredReportColumns, validate_batch
+from ldp_collector.kinds import KINDS, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.server.wire import submit_response
 from ldp_collector.storage.base import AccumulateFn, CampaignRecord, Outcome, StoredReport
 from ldp_collector.storage.sqlite import SqliteReportStore
@@ -425,7 +426,7 @@ def _collector(path: Path) -> Collector:
 
 @pytest.fixture
 def collectors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Collector, Collector]]:
-    monkeypatch.setitem(ENGINES, campaigns_pb2.HISTOGRAM, _MixedEngine)
+    monkeypatch.setitem(KINDS, "histogram", replace(KINDS["histogram"], engine=_MixedEngine))
     pair = (_collector(tmp_path / "fast"), _collector(tmp_path / "slow"))
     try:
         yield pair

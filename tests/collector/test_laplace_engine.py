@@ -10,14 +10,14 @@ from __future__ import annotations
 import functools
 import math
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
 import numpy as np
 import pytest
 
-import ldp_collector.engines.laplace  # noqa: F401  (registers the engine)
+import ldp_collector.kinds.laplace  # noqa: F401  (registers the engine)
 from ldp.v1 import campaigns_pb2, encoders_pb2
 from ldp_client.encoders.vectors import UnitCubeEncoder
 from ldp_client.errors import ProtocolError
@@ -26,9 +26,9 @@ from ldp_client.payload import Integers, payload_to_wire
 from ldp_client.serde import cluster_model_from_proto
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.engines.base import ENGINES, RoundReports
-from ldp_collector.engines.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
 from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.kinds import KINDS
+from ldp_collector.kinds.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import numeric_bounds
@@ -36,6 +36,7 @@ from ldp_collector.simulation.runner import CampaignRun, run_campaign
 from ldp_collector.simulation.scores import center_error
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import StoredReport
+from support.round_reports import ListRoundReports
 
 LAPLACE = campaigns_pb2.LaplaceParameters
 KMEANS, FCM, MNFCM = int(LAPLACE.KMEANS), int(LAPLACE.FCM), int(LAPLACE.MNFCM)
@@ -58,22 +59,6 @@ def engine_for(config: campaigns_pb2.CampaignConfig) -> LaplaceEngine:
     return engine
 
 
-class ListRoundReports(RoundReports):
-    def __init__(self, rows: Sequence[StoredReport]) -> None:
-        self.rows = list(rows)
-
-    @property
-    def count(self) -> int:
-        return len(self.rows)
-
-    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
-        for i in range(0, len(self.rows), batch_size):
-            yield self.rows[i:i + batch_size]
-
-    def accumulators(self) -> dict[str, bytes]:
-        return {}
-
-
 def stored(values: Sequence[Sequence[int]], group: int = 0) -> list[StoredReport]:
     return [StoredReport(report_id=i.to_bytes(16, "big"), campaign_id="c", round=1, group=group,
                          payloads=msgpack.packb([payload_to_wire(Integers(tuple(v)))]))
@@ -83,7 +68,7 @@ def stored(values: Sequence[Sequence[int]], group: int = 0) -> list[StoredReport
 # -- configuration ----------------------------------------------------------------------------------
 
 def test_engine_is_registered() -> None:
-    assert ENGINES[campaigns_pb2.LAPLACE] is LaplaceEngine
+    assert KINDS["laplace"].engine is LaplaceEngine
 
 
 def test_defaults_are_filled_into_a_copy() -> None:

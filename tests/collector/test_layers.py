@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-PRODUCTION = ("ldp_collector.core", "ldp_collector.engines", "ldp_collector.server.lifecycle", "ldp_collector.estimation",
+PRODUCTION = ("ldp_collector.core", "ldp_collector.kinds", "ldp_collector.server.lifecycle", "ldp_collector.estimation",
               "ldp_collector.storage", "ldp_collector.operator")
 
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
 import numpy as np
 import pytest
 
-import ldp_collector.engines.ldp_kmeans  # noqa: F401  (registers the engine)
+import ldp_collector.kinds.ldp_kmeans  # noqa: F401  (registers the engine)
 from ldp.v1 import campaigns_pb2, encoders_pb2
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.nearest import NearestCandidateEncoder
@@ -33,8 +33,11 @@ from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.engines.base import ENGINES, RoundReports, pack_state
-from ldp_collector.engines.ldp_kmeans import (
+from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.ingest import RoundContext, validate_report
+from ldp_collector.kinds import KINDS
+from ldp_collector.kinds.base import pack_state
+from ldp_collector.kinds.ldp_kmeans import (
     DEFAULT_DATA_SHARE,
     DEFAULT_ITERATIONS,
     SPLIT_FRACTION,
@@ -44,14 +47,13 @@ from ldp_collector.engines.ldp_kmeans import (
     vector_component,
     vector_estimates,
 )
-from ldp_collector.errors import InvalidArgumentError
-from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import Population, numeric_bounds
 from ldp_collector.simulation.runner import run_campaign
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import StoredReport
+from support.round_reports import ListRoundReports
 from support.stats import Z_UNBIASED
 
 PARTITION, SPLIT = int(campaigns_pb2.PARTITION), int(campaigns_pb2.SPLIT)
@@ -76,22 +78,6 @@ def engine_for(config: campaigns_pb2.CampaignConfig) -> LdpKmeansEngine:
     return engine
 
 
-class ListRoundReports(RoundReports):
-    def __init__(self, rows: Sequence[StoredReport]) -> None:
-        self.rows = list(rows)
-
-    @property
-    def count(self) -> int:
-        return len(self.rows)
-
-    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
-        for i in range(0, len(self.rows), batch_size):
-            yield self.rows[i:i + batch_size]
-
-    def accumulators(self) -> dict[str, bytes]:
-        return {}
-
-
 def play(spec: RoundSpec, population: Population) -> ListRoundReports:
     """The population's reports for ``spec``, validated as ingestion validates them."""
     context = RoundContext(campaign_id=spec.campaign_id, round=spec.round, spec=spec)
@@ -114,7 +100,7 @@ def spec_centers(spec: RoundSpec) -> np.ndarray:
 
 
 def test_registered_for_the_ldp_kmeans_kind() -> None:
-    assert ENGINES[campaigns_pb2.LDP_KMEANS] is LdpKmeansEngine
+    assert KINDS["ldp_kmeans"].engine is LdpKmeansEngine
 
 
 @pytest.mark.parametrize(("top", "params", "message"), [

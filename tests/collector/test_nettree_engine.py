@@ -22,17 +22,17 @@ from ldp_client.mechanisms import GRRParams, LocalHashingParams, UnaryEncodingPa
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, VectorShape
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.engines.base import ENGINES
-from ldp_collector.engines.nettree import (
+from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.kinds import KINDS
+from ldp_collector.kinds._lsh import vector_shape
+from ldp_collector.kinds.nettree import (
     DEFAULT_DEPTH,
     DEFAULT_NODE_SHARE,
     NetTreeEngine,
     default_bits_per_level,
     leaf_nodes,
     noiseless_outcome,
-    vector_shape,
 )
-from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.runner import CampaignRun, run_campaign
@@ -60,7 +60,7 @@ def engine_for(config: campaigns_pb2.CampaignConfig) -> NetTreeEngine:
 
 
 def test_registered() -> None:
-    assert ENGINES[campaigns_pb2.NETTREE] is NetTreeEngine
+    assert KINDS["nettree"].engine is NetTreeEngine
 
 
 def test_defaults_are_filled_in() -> None:

@@ -21,8 +21,9 @@ from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
-from ldp_collector.engines.base import ENGINES
-from ldp_collector.engines.stemmer import (
+from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.kinds import KINDS
+from ldp_collector.kinds.stemmer import (
     DEFAULT_REPETITIONS,
     DEFAULT_SCALES,
     SHARES_WITH_LLOYD,
@@ -30,7 +31,6 @@ from ldp_collector.engines.stemmer import (
     StemmerEngine,
     noiseless_outcome,
 )
-from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.runner import CampaignRun, run_campaign
@@ -58,7 +58,7 @@ def engine_for(config: campaigns_pb2.CampaignConfig) -> StemmerEngine:
 
 
 def test_registered_and_defaults() -> None:
-    assert ENGINES[campaigns_pb2.STEMMER] is StemmerEngine
+    assert KINDS["stemmer"].engine is StemmerEngine
     engine = engine_for(stemmer_config([0.0] * 10, [1.0] * 10, k=8, campaign_id="st-def"))
     p = engine.config.stemmer
     assert p.projection_dimension == 4 and p.scales == DEFAULT_SCALES and p.repetitions == DEFAULT_REPETITIONS

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,7 +34,6 @@ from ldp_client.report import Report, pack_batch, unpack_batch_columns
 from ldp_client.rng import SeededRng
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector.core import Collector
-from ldp_collector.engines import ENGINES, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.estimation import vector_sum
 from ldp_collector.estimation.accumulators import (
     component_params_from_spec,
@@ -43,6 +43,7 @@ from ldp_collector.estimation.accumulators import (
 )
 from ldp_collector.estimation.olh_hash import hash_values
 from ldp_collector.estimation.vector_sum import BucketSums, analytic_variance, bucket_sums, decode_signed
+from ldp_collector.kinds import KINDS, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.storage.base import Outcome
 from ldp_collector.storage.sqlite import SqliteReportStore
 from support.stats import FALSE_FAILURE_RATE, chi2_sf
@@ -341,7 +342,7 @@ def _report(rng: SeededRng, group: int, payload: Any) -> Report:
 
 
 def test_reports_go_through_submit_storage_and_estimation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(ENGINES, campaigns_pb2.HISTOGRAM, _VectorEngine)
+    monkeypatch.setitem(KINDS, "histogram", replace(KINDS["histogram"], engine=_VectorEngine))
     collector = Collector(SqliteReportStore(tmp_path / "store"))
     try:
         collector.create_campaign(campaigns_pb2.CampaignConfig(

@@ -3,7 +3,7 @@
 Not a baseline but the product's own protocol: one ``GRID`` campaign over the public box, run by
 the in-process simulator (:func:`ldp_collector.simulation.runner.run_campaign`, the SDK's device code)
 against an in-process collector or, over gRPC, a running one, exactly as a deployment runs it.
-The engine (:mod:`ldp_collector.engines.grid`) picks the granularity from a calibration round,
+The engine (:mod:`ldp_collector.kinds.grid`) picks the granularity from a calibration round,
 refines the grid (``variant``: none for UGC, the grid tree for TreeAdaptive, merge/split rounds
 for IterAdaptive) and publishes a cell -> cluster map; every point is then labelled with its cell's
 cluster exactly as a device labels itself (:meth:`ldp_client.clusters.CellClusterModel.label`,
@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike
 
 from ldp.v1 import campaigns_pb2
 from ldp_client.serde import cluster_model_from_proto
-from ldp_collector.engines.grid import DEFAULT_MAX_CELLS
+from ldp_collector.kinds.grid import DEFAULT_MAX_CELLS
 from ldp_collector.simulation.runner import CollectorBackend, run_campaign
 
 from ._common import Box, Clustering, check_epsilon, check_points

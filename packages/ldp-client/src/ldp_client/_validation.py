@@ -7,10 +7,8 @@ from typing import Any
 
 import msgpack
 
+from .budget import MAX_MECHANISM_EPSILON
 from .errors import EncodingError, InvalidParameterError
-
-#: Largest epsilon a single mechanism accepts. Beyond it randomization is numerically meaningless.
-MAX_EPSILON = 20.0
 
 
 def check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -50,8 +48,8 @@ def check_msgpack_complete(data: bytes) -> None:
 
 
 def check_epsilon(value: Any, name: str = "epsilon") -> float:
-    """Return a valid per-mechanism epsilon in ``(0, MAX_EPSILON]``."""
-    return check_float(name, value, 0.0, MAX_EPSILON, low_open=True)
+    """Return a valid per-mechanism epsilon in ``(0, MAX_MECHANISM_EPSILON]``."""
+    return check_float(name, value, 0.0, MAX_MECHANISM_EPSILON, low_open=True)
 
 
 def check_vector(name: str, value: Any, dimension: int) -> list[float]:

@@ -15,7 +15,11 @@ import math
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
-__all__ = ["UNIT", "equal_share", "exact_sum", "fits", "split_epsilon", "sum_up", "units"]
+__all__ = ["MAX_MECHANISM_EPSILON", "UNIT", "equal_share", "exact_sum", "fits", "split_epsilon", "sum_up", "units"]
+
+#: Largest epsilon a single mechanism (one report) accepts; beyond it randomization is numerically
+#: meaningless. The collector refuses campaigns whose reports would need more.
+MAX_MECHANISM_EPSILON = 20.0
 
 #: Every finite double is an integer multiple of 2^-1074 (the smallest subnormal), so budgets are
 #: summed exactly as integers in that unit: cheaper than :class:`fractions.Fraction` by an order of

@@ -20,13 +20,13 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf.message import DecodeError
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.encoders.base import NumericDomain
 from ldp_client.errors import InvalidParameterError
 from ldp_client.serde import round_spec_to_proto
 from ldp_client.spec import MAX_EPSILON_PER_CAMPAIGN, RoundSpec, check_campaign_id
 
-from .engines import ENGINES, CampaignEngine
 from .errors import InvalidArgumentError
+from .kinds import KINDS, CampaignEngine, kind_for
+from .kinds.common import numeric_domain
 from .storage.base import CampaignRecord, RoundRecord
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "FINISHED",
     "MAX_DESCRIPTION_CHARS",
     "MAX_LABELS",
-    "PARAMETER_FIELDS",
     "PreparedCampaign",
     "campaign_to_proto",
     "duration_seconds",
@@ -63,18 +62,6 @@ MAX_DESCRIPTION_CHARS = 4096
 MAX_LABELS = 64
 MAX_LABEL_CHARS = 256
 _MAX_CATEGORICAL_SIZE = 2**63
-
-#: The ``CampaignConfig.parameters`` oneof field that belongs to each kind.
-PARAMETER_FIELDS: dict[int, str] = {
-    campaigns_pb2.HISTOGRAM: "histogram",
-    campaigns_pb2.HEAVY_HITTERS: "heavy_hitters",
-    campaigns_pb2.GRID: "grid",
-    campaigns_pb2.STEMMER: "stemmer",
-    campaigns_pb2.NETTREE: "nettree",
-    campaigns_pb2.BITVECTOR: "bitvector",
-    campaigns_pb2.LAPLACE: "laplace",
-    campaigns_pb2.LDP_KMEANS: "ldp_kmeans",
-}
 
 
 def kind_name(kind: int) -> str:
@@ -111,11 +98,8 @@ def _check_common(config: campaigns_pb2.CampaignConfig) -> None:
     """Checks shared by every kind; raises :class:`InvalidArgumentError` naming the field."""
     kind = config.kind
     if kind == campaigns_pb2.CAMPAIGN_KIND_UNSPECIFIED:
-        raise InvalidArgumentError(f"kind is required; known kinds: {sorted(kind_name(k) for k in PARAMETER_FIELDS)}")
-    if kind not in PARAMETER_FIELDS:
-        raise InvalidArgumentError(f"kind {kind} is not a known campaign kind")
-    if kind not in ENGINES:
-        raise InvalidArgumentError(f"campaign kind {campaigns_pb2.CampaignKind.Name(kind)} is not implemented yet")
+        raise InvalidArgumentError(f"kind is required; known kinds: {sorted(KINDS)}")
+    expected = kind_for(kind).name  # the kind's CampaignConfig.parameters oneof field
 
     eps = config.epsilon
     if not math.isfinite(eps) or not 0.0 < eps <= MAX_EPSILON_PER_CAMPAIGN:
@@ -129,7 +113,7 @@ def _check_common(config: campaigns_pb2.CampaignConfig) -> None:
             raise InvalidArgumentError(
                 f"domain.categorical_size must be in [2, 2^63], got {size}")
     else:
-        _check_numeric_domain(config.domain.numeric.lower, config.domain.numeric.upper)
+        numeric_domain(config.domain.numeric.lower, config.domain.numeric.upper)
 
     if config.budget_policy not in (campaigns_pb2.BUDGET_POLICY_UNSPECIFIED, campaigns_pb2.PARTITION,
                                     campaigns_pb2.SPLIT):
@@ -155,17 +139,9 @@ def _check_common(config: campaigns_pb2.CampaignConfig) -> None:
                 f"got {key[:40]!r}")
 
     chosen = config.WhichOneof("parameters")
-    expected = PARAMETER_FIELDS[kind]
     if chosen is not None and chosen != expected:
         raise InvalidArgumentError(
             f"a {kind_name(kind)} campaign takes {expected} parameters, got {chosen}")
-
-
-def _check_numeric_domain(lower: Sequence[float], upper: Sequence[float]) -> None:
-    try:
-        NumericDomain(lower=tuple(lower), upper=tuple(upper))
-    except InvalidParameterError as exc:
-        raise InvalidArgumentError(f"domain.numeric: {exc}") from None
 
 
 class PreparedCampaign:
@@ -220,11 +196,7 @@ def prepare_campaign(config: campaigns_pb2.CampaignConfig) -> PreparedCampaign:
 
 def make_engine(config: campaigns_pb2.CampaignConfig) -> CampaignEngine:
     """The engine of a (validated) configuration; engines raise ``InvalidArgumentError`` on bad parameters."""
-    try:
-        engine_cls = ENGINES[config.kind]
-    except KeyError:
-        raise InvalidArgumentError(f"campaign kind {kind_name(config.kind).upper()} is not implemented yet") from None
-    return engine_cls(config.campaign_id, config)
+    return kind_for(config.kind).engine(config.campaign_id, config)
 
 
 def parse_config(record: CampaignRecord) -> campaigns_pb2.CampaignConfig:

@@ -637,11 +637,6 @@ def _heavy_hitter_errors(result: campaigns_pb2.Result, truth: NDArray[np.int64],
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     kind = args.kind
-    if kind in CLUSTERING_KINDS and args.collector is None:
-        from .engines import ENGINES
-
-        if kind_value(kind) not in ENGINES:
-            raise SimulationError(f"kind {kind} is not implemented yet")
     if kind not in CLUSTERING_KINDS and args.k is not None and args.dataset not in ("blobs", "mixture"):
         raise UsageError(f"--k sets the clusters of the blobs and mixture datasets or of clustering kinds, not {kind}")
     if args.plot is not None:

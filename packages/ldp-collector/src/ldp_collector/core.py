@@ -80,7 +80,6 @@ from .campaigns import (
     round_status,
     timestamp,
 )
-from .engines import CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from .errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -89,6 +88,7 @@ from .errors import (
     RoundNotOpenError,
 )
 from .ingest import Assign, RoundContext, StoredReportColumns, check_request_id, validate_batch
+from .kinds import CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from .storage.base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoredReport
 
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "ROUND_NOT_OPEN_RETRY_SECONDS", "Collector"]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ldp.v1 import campaigns_pb2, service_pb2
 from ldp_client.errors import InvalidParameterError
 
-from .campaigns import kind_name
+from .kinds import KINDS as REGISTERED_KINDS
 
 if TYPE_CHECKING:
     import grpc
@@ -26,9 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = ["KINDS", "CampaignStateError", "OperatorClient", "kind_value"]
 
-#: Campaign kinds by CLI name (``ldp.v1.CampaignKind`` names, lower case).
-KINDS: tuple[str, ...] = tuple(
-    kind_name(v) for v in campaigns_pb2.CampaignKind.values() if v != campaigns_pb2.CAMPAIGN_KIND_UNSPECIFIED)
+#: Campaign kinds by CLI name (``ldp.v1.CampaignKind`` names, lower case), from the kind registry.
+KINDS: tuple[str, ...] = tuple(REGISTERED_KINDS)
 
 
 class CampaignStateError(RuntimeError):
@@ -45,7 +44,7 @@ def kind_value(name: str) -> campaigns_pb2.CampaignKind.ValueType:
     """
     if name not in KINDS:
         raise InvalidParameterError(f"unknown campaign kind {name!r}; known kinds: {', '.join(KINDS)}")
-    return campaigns_pb2.CampaignKind.Value(name.upper())
+    return REGISTERED_KINDS[name].value
 
 
 

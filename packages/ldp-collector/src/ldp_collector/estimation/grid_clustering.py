@@ -2,7 +2,7 @@
 
 Everything here works on the normalized box [0, 1]^d and on dyadic cells
 (:class:`~ldp_client.encoders.geometry.TreeCell`: level l has side 2^-l and volume 2^-(l d)); the
-engine (:mod:`ldp_collector.engines.grid`) feeds it frequency estimates and turns its decisions
+engine (:mod:`ldp_collector.kinds.grid`) feeds it frequency estimates and turns its decisions
 into round specs. All functions are pure and deterministic.
 
 Granularity (the side ``m`` of a uniform grid cell)

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ldp_client.budget import MAX_MECHANISM_EPSILON
 from ldp_client.errors import InvalidParameterError
 from ldp_client.mechanisms import GRRParams, LocalHashingParams, UnaryEncodingParams, choose_frequency_oracle
 from ldp_client.mechanisms.oracle_choice import FrequencyOracleParams
@@ -67,7 +68,6 @@ __all__ = [
 MAX_VALUE_BITS = 63
 MAX_BITS_PER_LEVEL = 16
 MAX_CANDIDATES = 1 << 20
-MAX_EPSILON = 20.0
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -123,7 +123,7 @@ class HeavyHitterConfig:
     def __post_init__(self) -> None:
         _check_int("value_bits", self.value_bits, 1, MAX_VALUE_BITS)
         _check_int("bits_per_level", self.bits_per_level, 1, min(MAX_BITS_PER_LEVEL, self.value_bits))
-        object.__setattr__(self, "epsilon", _check_float("epsilon", self.epsilon, 0.0, MAX_EPSILON))
+        object.__setattr__(self, "epsilon", _check_float("epsilon", self.epsilon, 0.0, MAX_MECHANISM_EPSILON))
         object.__setattr__(self, "false_positive_rate",
                            _check_float("false_positive_rate", self.false_positive_rate, 0.0, 1.0, open_high=True))
         _check_int("max_candidates", self.max_candidates, 1, MAX_CANDIDATES)

@@ -22,6 +22,7 @@ from ldp_client.errors import InvalidParameterError
 from ldp_client.spec import RoundSpec
 
 from ..estimation.kmeans import assign
+from ..kinds import KINDS
 from .population import as_points
 from .scores import evaluate_clustering as evaluate_labels
 from .scores import reference_kmeans, reference_kmeans_cost
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 #: Kinds whose result is a clustering.
-CLUSTERING_KINDS: frozenset[str] = frozenset({"grid", "stemmer", "nettree", "bitvector", "laplace", "ldp_kmeans"})
+CLUSTERING_KINDS: frozenset[str] = frozenset(name for name, kind in KINDS.items() if kind.clustering)
 
 
 # -- histograms ------------------------------------------------------------------------

@@ -11,20 +11,21 @@ from __future__ import annotations
 import abc
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import msgpack
 
 from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import NumericDomain
-from ldp_client.errors import InvalidParameterError, ProtocolError
+from ldp_client.errors import ProtocolError
 from ldp_client.spec import RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..storage.base import AccumulateFn, StoredReport
+from .common import numeric_domain as checked_domain
 
-__all__ = ["ENGINES", "CampaignEngine", "RoundOutcome", "RoundPlan", "RoundReports", "load_state", "numeric_domain",
-           "pack_state", "register_engine"]
+__all__ = ["CATEGORICAL", "NUMERIC", "CampaignEngine", "Kind", "RoundOutcome", "RoundPlan", "RoundReports", "load_state",
+           "numeric_domain", "pack_state"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,10 +64,7 @@ class RoundReports(abc.ABC):
 
 
 class CampaignEngine(abc.ABC):
-    """Base of every campaign kind (one module per kind under ``ldp_collector.engines``)."""
-
-    #: The ``ldp.v1.CampaignKind`` value this engine serves.
-    KIND: ClassVar[int]
+    """Base of every campaign kind's engine (one module per kind under ``ldp_collector.kinds``)."""
 
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         """Validate ``config`` (raise ``InvalidArgumentError`` naming the bad field)."""
@@ -86,15 +84,44 @@ class CampaignEngine(abc.ABC):
         return None
 
 
-ENGINES: dict[int, type[CampaignEngine]] = {}
+#: The two shapes of ``ldp.v1.Domain`` (its oneof field names).
+NUMERIC, CATEGORICAL = "numeric", "categorical_size"
 
 
-def register_engine(cls: type[CampaignEngine]) -> type[CampaignEngine]:
-    """Class decorator: make ``cls`` the engine of its ``KIND``."""
-    if cls.KIND in ENGINES:
-        raise RuntimeError(f"two engines for campaign kind {cls.KIND}")
-    ENGINES[cls.KIND] = cls
-    return cls
+@dataclass(frozen=True, kw_only=True)
+class Kind:
+    """Everything the rest of the collector knows about one campaign kind, declared in the kind's module.
+
+    The registry (:data:`ldp_collector.kinds.KINDS`) holds one per kind module; ``campaigns``, the
+    CLI, the simulator and the benchmarks read it instead of keeping their own lists of kinds.
+
+    Attributes
+    ----------
+    name : str
+        The lower-case ``ldp.v1.CampaignKind`` value name, which is also the kind's
+        ``CampaignConfig.parameters`` oneof field and its ``RoundSpec.kind`` (``"ldp_kmeans"``).
+    engine : type[CampaignEngine]
+        The kind's engine.
+    domains : frozenset of str
+        The ``Domain`` shapes the kind takes: :data:`NUMERIC` points with public bounds and/or
+        :data:`CATEGORICAL` values.
+    clustering : bool
+        The result is a clustering (centers or a cell map) by which points can be labelled.
+    """
+
+    name: str
+    engine: type[CampaignEngine]
+    domains: frozenset[str]
+    clustering: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.domains or not self.domains <= {NUMERIC, CATEGORICAL}:
+            raise ValueError(f"kind {self.name}: domains must be a non-empty subset of {{{NUMERIC!r}, {CATEGORICAL!r}}}")
+
+    @property
+    def value(self) -> campaigns_pb2.CampaignKind.ValueType:
+        """The kind's ``ldp.v1.CampaignKind`` value."""
+        return campaigns_pb2.CampaignKind.Value(self.name.upper())
 
 
 def numeric_domain(config: campaigns_pb2.CampaignConfig, kind: str) -> NumericDomain:
@@ -107,10 +134,7 @@ def numeric_domain(config: campaigns_pb2.CampaignConfig, kind: str) -> NumericDo
     """
     if config.domain.WhichOneof("domain") != "numeric":
         raise InvalidArgumentError(f"a {kind} campaign needs a numeric domain (points with public bounds)")
-    try:
-        return NumericDomain(lower=tuple(config.domain.numeric.lower), upper=tuple(config.domain.numeric.upper))
-    except InvalidParameterError as exc:
-        raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+    return checked_domain(config.domain.numeric.lower, config.domain.numeric.upper)
 
 
 def pack_state(phase: str, **fields: Any) -> bytes:

@@ -39,10 +39,8 @@ aggregation): no reports, or fewer reports than clusters.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable
-from typing import ClassVar
 
 import msgpack
 import numpy as np
@@ -60,12 +58,12 @@ from ..estimation.accumulators import decode_report_payloads
 from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_c_means
 from ..estimation.kmeans import weighted_kmeans
 from ..storage.base import StoredReport
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
-from .histogram import MAX_MECHANISM_EPSILON
+from .base import NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports, numeric_domain
+from .common import MAX_K, campaign_seed, check_report_epsilon
 
 __all__ = [
+    "KIND",
     "DEFAULT_GRID_BITS",
-    "MAX_CLUSTERS",
     "MAX_ITERATIONS",
     "N_INIT",
     "LaplaceEngine",
@@ -73,8 +71,6 @@ __all__ = [
 ]
 
 LAPLACE = campaigns_pb2.LaplaceParameters
-#: Largest k.
-MAX_CLUSTERS = 256
 #: ``grid_bits`` when unset (the mechanism's default; 0 cannot be told from unset in proto3).
 DEFAULT_GRID_BITS = 10
 #: Restarts of every algorithm (fresh k-means++ seeds; the lowest objective wins).
@@ -126,7 +122,6 @@ def decode_points(batches: Iterable[list[StoredReport]], params: DiscreteLaplace
     return out
 
 
-@register_engine
 class LaplaceEngine(CampaignEngine):
     """Engine of ``LAPLACE`` campaigns (module docstring).
 
@@ -144,8 +139,6 @@ class LaplaceEngine(CampaignEngine):
         (1, 100] (or set for KMEANS), ``grid_bits`` above 30, or an unknown algorithm.
     """
 
-    KIND: ClassVar[int] = campaigns_pb2.LAPLACE
-
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
         normalized.CopyFrom(config)
@@ -153,13 +146,10 @@ class LaplaceEngine(CampaignEngine):
         self.domain = numeric_domain(normalized, "laplace")
         d = self.dimension = self.domain.dimension
         epsilon = normalized.epsilon
-        if not (math.isfinite(epsilon) and 0.0 < epsilon <= MAX_MECHANISM_EPSILON):
-            raise InvalidArgumentError(
-                f"a laplace campaign spends its whole epsilon in one report, so epsilon must be in "
-                f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+        check_report_epsilon(epsilon, "a laplace campaign")
         p = normalized.laplace  # an unset oneof member reads as defaults; writing sets it
-        if not 1 <= p.k <= MAX_CLUSTERS:
-            raise InvalidArgumentError(f"laplace.k must be in [1, {MAX_CLUSTERS}], got {p.k}")
+        if not 1 <= p.k <= MAX_K:
+            raise InvalidArgumentError(f"laplace.k must be in [1, {MAX_K}], got {p.k}")
         if p.algorithm == LAPLACE.ALGORITHM_UNSPECIFIED:
             p.algorithm = LAPLACE.MNFCM
         if p.algorithm not in (LAPLACE.KMEANS, LAPLACE.FCM, LAPLACE.MNFCM):
@@ -202,7 +192,7 @@ class LaplaceEngine(CampaignEngine):
         return RoundPlan(spec=spec)
 
     def _seed(self) -> int:
-        return int.from_bytes(hashlib.sha256(f"laplace:{self.campaign_id}".encode()).digest()[:8], "little")
+        return campaign_seed(self.campaign_id, "laplace:")
 
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
         """Decode the noisy points, cluster them and finish the campaign."""
@@ -261,3 +251,7 @@ class LaplaceEngine(CampaignEngine):
         clustering.weights.extend(shares.tolist())
         result.warnings.extend(warnings)
         return RoundOutcome(result=result, diagnostics=diagnostics)
+
+
+#: The LAPLACE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="laplace", engine=LaplaceEngine, domains=frozenset({NUMERIC}), clustering=True)

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import ClassVar
 
 import msgpack
 import numpy as np
@@ -56,7 +55,7 @@ from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
 from ldp_client.budget import equal_share
-from ldp_client.encoders.base import Encoder, NumericDomain
+from ldp_client.encoders.base import Encoder
 from ldp_client.encoders.categorical import CategoricalEncoder
 from ldp_client.encoders.grid import UniformGridEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
@@ -84,13 +83,13 @@ from ..estimation.accumulators import (
 )
 from ..estimation.frequency import MAX_DENSE_DOMAIN, FrequencyAggregator, FrequencyEstimate, make_aggregator
 from ..storage.base import AccumulateFn
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
+from .base import CATEGORICAL, NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports
+from .common import DEFAULT_CONFIDENCE, check_report_epsilon, numeric_domain
 
 __all__ = [
-    "DEFAULT_CONFIDENCE",
+    "KIND",
     "MAX_WINDOWS",
     "MAX_HISTOGRAM_CELLS",
-    "MAX_MECHANISM_EPSILON",
     "HistogramEngine",
     "aggregator_for",
     "default_cells_per_dimension",
@@ -101,12 +100,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Level of the intervals stored with the estimates (``GetEstimates`` can recompute others).
-DEFAULT_CONFIDENCE = 0.95
 #: Largest histogram: every value gets an estimate, so the domain must be enumerable.
 MAX_HISTOGRAM_CELLS = MAX_DENSE_DOMAIN
-#: A single report spends the whole budget, and one mechanism takes at most this epsilon.
-MAX_MECHANISM_EPSILON = 20.0
 #: Default grid: about this many cells in total, at most 32 per dimension, at least 2.
 _DEFAULT_GRID_CELLS = 4096
 _MAX_DEFAULT_PER_DIMENSION = 32
@@ -241,7 +236,6 @@ def aggregator_for(aggregators: dict[str, FrequencyAggregator], spec: RoundSpec,
     return make_aggregator(params)
 
 
-@register_engine
 class HistogramEngine(CampaignEngine):
     """Engine of ``HISTOGRAM`` campaigns (module docstring).
 
@@ -261,18 +255,13 @@ class HistogramEngine(CampaignEngine):
         payload cap.
     """
 
-    KIND: ClassVar[int] = campaigns_pb2.HISTOGRAM
-
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
         normalized.CopyFrom(config)
         super().__init__(campaign_id, normalized)
         params = normalized.histogram  # an unset oneof member reads as defaults; writing sets it
         epsilon = normalized.epsilon
-        if not 0.0 < epsilon <= MAX_MECHANISM_EPSILON:
-            raise InvalidArgumentError(
-                f"a histogram campaign spends its whole epsilon in one report, so epsilon must be in "
-                f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+        check_report_epsilon(epsilon, "a histogram campaign")
         encoder = self._encoder(normalized, params)
         size = encoder.output_size
         if size > MAX_HISTOGRAM_CELLS:
@@ -309,10 +298,7 @@ class HistogramEngine(CampaignEngine):
             if params.cells_per_dimension:
                 raise InvalidArgumentError("histogram.cells_per_dimension applies to numeric domains only")
             return CategoricalEncoder(domain_size=domain.categorical_size)
-        try:
-            numeric = NumericDomain(lower=tuple(domain.numeric.lower), upper=tuple(domain.numeric.upper))
-        except InvalidParameterError as exc:
-            raise InvalidArgumentError(f"domain.numeric: {exc}") from None
+        numeric = numeric_domain(domain.numeric.lower, domain.numeric.upper)
         d = numeric.dimension
         cells = list(params.cells_per_dimension)
         if not cells:
@@ -451,3 +437,7 @@ _ORACLE_OF_MECHANISM: dict[str, campaigns_pb2.FrequencyOracle.ValueType] = {
     "oue": campaigns_pb2.OUE,
     "local_hashing": campaigns_pb2.OLH,
 }
+
+
+#: The HISTOGRAM campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="histogram", engine=HistogramEngine, domains=frozenset({NUMERIC, CATEGORICAL}))

@@ -51,16 +51,15 @@ Thresholds and the multiple-testing correction
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.budget import equal_share
+from ldp_client.budget import MAX_MECHANISM_EPSILON, equal_share
 from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.lsh import ShiftedGridEncoder
 from ldp_client.encoders.nearest import NearestCandidateEncoder
@@ -77,22 +76,22 @@ from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
 from ..estimation.vector_sum import bucket_sums
+from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
 from .base import (
+    NUMERIC,
     CampaignEngine,
+    Kind,
     RoundOutcome,
     RoundPlan,
     RoundReports,
     load_state,
     numeric_domain,
     pack_state,
-    register_engine,
 )
-from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON
-from .nettree import exact_counts, exact_sums, lsh_nodes, vector_shape
+from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, campaign_seed
 
 __all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "StemmerEngine", "noiseless_outcome"]
 
-MIN_K, MAX_K = 2, 256
 DEFAULT_SCALES = 6
 DEFAULT_REPETITIONS = 2
 MAX_SCALES = 16
@@ -103,7 +102,6 @@ FALSE_POSITIVE_RATE = 0.05
 MAX_KEYS_PER_LEVEL = 256
 #: Restarts of the D^2 selection (k-means++ seeding + weighted Lloyd) on the coreset.
 RESTARTS = 20
-MAX_PAYLOAD_BITS = 1024
 #: Group shares of rounds A, B, C, D under PARTITION (with and without the Lloyd round).
 SHARES_WITH_LLOYD = (0.25, 0.25, 0.15, 0.35)
 SHARES_WITHOUT_LLOYD = (0.30, 0.45, 0.25)
@@ -112,7 +110,6 @@ MIN_COUNT_Z = 3.0
 _PHASES = ("keys", "means", "weights", "lloyd")
 
 
-@register_engine
 class StemmerEngine(CampaignEngine):
     """Engine of ``STEMMER`` campaigns (module docstring).
 
@@ -130,8 +127,6 @@ class StemmerEngine(CampaignEngine):
     InvalidArgumentError
         A categorical domain, epsilon outside (0, 20] (per report), or a parameter out of range.
     """
-
-    KIND: ClassVar[int] = campaigns_pb2.STEMMER
 
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
@@ -194,7 +189,7 @@ class StemmerEngine(CampaignEngine):
     # -- layout -------------------------------------------------------------------------------------
 
     def _seed(self) -> int:
-        return int.from_bytes(hashlib.sha256(f"stemmer:{self.campaign_id}".encode()).digest()[:8], "little")
+        return campaign_seed(self.campaign_id, "stemmer:")
 
     def _subgroup(self, index: int) -> tuple[int, int]:
         """``(r, j)`` (0-based repetition, 1-based scale) of subgroup ``index``."""
@@ -526,3 +521,7 @@ def noiseless_outcome(engine: StemmerEngine, points: ArrayLike) -> RoundOutcome:
                                     for j in range(d + 1)]).astype(np.float64)
             outcome = engine.lloyd_step(state, sums, 0.0, n)
     return outcome
+
+
+#: The STEMMER campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="stemmer", engine=StemmerEngine, domains=frozenset({NUMERIC}), clustering=True)

@@ -41,9 +41,7 @@ Cost
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from typing import ClassVar
 
 import numpy as np
 
@@ -64,13 +62,13 @@ from ..estimation.bitvector import (
     public_pivots,
     unpack_bit_payloads,
 )
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
+from .base import NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports, numeric_domain
+from .common import MAX_K, MIN_K, campaign_seed, check_report_epsilon
 
 __all__ = [
+    "KIND",
     "DEFAULT_PIVOTS_PER_ATTRIBUTE",
     "HALF_WIDTH_FACTOR",
-    "MAX_K",
-    "MAX_MECHANISM_EPSILON",
     "MAX_PIVOTS_PER_ATTRIBUTE",
     "MAX_REPORT_BITS",
     "MIN_PIVOTS_PER_ATTRIBUTE",
@@ -80,10 +78,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: One report spends the whole epsilon, and one mechanism takes at most this epsilon.
-MAX_MECHANISM_EPSILON = 20.0
-#: Largest number of clusters.
-MAX_K = 256
 #: Pivots per attribute: allowed range and default. Measured with benchmarks/bitvector_clustering.py
 #: (mixture, k = 4, n = 1e5, one seed; ARI / cost ratio at epsilon 1, 2, 4), d = 2:
 #: T = 4: 0.61/11.4, 0.97/6.4, 1.00/1.8; T = 8: 0.48/25, 1.00/1.3, 1.00/1.1; T = 16: 0.65/30, 0.61/18, 1.00/1.0.
@@ -108,7 +102,6 @@ def layout_of(encoder: BitVectorEncoder) -> BitVectorLayout:
                            pivots=encoder.attribute_pivots, half_widths=encoder.half_widths)
 
 
-@register_engine
 class BitVectorEngine(CampaignEngine):
     """Engine of ``BITVECTOR`` campaigns (module docstring).
 
@@ -126,21 +119,16 @@ class BitVectorEngine(CampaignEngine):
         ``pivots_per_attribute`` outside [2, 64] or above 4096 bits in total, an unknown algorithm.
     """
 
-    KIND: ClassVar[int] = campaigns_pb2.BITVECTOR
-
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
         normalized.CopyFrom(config)
         super().__init__(campaign_id, normalized)
         domain = numeric_domain(normalized, "bitvector")
         epsilon = normalized.epsilon
-        if not 0.0 < epsilon <= MAX_MECHANISM_EPSILON:
-            raise InvalidArgumentError(
-                f"a bitvector campaign spends its whole epsilon in one report, so epsilon must be in "
-                f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+        check_report_epsilon(epsilon, "a bitvector campaign")
         params = normalized.bitvector  # an unset oneof member reads as defaults; writing sets it
-        if not 2 <= params.k <= MAX_K:
-            raise InvalidArgumentError(f"bitvector.k must be in [2, {MAX_K}], got {params.k}")
+        if not MIN_K <= params.k <= MAX_K:
+            raise InvalidArgumentError(f"bitvector.k must be in [{MIN_K}, {MAX_K}], got {params.k}")
         d = domain.dimension
         cap = MAX_REPORT_BITS // d
         if params.pivots_per_attribute == 0:
@@ -176,7 +164,7 @@ class BitVectorEngine(CampaignEngine):
         return RoundPlan(spec=spec)
 
     def _seed(self) -> int:
-        return int.from_bytes(hashlib.sha256(self.campaign_id.encode()).digest()[:8], "little")
+        return campaign_seed(self.campaign_id)
 
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
         """Cluster the debiased reports in the encoded space, decode the centers, finish the campaign."""
@@ -230,3 +218,7 @@ class BitVectorEngine(CampaignEngine):
             diagnostics["clusters"] = float(len(centers))
         result.warnings.extend(warnings)
         return RoundOutcome(result=result, diagnostics=diagnostics)
+
+
+#: The BITVECTOR campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="bitvector", engine=BitVectorEngine, domains=frozenset({NUMERIC}), clustering=True)

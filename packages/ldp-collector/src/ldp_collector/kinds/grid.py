@@ -53,14 +53,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
-from typing import Any, ClassVar
+from typing import Any
 
 import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.budget import equal_share
+from ldp_client.budget import MAX_MECHANISM_EPSILON, equal_share
 from ldp_client.encoders.geometry import TreeCell, max_tree_level
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
@@ -85,18 +85,21 @@ from ..estimation.grid_clustering import (
 )
 from ..storage.base import AccumulateFn
 from .base import (
+    NUMERIC,
     CampaignEngine,
+    Kind,
     RoundOutcome,
     RoundPlan,
     RoundReports,
     load_state,
     numeric_domain,
     pack_state,
-    register_engine,
 )
-from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, aggregator_for, estimates_message, round_aggregators
+from .common import DEFAULT_CONFIDENCE, MAX_PAYLOAD_BITS
+from .histogram import aggregator_for, estimates_message, round_aggregators
 
 __all__ = [
+    "KIND",
     "CLUSTER_FALSE_POSITIVE_RATE",
     "DEFAULT_CALIBRATION_CELLS",
     "DEFAULT_CALIBRATION_SHARE",
@@ -105,7 +108,6 @@ __all__ = [
     "DEFAULT_MAX_CELLS",
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_REFINEMENT_SHARE",
-    "MAX_PAYLOAD_BITS",
     "MAX_TREE_LEVELS",
     "GridEngine",
     "GridPlan",
@@ -126,7 +128,6 @@ CLUSTER_FALSE_POSITIVE_RATE = 0.05
 #: Most tree levels reported in the TREE round (and subgroups of B).
 MAX_TREE_LEVELS = 3
 #: Largest payload per report the oracle choice allows (OUE up to 1024 cells, local hashing beyond).
-MAX_PAYLOAD_BITS = 1024
 #: Group weights are integers: shares are expressed in units of 1/_WEIGHT_SCALE.
 _WEIGHT_SCALE = 10_000
 _PHASE_CALIBRATE = "calibrate"
@@ -155,7 +156,6 @@ def _variant_name(variant: int) -> str:
     return campaigns_pb2.GridParameters.Variant.Name(variant).lower()  # type: ignore[arg-type]
 
 
-@register_engine
 class GridEngine(CampaignEngine):
     """Engine of ``GRID`` campaigns (module docstring).
 
@@ -173,8 +173,6 @@ class GridEngine(CampaignEngine):
         A categorical domain, a per-round epsilon above 20, shares outside (0, 1) or summing to
         1 or more, a calibration grid that is not a power of two, or limits out of range.
     """
-
-    KIND: ClassVar[int] = campaigns_pb2.GRID
 
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
@@ -660,3 +658,7 @@ def _pool_prior(cells: Sequence[TreeCell], counts: NDArray[np.float64], se: NDAr
         var[i] = 1.0 / (w_old + w_new)
         pooled += 1
     return share * n, np.sqrt(var) * n, pooled
+
+
+#: The GRID campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="grid", engine=GridEngine, domains=frozenset({NUMERIC}), clustering=True)

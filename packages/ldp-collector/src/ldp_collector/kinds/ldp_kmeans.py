@@ -139,17 +139,16 @@ Reference
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any
 
 import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.budget import split_epsilon
+from ldp_client.budget import MAX_MECHANISM_EPSILON, split_epsilon
 from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms import GRRParams
@@ -162,24 +161,25 @@ from ..estimation.kmeans import weighted_kmeans
 from ..estimation.vectors import vector_component, vector_estimates
 from ..storage.base import AccumulateFn
 from .base import (
+    NUMERIC,
     CampaignEngine,
+    Kind,
     RoundOutcome,
     RoundPlan,
     RoundReports,
     load_state,
     numeric_domain,
     pack_state,
-    register_engine,
 )
-from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, estimates_message
+from .common import DEFAULT_CONFIDENCE, MAX_K, MIN_K, campaign_seed
+from .histogram import estimates_message
 
 __all__ = [
+    "KIND",
     "DEFAULT_DATA_SHARE",
     "DEFAULT_ITERATIONS",
     "MAX_ITERATIONS",
-    "MAX_K",
     "MIN_COUNT_Z",
-    "MIN_K",
     "SPLIT_FRACTION",
     "LdpKmeansEngine",
     "LdpKmeansPlan",
@@ -191,7 +191,6 @@ __all__ = [
 
 DEFAULT_ITERATIONS = 5
 DEFAULT_DATA_SHARE = 0.5
-MIN_K, MAX_K = 2, 256
 MAX_ITERATIONS = 20
 #: A center moves only when its estimated count exceeds this many standard errors.
 MIN_COUNT_Z = 2.0
@@ -336,7 +335,6 @@ class LdpKmeansPlan:
     max_reports_per_device: int
 
 
-@register_engine
 class LdpKmeansEngine(CampaignEngine):
     """Engine of ``LDP_KMEANS`` campaigns (module docstring).
 
@@ -354,8 +352,6 @@ class LdpKmeansEngine(CampaignEngine):
         A categorical domain, ``k``, ``iterations`` or ``data_share`` out of range, or a
         component epsilon outside what the mechanisms accept (above 20 under PARTITION).
     """
-
-    KIND: ClassVar[int] = campaigns_pb2.LDP_KMEANS
 
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
@@ -431,7 +427,7 @@ class LdpKmeansEngine(CampaignEngine):
 
     def _seed(self) -> int:
         """Seed of the server's k-means and re-seeding (post-processing: reproducible, needs no secret)."""
-        return int.from_bytes(hashlib.sha256(self.campaign_id.encode()).digest()[:8], "little")
+        return campaign_seed(self.campaign_id)
 
     # -- rounds -----------------------------------------------------------------------------------
 
@@ -574,3 +570,7 @@ class LdpKmeansEngine(CampaignEngine):
         clustering.weights.extend(weights.tolist())
         result.estimates.CopyFrom(estimates)
         return result
+
+
+#: The LDP_KMEANS campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="ldp_kmeans", engine=LdpKmeansEngine, domains=frozenset({NUMERIC}), clustering=True)

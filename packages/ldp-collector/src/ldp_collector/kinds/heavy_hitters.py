@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -59,10 +58,12 @@ from ..estimation.heavy_hitters import (
     next_candidates,
 )
 from ..storage.base import AccumulateFn
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, register_engine
-from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON, aggregator_for, round_aggregators
+from .base import CATEGORICAL, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports
+from .common import DEFAULT_CONFIDENCE, check_report_epsilon
+from .histogram import aggregator_for, round_aggregators
 
 __all__ = [
+    "KIND",
     "DEFAULT_FALSE_POSITIVE_RATE",
     "DEFAULT_MAX_CANDIDATES",
     "MAX_VALUE_BITS",
@@ -95,7 +96,6 @@ def prefix_domain(value_bits: int) -> NumericDomain:
     return NumericDomain(lower=(0.0,), upper=(float(2**value_bits),))
 
 
-@register_engine
 class HeavyHitterEngine(CampaignEngine):
     """Engine of ``HEAVY_HITTERS`` campaigns (module docstring).
 
@@ -114,8 +114,6 @@ class HeavyHitterEngine(CampaignEngine):
         A numeric domain, the SPLIT budget policy, epsilon above 20, or parameters out of range.
     """
 
-    KIND: ClassVar[int] = campaigns_pb2.HEAVY_HITTERS
-
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
         normalized.CopyFrom(config)
@@ -127,10 +125,7 @@ class HeavyHitterEngine(CampaignEngine):
             raise InvalidArgumentError(
                 "heavy-hitter campaigns support the PARTITION budget policy only (all levels report in one round)")
         epsilon = normalized.epsilon
-        if not 0.0 < epsilon <= MAX_MECHANISM_EPSILON:
-            raise InvalidArgumentError(
-                f"a heavy-hitter device spends its whole epsilon in one report, so epsilon must be in "
-                f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+        check_report_epsilon(epsilon, "a heavy-hitter device")
         size = normalized.domain.categorical_size
         params = normalized.heavy_hitters
         needed = max(1, math.ceil(math.log2(size))) if size > 1 else 1
@@ -237,3 +232,6 @@ class HeavyHitterEngine(CampaignEngine):
         result.estimates.CopyFrom(estimates)
         return RoundOutcome(estimates=estimates, result=result, diagnostics=diagnostics)
 
+
+#: The HEAVY_HITTERS campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="heavy_hitters", engine=HeavyHitterEngine, domains=frozenset({CATEGORICAL}))

@@ -34,10 +34,9 @@ Diagnostics
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -50,9 +49,7 @@ from ldp_client.encoders.lsh import ShiftedGridEncoder, SimHashEncoder
 from ldp_client.encoders.projection import RandomProjection
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms import choose_frequency_oracle
-from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, VectorShape
-from ldp_client.mechanisms.vector_box import VectorBoxParams
-from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
@@ -71,26 +68,23 @@ from ..estimation.net_tree import (
     signal_to_noise,
 )
 from ..estimation.vector_sum import bucket_sums
-from .base import CampaignEngine, RoundOutcome, RoundPlan, RoundReports, numeric_domain, register_engine
-from .histogram import DEFAULT_CONFIDENCE, MAX_MECHANISM_EPSILON
+from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
+from .base import NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports, numeric_domain
+from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, campaign_seed, check_report_epsilon
 
 __all__ = [
+    "KIND",
     "DEFAULT_DEPTH",
     "DEFAULT_FALSE_POSITIVE_RATE",
     "DEFAULT_NODE_SHARE",
     "MAX_K",
     "NetTreeEngine",
     "default_bits_per_level",
-    "exact_counts",
-    "exact_sums",
     "leaf_nodes",
-    "lsh_nodes",
     "noiseless_outcome",
-    "vector_shape",
 ]
 
 NT = campaigns_pb2.NetTreeParameters
-MIN_K, MAX_K = 2, 256
 DEFAULT_DEPTH = 4
 MAX_DEPTH = 16
 DEFAULT_NODE_SHARE = 0.5
@@ -106,7 +100,6 @@ GRID_DEFAULT_MAX_DIMENSION = 4
 MAX_NODES = 4096
 MAX_NODE_BITS = 62
 #: The frequency oracle's payload limit (bits), as for the other tree protocols.
-MAX_PAYLOAD_BITS = 1024
 #: Keep threshold floors (``estimation.net_tree.select_nodes``): a node holds at least
 #: ``n / (MASS_FRACTION k)`` devices and ``VECTOR_Z`` times its sum's noise ``sqrt(n M)``.
 MASS_FRACTION = 64.0
@@ -120,14 +113,6 @@ def default_bits_per_level(k: int, depth: int) -> int:
     return max(1, math.ceil((math.log2(k) + 5.0) / depth))
 
 
-def vector_shape(dimension: int, epsilon: float) -> VectorShape:
-    """The randomizer (box or l2 ball) of smaller per-coordinate variance in ``[-1, 1]`` units."""
-    box = VectorBoxParams(dimension=dimension, epsilon=epsilon).variance_bound
-    ball = VectorL2BallParams(dimension=dimension, epsilon=epsilon).variance_bound * dimension
-    return VectorShape.BOX if box <= ball else VectorShape.L2_BALL
-
-
-@register_engine
 class NetTreeEngine(CampaignEngine):
     """Engine of ``NETTREE`` campaigns (module docstring).
 
@@ -148,8 +133,6 @@ class NetTreeEngine(CampaignEngine):
         A categorical domain, epsilon outside (0, 20], or a parameter out of range.
     """
 
-    KIND: ClassVar[int] = campaigns_pb2.NETTREE
-
     def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
         normalized = campaigns_pb2.CampaignConfig()
         normalized.CopyFrom(config)
@@ -157,10 +140,7 @@ class NetTreeEngine(CampaignEngine):
         self.domain = numeric_domain(normalized, "nettree")
         d = self.dimension = self.domain.dimension
         epsilon = normalized.epsilon
-        if not (math.isfinite(epsilon) and 0.0 < epsilon <= MAX_MECHANISM_EPSILON):
-            raise InvalidArgumentError(
-                f"a nettree campaign spends its whole epsilon in one report, so epsilon must be in "
-                f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+        check_report_epsilon(epsilon, "a nettree campaign")
         p = normalized.nettree
         if not MIN_K <= p.k <= MAX_K:
             raise InvalidArgumentError(f"nettree.k must be in [{MIN_K}, {MAX_K}], got {p.k}")
@@ -232,7 +212,7 @@ class NetTreeEngine(CampaignEngine):
             raise InvalidArgumentError(f"nettree: {exc}") from None
 
     def _seed(self) -> int:
-        return int.from_bytes(hashlib.sha256(f"nettree:{self.campaign_id}".encode()).digest()[:8], "little")
+        return campaign_seed(self.campaign_id, "nettree:")
 
     def _node_encoder(self, level: int, seed: int) -> Encoder:
         if self.params.node_map == NT.SHIFTED_GRID:
@@ -400,63 +380,11 @@ class NetTreeEngine(CampaignEngine):
         return out
 
 
-
-def lsh_nodes(encoder: SimHashEncoder | ShiftedGridEncoder, points: NDArray[np.float64]) -> NDArray[np.uint64]:
-    """Every point's value under a public SimHash or shifted-grid encoder, vectorized.
-
-    Bit-identical to the devices' encoders except, at worst, for points lying exactly on a
-    hyperplane or cell boundary (numpy's dot products may round differently from the SDK's sums).
-    """
-    domain = encoder.domain
-    lower = np.asarray(domain.lower, dtype=np.float64)
-    upper = np.asarray(domain.upper, dtype=np.float64)
-    z = 2.0 * np.clip((points - lower) / (upper - lower), 0.0, 1.0) - 1.0
-    if encoder.projection is not None:
-        z = z @ np.asarray(encoder.projection.matrix, dtype=np.float64).T
-    if isinstance(encoder, SimHashEncoder):
-        bits = (z @ np.asarray(encoder.hyperplanes, dtype=np.float64).T >= 0.0).astype(np.uint64)
-        weights = np.left_shift(np.uint64(1), np.arange(encoder.bits - 1, -1, -1, dtype=np.uint64))
-        out: NDArray[np.uint64] = (bits * weights).sum(axis=1, dtype=np.uint64)
-        return out
-    radius = encoder.half_width
-    u = np.clip((z + radius) / (2.0 * radius), 0.0, 1.0)
-    top = (1 << encoder.level) - 1
-    coords = np.minimum(((u + np.asarray(encoder.shift)) * 0.5 * float(1 << encoder.level)).astype(np.int64), top)
-    k = coords.shape[1]
-    index = np.zeros(len(points), dtype=np.uint64)
-    for bit in range(encoder.level):
-        for r in range(k):
-            index |= ((coords[:, r] >> bit) & 1).astype(np.uint64) << np.uint64(bit * k + r)
-    return index
-
-
 def leaf_nodes(engine: NetTreeEngine, points: NDArray[np.float64]) -> NDArray[np.uint64]:
     """Every point's depth-``T`` node under the engine's public node map (:func:`lsh_nodes`)."""
     leaf = engine.node_encoders[-1]
     assert isinstance(leaf, (SimHashEncoder, ShiftedGridEncoder))
     return lsh_nodes(leaf, points)
-
-
-def exact_counts(values: NDArray[np.uint64], candidates: NDArray[np.uint64]) -> NDArray[np.float64]:
-    """How many of ``values`` equal each candidate (the noiseless frequency oracle)."""
-    nodes, counts = np.unique(values, return_counts=True)
-    pos = np.clip(np.searchsorted(nodes, candidates), 0, max(nodes.size - 1, 0))
-    found = nodes[pos] == candidates if nodes.size else np.zeros(candidates.shape, dtype=bool)
-    out: NDArray[np.float64] = np.where(found, counts[pos] if nodes.size else 0, 0).astype(np.float64)
-    return out
-
-
-def exact_sums(values: NDArray[np.uint64], keys: NDArray[np.uint64], rows: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Sum of ``rows`` over the points whose value is each key (the noiseless bucketized sum)."""
-    if keys.size == 0:
-        return np.zeros((0, rows.shape[1]))
-    order = np.argsort(keys)
-    pos = np.clip(np.searchsorted(keys[order], values), 0, keys.size - 1)
-    member = keys[order][pos] == values
-    index = order[pos[member]]
-    out: NDArray[np.float64] = np.column_stack(
-        [np.bincount(index, weights=rows[member, j], minlength=keys.size) for j in range(rows.shape[1])])
-    return out
 
 
 def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
@@ -482,3 +410,7 @@ def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
         return exact_sums(leaves, nodes, y)
 
     return engine.server_step(n, estimate, leaf_sums, vector_variance=0.0)
+
+
+#: The NETTREE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
+KIND = Kind(name="nettree", engine=NetTreeEngine, domains=frozenset({NUMERIC}), clustering=True)

@@ -1,0 +1,77 @@
+"""What the two LSH-tree kinds (NETTREE, STEMMER) share: the vector randomizer choice and the noiseless oracles.
+
+:func:`lsh_nodes` computes the public node of every point under a SimHash or shifted-grid encoder,
+vectorized; :func:`exact_counts` and :func:`exact_sums` are the frequency oracle and the bucketized
+sum at epsilon = infinity, with which both kinds' ``noiseless_outcome`` measure the algorithm's own
+approximation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldp_client.encoders.lsh import ShiftedGridEncoder, SimHashEncoder
+from ldp_client.mechanisms.bucketized_vector import VectorShape
+from ldp_client.mechanisms.vector_box import VectorBoxParams
+from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
+
+__all__ = ["exact_counts", "exact_sums", "lsh_nodes", "vector_shape"]
+
+
+def vector_shape(dimension: int, epsilon: float) -> VectorShape:
+    """The randomizer (box or l2 ball) of smaller per-coordinate variance in ``[-1, 1]`` units."""
+    box = VectorBoxParams(dimension=dimension, epsilon=epsilon).variance_bound
+    ball = VectorL2BallParams(dimension=dimension, epsilon=epsilon).variance_bound * dimension
+    return VectorShape.BOX if box <= ball else VectorShape.L2_BALL
+
+
+def lsh_nodes(encoder: SimHashEncoder | ShiftedGridEncoder, points: NDArray[np.float64]) -> NDArray[np.uint64]:
+    """Every point's value under a public SimHash or shifted-grid encoder, vectorized.
+
+    Bit-identical to the devices' encoders except, at worst, for points lying exactly on a
+    hyperplane or cell boundary (numpy's dot products may round differently from the SDK's sums).
+    """
+    domain = encoder.domain
+    lower = np.asarray(domain.lower, dtype=np.float64)
+    upper = np.asarray(domain.upper, dtype=np.float64)
+    z = 2.0 * np.clip((points - lower) / (upper - lower), 0.0, 1.0) - 1.0
+    if encoder.projection is not None:
+        z = z @ np.asarray(encoder.projection.matrix, dtype=np.float64).T
+    if isinstance(encoder, SimHashEncoder):
+        bits = (z @ np.asarray(encoder.hyperplanes, dtype=np.float64).T >= 0.0).astype(np.uint64)
+        weights = np.left_shift(np.uint64(1), np.arange(encoder.bits - 1, -1, -1, dtype=np.uint64))
+        out: NDArray[np.uint64] = (bits * weights).sum(axis=1, dtype=np.uint64)
+        return out
+    radius = encoder.half_width
+    u = np.clip((z + radius) / (2.0 * radius), 0.0, 1.0)
+    top = (1 << encoder.level) - 1
+    coords = np.minimum(((u + np.asarray(encoder.shift)) * 0.5 * float(1 << encoder.level)).astype(np.int64), top)
+    k = coords.shape[1]
+    index = np.zeros(len(points), dtype=np.uint64)
+    for bit in range(encoder.level):
+        for r in range(k):
+            index |= ((coords[:, r] >> bit) & 1).astype(np.uint64) << np.uint64(bit * k + r)
+    return index
+
+
+def exact_counts(values: NDArray[np.uint64], candidates: NDArray[np.uint64]) -> NDArray[np.float64]:
+    """How many of ``values`` equal each candidate (the noiseless frequency oracle)."""
+    nodes, counts = np.unique(values, return_counts=True)
+    pos = np.clip(np.searchsorted(nodes, candidates), 0, max(nodes.size - 1, 0))
+    found = nodes[pos] == candidates if nodes.size else np.zeros(candidates.shape, dtype=bool)
+    out: NDArray[np.float64] = np.where(found, counts[pos] if nodes.size else 0, 0).astype(np.float64)
+    return out
+
+
+def exact_sums(values: NDArray[np.uint64], keys: NDArray[np.uint64], rows: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Sum of ``rows`` over the points whose value is each key (the noiseless bucketized sum)."""
+    if keys.size == 0:
+        return np.zeros((0, rows.shape[1]))
+    order = np.argsort(keys)
+    pos = np.clip(np.searchsorted(keys[order], values), 0, keys.size - 1)
+    member = keys[order][pos] == values
+    index = order[pos[member]]
+    out: NDArray[np.float64] = np.column_stack(
+        [np.bincount(index, weights=rows[member, j], minlength=keys.size) for j in range(rows.shape[1])])
+    return out

@@ -1,0 +1,68 @@
+"""Constants and checks that several campaign kinds share, defined once.
+
+A kind module takes from here what it shares with others (the range of ``k``, the payload cap of
+a round's frequency oracles, the level of the stored intervals, the per-campaign seed of the
+server's post-processing, the one-report epsilon check, the numeric-domain check); what only one
+kind uses stays in its module. The cap on one mechanism's epsilon is the SDK's
+(:data:`ldp_client.budget.MAX_MECHANISM_EPSILON`): the two sides never keep a copy of a constant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from ldp_client.budget import MAX_MECHANISM_EPSILON
+from ldp_client.encoders.base import NumericDomain
+from ldp_client.errors import InvalidParameterError
+
+from ..errors import InvalidArgumentError
+
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "MAX_K",
+    "MAX_PAYLOAD_BITS",
+    "MIN_K",
+    "campaign_seed",
+    "check_report_epsilon",
+    "numeric_domain",
+]
+
+#: Range of the number of clusters of the clustering kinds (LAPLACE also takes k = 1).
+MIN_K, MAX_K = 2, 256
+#: Level of the intervals stored with the estimates (``GetEstimates`` can recompute others).
+DEFAULT_CONFIDENCE = 0.95
+#: Bits per report available to the frequency oracles of the multi-level clustering kinds.
+MAX_PAYLOAD_BITS = 1024
+
+
+def campaign_seed(campaign_id: str, salt: str = "") -> int:
+    """Seed of a campaign's server-side post-processing (k-means restarts, projections, shifts).
+
+    ``sha256(salt + campaign_id)``'s first 8 bytes, little-endian: reproducible from the public
+    campaign id and needing no secret, since everything it seeds is post-processing or public
+    geometry. ``salt`` (``"nettree:"``, ...) keeps the kinds' streams apart.
+    """
+    return int.from_bytes(hashlib.sha256(f"{salt}{campaign_id}".encode()).digest()[:8], "little")
+
+
+def check_report_epsilon(epsilon: float, who: str) -> None:
+    """Refuse an epsilon one report cannot spend: ``who`` names the spender (``"a nettree campaign"``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``epsilon`` outside ``(0, MAX_MECHANISM_EPSILON]`` (NaN included).
+    """
+    if not 0.0 < epsilon <= MAX_MECHANISM_EPSILON:  # NaN fails the comparison
+        raise InvalidArgumentError(
+            f"{who} spends its whole epsilon in one report, so epsilon must be in "
+            f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+
+
+def numeric_domain(lower: Sequence[float], upper: Sequence[float]) -> NumericDomain:
+    """The SDK's :class:`NumericDomain` of public bounds; ``InvalidArgumentError`` (``domain.numeric: ...``) if refused."""
+    try:
+        return NumericDomain(lower=tuple(lower), upper=tuple(upper))
+    except InvalidParameterError as exc:
+        raise InvalidArgumentError(f"domain.numeric: {exc}") from None
