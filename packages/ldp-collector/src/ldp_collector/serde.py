@@ -1,0 +1,195 @@
+"""The collector's protobuf boundary: :mod:`ldp_collector.model` <-> ``ldp.v1`` messages.
+
+The SDK's :mod:`ldp_client.serde` converts specs, mechanisms, encoders and reports; this module
+converts the collector's own messages (campaign configurations, estimates, results, campaigns) with
+it. Together with the service and the operator client, it is the only collector code that imports
+generated protobuf classes; kinds, ``core``, storage, the simulator and plotting work on the model.
+
+Stored configurations, results and estimates are the serialized messages
+(:func:`config_to_bytes` ...), so the database format is the wire format.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import timestamp_pb2
+from google.protobuf.message import DecodeError
+
+from ldp.v1 import campaigns_pb2
+from ldp_client.clusters import CellClusterModel
+from ldp_client.errors import ProtocolError
+from ldp_client.serde import (
+    encoder_from_proto,
+    encoder_to_proto,
+    mechanism_from_proto,
+    mechanism_to_proto,
+    spec_from_proto,
+    spec_to_proto,
+)
+
+from .errors import InvalidArgumentError
+from .model import (
+    Clustering,
+    Estimate,
+    Estimates,
+    HeavyHitter,
+    Result,
+)
+
+__all__ = [
+    "estimates_from_bytes",
+    "estimates_from_proto",
+    "estimates_to_bytes",
+    "estimates_to_proto",
+    "kind_name",
+    "kind_number",
+    "result_from_bytes",
+    "result_from_proto",
+    "result_to_bytes",
+    "result_to_proto",
+    "timestamp",
+]
+
+_KIND = campaigns_pb2.CampaignKind
+
+
+def kind_name(number: int) -> str:
+    """The kind name of a ``CampaignKind`` number (``"histogram"``; ``""`` for UNSPECIFIED).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A number the proto does not define.
+    """
+    if number == campaigns_pb2.CAMPAIGN_KIND_UNSPECIFIED:
+        return ""
+    try:
+        return _KIND.Name(number).lower()  # type: ignore[arg-type]
+    except ValueError:
+        raise InvalidArgumentError(f"kind {number} is not a known campaign kind") from None
+
+
+def kind_number(name: str) -> int:
+    """The ``CampaignKind`` number of a kind name (``0`` for ``""``)."""
+    if not name:
+        return campaigns_pb2.CAMPAIGN_KIND_UNSPECIFIED
+    try:
+        return int(_KIND.Value(name.upper()))
+    except ValueError:
+        raise InvalidArgumentError(f"kind {name!r} is not a known campaign kind") from None
+
+
+def timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+    """A ``google.protobuf.Timestamp`` for Unix ``seconds``."""
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(round(seconds * 1e9))
+    return ts
+
+
+def _seconds(ts: timestamp_pb2.Timestamp) -> float:
+    return ts.seconds + ts.nanos * 1e-9
+
+
+# -- estimates and results -----------------------------------------------------------------------
+
+def estimates_to_proto(estimates: Estimates) -> campaigns_pb2.Estimates:
+    """The ``ldp.v1.Estimates`` of model estimates."""
+    message = campaigns_pb2.Estimates(
+        campaign_id=estimates.campaign_id, round=estimates.round, reports=estimates.reports,
+        confidence=estimates.confidence, warnings=list(estimates.warnings), consistent=estimates.consistent)
+    if estimates.mechanism is not None:
+        message.mechanism.CopyFrom(mechanism_to_proto(estimates.mechanism))
+    if estimates.encoder is not None:
+        message.encoder.CopyFrom(encoder_to_proto(estimates.encoder))
+    message.estimates.extend(
+        campaigns_pb2.Estimate(value=e.value, count=e.count, std_error=e.std_error, ci_lower=e.ci_lower,
+                               ci_upper=e.ci_upper)
+        for e in estimates.estimates)
+    return message
+
+
+def estimates_from_proto(message: campaigns_pb2.Estimates) -> Estimates:
+    """The model of an ``ldp.v1.Estimates`` (``ProtocolError`` on a mechanism or encoder the SDK refuses)."""
+    return Estimates(
+        campaign_id=message.campaign_id, round=message.round, reports=message.reports,
+        mechanism=mechanism_from_proto(message.mechanism) if message.HasField("mechanism") else None,
+        encoder=encoder_from_proto(message.encoder) if message.HasField("encoder") else None,
+        confidence=message.confidence,
+        estimates=tuple(Estimate(value=e.value, count=e.count, std_error=e.std_error, ci_lower=e.ci_lower,
+                                 ci_upper=e.ci_upper) for e in message.estimates),
+        warnings=tuple(message.warnings), consistent=message.consistent)
+
+
+def estimates_to_bytes(estimates: Estimates) -> bytes:
+    """The stored form of a round's estimates."""
+    return estimates_to_proto(estimates).SerializeToString()
+
+
+def estimates_from_bytes(blob: bytes, *, where: str = "estimates") -> Estimates:
+    """Stored estimates; ``RuntimeError`` when unreadable."""
+    message = campaigns_pb2.Estimates()
+    try:
+        message.ParseFromString(blob)
+        return estimates_from_proto(message)
+    except (DecodeError, ProtocolError) as exc:
+        raise RuntimeError(f"stored {where} are unreadable: {exc}") from exc
+
+
+def _clustering_to_proto(clustering: Clustering) -> campaigns_pb2.Clustering:
+    message = campaigns_pb2.Clustering(k=clustering.k, dimension=clustering.dimension,
+                                       centers=list(clustering.centers), weights=list(clustering.weights),
+                                       fuzzifier=clustering.fuzzifier)
+    if clustering.cell_map is not None:
+        spec_to_proto(clustering.cell_map, message.cell_map, where="clustering.cell_map")
+    return message
+
+
+def _clustering_from_proto(message: campaigns_pb2.Clustering) -> Clustering:
+    cell_map = None
+    if message.HasField("cell_map"):
+        cell_map = spec_from_proto(CellClusterModel, message.cell_map, where="clustering.cell_map")
+    return Clustering(k=message.k, dimension=message.dimension, centers=tuple(message.centers),
+                      weights=tuple(message.weights), cell_map=cell_map,  # type: ignore[arg-type]
+                      fuzzifier=message.fuzzifier)
+
+
+def result_to_proto(result: Result) -> campaigns_pb2.Result:
+    """The ``ldp.v1.Result`` of a model result."""
+    message = campaigns_pb2.Result(
+        campaign_id=result.campaign_id, state=int(result.state),  # type: ignore[arg-type]
+        heavy_hitters=[campaigns_pb2.HeavyHitter(value=h.value, count=h.count, std_error=h.std_error)
+                       for h in result.heavy_hitters],
+        diagnostics=dict(result.diagnostics), warnings=list(result.warnings))
+    if result.estimates is not None:
+        message.estimates.CopyFrom(estimates_to_proto(result.estimates))
+    if result.clustering is not None:
+        message.clustering.CopyFrom(_clustering_to_proto(result.clustering))
+    if result.finished_at is not None:
+        message.finished_at.CopyFrom(timestamp(result.finished_at))
+    return message
+
+
+def result_from_proto(message: campaigns_pb2.Result) -> Result:
+    """The model of an ``ldp.v1.Result`` (``ProtocolError`` on parts the SDK refuses)."""
+    return Result(
+        campaign_id=message.campaign_id, state=message.state,
+        estimates=estimates_from_proto(message.estimates) if message.HasField("estimates") else None,
+        heavy_hitters=tuple(HeavyHitter(value=h.value, count=h.count, std_error=h.std_error)
+                            for h in message.heavy_hitters),
+        clustering=_clustering_from_proto(message.clustering) if message.HasField("clustering") else None,
+        diagnostics=dict(message.diagnostics), warnings=tuple(message.warnings),
+        finished_at=_seconds(message.finished_at) if message.HasField("finished_at") else None)
+
+
+def result_to_bytes(result: Result) -> bytes:
+    """The stored form of a result."""
+    return result_to_proto(result).SerializeToString()
+
+
+def result_from_bytes(blob: bytes, *, where: str = "result") -> Result:
+    """A stored result; ``RuntimeError`` when unreadable."""
+    message = campaigns_pb2.Result()
+    try:
+        message.ParseFromString(blob)
+        return result_from_proto(message)
+    except (DecodeError, ProtocolError) as exc:
+        raise RuntimeError(f"stored {where} is unreadable: {exc}") from exc
