@@ -60,7 +60,7 @@ def test_mirrors_its_message(name: str) -> None:
     kind = KINDS[name]
     cls: Any = kind.params
     assert issubclass(cls, KindParams) and issubclass(cls, Spec)
-    assert cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert cls.__dataclass_params__.frozen
     assert all(f.kw_only for f in dataclasses.fields(cls))
     descriptor = _message(kind).DESCRIPTOR
     assert [f.name for f in dataclasses.fields(cls)] == [f.name for f in descriptor.fields]
