@@ -19,7 +19,7 @@ from ldp_client.encoders.bitvector import BitVectorEncoder
 from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
 from ldp_client.payload import pack_bits
 from ldp_client.rng import SeededRng
-from ldp_collector.campaigns import prepare_campaign
+from ldp_collector.campaigns import make_engine, prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.bitvector import (
@@ -34,7 +34,7 @@ from ldp_collector.estimation.bitvector import (
     unpack_bit_payloads,
 )
 from ldp_collector.kinds import bitvector as bitvector_engine
-from ldp_collector.kinds.bitvector import HALF_WIDTH_FACTOR, BitVectorEngine
+from ldp_collector.kinds.bitvector import HALF_WIDTH_FACTOR
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import numeric_bounds
@@ -242,7 +242,7 @@ def test_dbscan_in_encoded_space_finds_separated_blobs_from_exact_bits() -> None
 ])
 def test_validation_names_the_field(config: campaigns_pb2.CampaignConfig, message: str) -> None:
     with pytest.raises(InvalidArgumentError) as info:
-        BitVectorEngine("c", config)
+        make_engine(config)
     assert message in str(info.value)
 
 
@@ -251,7 +251,7 @@ def test_categorical_domain_is_rejected() -> None:
                                           domain=campaigns_pb2.Domain(categorical_size=10))
     config.bitvector.k = 3
     with pytest.raises(InvalidArgumentError, match="numeric domain"):
-        BitVectorEngine("c", config)
+        make_engine(config)
 
 
 def test_defaults_and_round_spec() -> None:

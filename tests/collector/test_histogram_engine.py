@@ -29,7 +29,7 @@ from ldp_client.report import Report
 from ldp_client.rng import SeededRng
 from ldp_client.serde import encoder_to_proto, mechanism_to_proto
 from ldp_client.spec import RoundSpec
-from ldp_collector.campaigns import prepare_campaign
+from ldp_collector.campaigns import make_engine, prepare_campaign
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.kinds import KINDS
@@ -158,7 +158,7 @@ def test_bad_parameters(mutate: Any, message: str) -> None:
     c = config()
     mutate(c)
     with pytest.raises(InvalidArgumentError, match=message):
-        HistogramEngine("h", c)
+        make_engine(c)
 
 
 def test_bad_numeric_grid() -> None:
@@ -167,11 +167,11 @@ def test_bad_numeric_grid() -> None:
         domain=campaigns_pb2.Domain(numeric=encoders_pb2.NumericDomain(lower=[0, 0, 0], upper=[1, 1, 1])))
     c.histogram.cells_per_dimension.extend([2, 2])
     with pytest.raises(InvalidArgumentError, match="1 or 3 entries"):
-        HistogramEngine("g", c)
+        make_engine(c)
     del c.histogram.cells_per_dimension[:]
     c.histogram.cells_per_dimension.append(300)
     with pytest.raises(InvalidArgumentError, match="at most"):
-        HistogramEngine("g", c)
+        make_engine(c)
 
 
 # --------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from ldp_client.errors import ProtocolError
 from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.payload import Integers, payload_to_wire
 from ldp_client.serde import cluster_model_from_proto
-from ldp_collector.campaigns import prepare_campaign
+from ldp_collector.campaigns import make_engine, prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.kinds import KINDS
@@ -107,7 +107,7 @@ def test_needs_a_numeric_domain() -> None:
 def test_epsilon_above_twenty_is_refused() -> None:
     # The engine's own check (the shared checks may cap the campaign budget elsewhere).
     with pytest.raises(InvalidArgumentError, match=r"epsilon must be in \(0, 20\], got 25"):
-        LaplaceEngine("c", laplace_config(epsilon=25.0))
+        make_engine(laplace_config(epsilon=25.0))
 
 
 def test_other_kinds_parameters_are_refused() -> None:

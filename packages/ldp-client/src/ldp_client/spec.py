@@ -3,6 +3,11 @@
 These are the plain-data twins of ``ldp.v1.RoundSpec`` and its parts. A device validates a spec
 on construction (shapes, ranges, encoder/mechanism compatibility) and against its own policy
 before it reports.
+
+:class:`Spec` (defined in ``ldp_client._spec``) is the public base of every such plain-data twin:
+a frozen ``kw_only`` dataclass with the field names of its ``ldp.v1`` message, which
+:mod:`ldp_client.serde` converts generically. Code outside the SDK that mirrors a message the same
+way (the collector's campaign parameters) imports it from here.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from .encoders.base import ENCODERS, Encoder
 from .errors import InvalidParameterError, ProtocolError
 from .mechanisms.base import MECHANISMS, MechanismParams
 
-__all__ = ["ROUND_NOT_OPEN_REASON", "Component", "GroupTask", "RoundNotOpen", "RoundSpec", "check_campaign_id"]
+__all__ = ["ROUND_NOT_OPEN_REASON", "Component", "GroupTask", "RoundNotOpen", "RoundSpec", "Spec", "check_campaign_id"]
 
 MAX_GROUPS = 4096
 MAX_COMPONENTS = 8

@@ -1,8 +1,9 @@
 """Campaign configuration: validation, defaults, and the record <-> ``ldp.v1`` message helpers.
 
 :func:`prepare_campaign` is what ``CreateCampaign`` runs before anything is stored: it checks the
-fields every kind shares (kind, domain, epsilon, thresholds, labels), fills the defaults, and lets
-the kind's engine check and complete its own parameters. The remaining functions convert the
+fields every kind shares (kind, domain, epsilon, thresholds, labels), fills the defaults, and has
+the kind's parameters dataclass check and complete its own (``resolve``): the configuration it
+stores carries them resolved, written back through :func:`ldp_collector.serde.params_to_proto`. The remaining functions convert the
 storage records of :mod:`ldp_collector.storage.base` into ``ldp.v1`` messages; protobuf types stop
 here and in the engines' result builders (STYLE.md §2).
 
@@ -24,8 +25,10 @@ from ldp_client.errors import InvalidParameterError
 from ldp_client.serde import round_spec_to_proto
 from ldp_client.spec import MAX_EPSILON_PER_CAMPAIGN, RoundSpec, check_campaign_id
 
+from . import serde
 from .errors import InvalidArgumentError
 from .kinds import KINDS, CampaignEngine, kind_for
+from .kinds.base import KindParams
 from .kinds.common import numeric_domain
 from .storage.base import CampaignRecord, RoundRecord
 
@@ -44,6 +47,7 @@ __all__ = [
     "new_campaign_id",
     "parse_config",
     "prepare_campaign",
+    "resolve_params",
     "round_status",
     "state_to_proto",
     "timestamp",
@@ -99,7 +103,7 @@ def _check_common(config: campaigns_pb2.CampaignConfig) -> None:
     kind = config.kind
     if kind == campaigns_pb2.CAMPAIGN_KIND_UNSPECIFIED:
         raise InvalidArgumentError(f"kind is required; known kinds: {sorted(KINDS)}")
-    expected = kind_for(kind).name  # the kind's CampaignConfig.parameters oneof field
+    kind_for(kind)  # a known, implemented kind
 
     eps = config.epsilon
     if not math.isfinite(eps) or not 0.0 < eps <= MAX_EPSILON_PER_CAMPAIGN:
@@ -138,11 +142,6 @@ def _check_common(config: campaigns_pb2.CampaignConfig) -> None:
                 f"label keys must be 1 to {MAX_LABEL_CHARS} characters and values at most {MAX_LABEL_CHARS}, "
                 f"got {key[:40]!r}")
 
-    chosen = config.WhichOneof("parameters")
-    if chosen is not None and chosen != expected:
-        raise InvalidArgumentError(
-            f"a {kind_name(kind)} campaign takes {expected} parameters, got {chosen}")
-
 
 class PreparedCampaign:
     """A validated configuration with its defaults filled, and the engine built from it.
@@ -166,7 +165,8 @@ def prepare_campaign(config: campaigns_pb2.CampaignConfig) -> PreparedCampaign:
     """Validate ``config``, fill its defaults and build its engine; the input is not modified.
 
     Defaults: a random campaign id when empty, budget policy PARTITION, ``min_reports_per_round``
-    1, and whatever the kind's engine fills into its parameters.
+    1, and the kind's parameters as their ``resolve`` fills them (written into the stored
+    configuration's ``parameters`` oneof).
 
     Raises
     ------
@@ -190,13 +190,33 @@ def prepare_campaign(config: campaigns_pb2.CampaignConfig) -> PreparedCampaign:
         out.budget_policy = campaigns_pb2.PARTITION
     if out.min_reports_per_round == 0:
         out.min_reports_per_round = DEFAULT_MIN_REPORTS_PER_ROUND
-    engine = make_engine(out)
-    return PreparedCampaign(engine.config, engine)
+    kind = kind_for(out.kind)
+    params = resolve_params(out)
+    serde.params_to_proto(kind.name, params, out)
+    return PreparedCampaign(out, kind.engine(out.campaign_id, out, params))
+
+
+def resolve_params(config: campaigns_pb2.CampaignConfig) -> KindParams:
+    """The kind's parameters of ``config`` (all defaults when it sets none), resolved against it.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Another kind's parameters, or parameters the kind refuses.
+    """
+    kind = kind_for(config.kind)
+    return (serde.params_from_proto(kind.name, config) or kind.params()).resolve(config)
 
 
 def make_engine(config: campaigns_pb2.CampaignConfig) -> CampaignEngine:
-    """The engine of a (validated) configuration; engines raise ``InvalidArgumentError`` on bad parameters."""
-    return kind_for(config.kind).engine(config.campaign_id, config)
+    """The engine of a (validated) configuration, on its resolved parameters.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Parameters the kind refuses.
+    """
+    return kind_for(config.kind).engine(config.campaign_id, config, resolve_params(config))
 
 
 def parse_config(record: CampaignRecord) -> campaigns_pb2.CampaignConfig:

@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ldp_client._spec import Spec
 from ldp_client.clusters import CellClusterModel
 from ldp_client.encoders.base import Encoder, NumericDomain
 from ldp_client.mechanisms.base import MechanismParams
-from ldp_client.spec import RoundSpec
+from ldp_client.spec import RoundSpec, Spec
 
 __all__ = [
     "BudgetPolicy",

@@ -11,6 +11,8 @@ Stored configurations, results and estimates are the serialized messages
 
 from __future__ import annotations
 
+from typing import cast
+
 from google.protobuf import timestamp_pb2
 from google.protobuf.message import DecodeError
 
@@ -27,6 +29,8 @@ from ldp_client.serde import (
 )
 
 from .errors import InvalidArgumentError
+from .kinds import KINDS
+from .kinds.base import KindParams
 from .model import (
     Clustering,
     Estimate,
@@ -42,6 +46,8 @@ __all__ = [
     "estimates_to_proto",
     "kind_name",
     "kind_number",
+    "params_from_proto",
+    "params_to_proto",
     "result_from_bytes",
     "result_from_proto",
     "result_to_bytes",
@@ -87,6 +93,35 @@ def timestamp(seconds: float) -> timestamp_pb2.Timestamp:
 
 def _seconds(ts: timestamp_pb2.Timestamp) -> float:
     return ts.seconds + ts.nanos * 1e-9
+
+
+# -- kind parameters -----------------------------------------------------------------------------
+
+def params_from_proto(kind_name: str, config: campaigns_pb2.CampaignConfig) -> KindParams | None:
+    """The kind's parameters dataclass of ``config``'s ``parameters`` oneof; ``None`` when none is set.
+
+    Raises
+    ------
+    InvalidArgumentError
+        The oneof holds another kind's parameters (``"a histogram campaign takes histogram
+        parameters, got grid"``).
+    """
+    chosen = config.WhichOneof("parameters")
+    if chosen is None:
+        return None
+    if chosen != kind_name:
+        raise InvalidArgumentError(f"a {kind_name} campaign takes {kind_name} parameters, got {chosen}")
+    try:
+        return cast(KindParams, spec_from_proto(KINDS[kind_name].params, getattr(config, chosen), where=chosen))
+    except ProtocolError as exc:  # pragma: no cover - the dataclasses mirror the messages field for field
+        raise InvalidArgumentError(str(exc)) from None
+
+
+def params_to_proto(kind_name: str, params: KindParams, config: campaigns_pb2.CampaignConfig) -> None:
+    """Write ``params`` into ``config``'s ``parameters`` oneof as its ``kind_name`` member (replacing any)."""
+    message = getattr(config, kind_name)
+    message.Clear()
+    spec_to_proto(params, message, where=kind_name)
 
 
 # -- estimates and results -----------------------------------------------------------------------

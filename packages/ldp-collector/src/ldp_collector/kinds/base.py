@@ -1,7 +1,9 @@
 """The contract every campaign kind implements: ``first_round`` and ``close_round``.
 
-An engine is a pure, server-side state machine: it turns a validated ``ldp.v1.CampaignConfig``
-into the first :class:`~ldp_client.spec.RoundSpec`, and each closed round's reports into either
+A kind's parameters are a frozen :class:`KindParams` dataclass that mirrors its ``ldp.v1.*Parameters``
+message field for field; its one verb, ``resolve``, validates them against the campaign and fills
+the collector's defaults. An engine is a pure, server-side state machine: it turns a validated
+``ldp.v1.CampaignConfig`` and the resolved parameters into the first :class:`~ldp_client.spec.RoundSpec`, and each closed round's reports into either
 the next round's spec (the *feedback*) or the final ``ldp.v1.Result``. It never touches gRPC or
 the database directly, so it is unit-testable with the in-process simulator.
 """
@@ -11,21 +13,21 @@ from __future__ import annotations
 import abc
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import msgpack
 
 from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.errors import ProtocolError
-from ldp_client.spec import RoundSpec
+from ldp_client.spec import RoundSpec, Spec
 
 from ..errors import InvalidArgumentError
 from ..storage.base import AccumulateFn, StoredReport
 from .common import numeric_domain as checked_domain
 
-__all__ = ["CATEGORICAL", "NUMERIC", "CampaignEngine", "Kind", "RoundOutcome", "RoundPlan", "RoundReports", "load_state",
-           "numeric_domain", "pack_state"]
+__all__ = ["CATEGORICAL", "NUMERIC", "CampaignEngine", "Kind", "KindParams", "RoundOutcome", "RoundPlan", "RoundReports",
+           "load_state", "numeric_domain", "pack_state"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,13 +65,51 @@ class RoundReports(abc.ABC):
         """The round's accumulator blobs (as kept by the engine's ``accumulate_fn``)."""
 
 
-class CampaignEngine(abc.ABC):
-    """Base of every campaign kind's engine (one module per kind under ``ldp_collector.kinds``)."""
+class KindParams(Spec):
+    """Base of a kind's parameters: a frozen ``kw_only`` dataclass mirroring its ``ldp.v1.*Parameters``.
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
-        """Validate ``config`` (raise ``InvalidArgumentError`` naming the bad field)."""
+    Field names, proto enums (as :class:`~ldp_collector.kinds.common.ProtoEnum`), tuples for
+    repeated fields and defaults (0 / UNSPECIFIED: "the collector's default") are the message's,
+    so :mod:`ldp_collector.serde` converts them generically.
+    """
+
+    def resolve(self, config: campaigns_pb2.CampaignConfig) -> Self:
+        """These parameters checked against the campaign, with every collector default filled in.
+
+        The only place a kind validates its parameters and fills their defaults; the result is what
+        the engine runs on and what the stored configuration records, and resolving it again gives
+        it back unchanged.
+
+        Parameters
+        ----------
+        config : ldp.v1.CampaignConfig
+            The campaign (epsilon, domain, budget policy), its shared fields already checked.
+
+        Raises
+        ------
+        InvalidArgumentError
+            Naming the field at fault and its allowed range.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement resolve")
+
+
+class CampaignEngine(abc.ABC):
+    """Base of every campaign kind's engine (one module per kind under ``ldp_collector.kinds``).
+
+    Parameters
+    ----------
+    campaign_id : str
+    config : ldp.v1.CampaignConfig
+        The validated configuration (its kind parameters already resolved).
+    params : KindParams
+        The kind's parameters as returned by their ``resolve``; engines read these, never the
+        configuration's ``parameters`` oneof.
+    """
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: KindParams) -> None:
         self.campaign_id = campaign_id
         self.config = config
+        self.params = params
 
     @abc.abstractmethod
     def first_round(self) -> RoundPlan:
@@ -102,6 +142,9 @@ class Kind:
         ``CampaignConfig.parameters`` oneof field and its ``RoundSpec.kind`` (``"ldp_kmeans"``).
     engine : type[CampaignEngine]
         The kind's engine.
+    params : type[KindParams]
+        The kind's parameters (its ``CampaignConfig.parameters`` member); ``params()`` is the
+        all-defaults value of a configuration that sets none.
     domains : frozenset of str
         The ``Domain`` shapes the kind takes: :data:`NUMERIC` points with public bounds and/or
         :data:`CATEGORICAL` values.
@@ -111,6 +154,7 @@ class Kind:
 
     name: str
     engine: type[CampaignEngine]
+    params: type[KindParams]
     domains: frozenset[str]
     clustering: bool = False
 

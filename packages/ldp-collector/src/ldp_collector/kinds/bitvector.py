@@ -42,6 +42,7 @@ Cost
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -62,8 +63,8 @@ from ..estimation.bitvector import (
     public_pivots,
     unpack_bit_payloads,
 )
-from .base import NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports, numeric_domain
-from .common import MAX_K, MIN_K, campaign_seed, check_report_epsilon
+from .base import NUMERIC, CampaignEngine, Kind, KindParams, RoundOutcome, RoundPlan, RoundReports, numeric_domain
+from .common import MAX_K, MIN_K, ProtoEnum, campaign_seed, check_report_epsilon
 
 __all__ = [
     "KIND",
@@ -72,7 +73,9 @@ __all__ = [
     "MAX_PIVOTS_PER_ATTRIBUTE",
     "MAX_REPORT_BITS",
     "MIN_PIVOTS_PER_ATTRIBUTE",
+    "BitVectorAlgorithm",
     "BitVectorEngine",
+    "BitVectorParams",
     "layout_of",
 ]
 
@@ -91,8 +94,6 @@ MAX_REPORT_BITS = 4096
 #: theta_j / s_j (module docstring).
 HALF_WIDTH_FACTOR = 63 / 64
 
-_KMEANS = campaigns_pb2.BitVectorParameters.KMEANS
-_DBSCAN = campaigns_pb2.BitVectorParameters.DBSCAN
 
 
 def layout_of(encoder: BitVectorEncoder) -> BitVectorLayout:
@@ -102,6 +103,59 @@ def layout_of(encoder: BitVectorEncoder) -> BitVectorLayout:
                            pivots=encoder.attribute_pivots, half_widths=encoder.half_widths)
 
 
+class BitVectorAlgorithm(ProtoEnum):
+    """``ldp.v1.BitVectorParameters.Algorithm``: the clustering run on the estimated bit vectors."""
+
+    ALGORITHM_UNSPECIFIED = 0
+    KMEANS = 1
+    DBSCAN = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class BitVectorParams(KindParams):
+    """``ldp.v1.BitVectorParameters``; :meth:`resolve` fills the pivots and the algorithm.
+
+    Attributes
+    ----------
+    k : int
+        Number of clusters, in [2, 256] (required).
+    pivots_per_attribute : int
+        Pivots per attribute, in [2, 64] with at most 4096 bits in total (0 = ``min(8, 4096 // d)``).
+    algorithm : BitVectorAlgorithm
+        UNSPECIFIED: KMEANS.
+    """
+
+    k: int = 0
+    pivots_per_attribute: int = 0
+    algorithm: BitVectorAlgorithm = BitVectorAlgorithm.ALGORITHM_UNSPECIFIED
+
+    def resolve(self, config: campaigns_pb2.CampaignConfig) -> BitVectorParams:
+        """The parameters with every default filled in (see :meth:`KindParams.resolve`).
+
+        Raises
+        ------
+        InvalidArgumentError
+            A categorical domain, epsilon outside (0, 20], ``k`` outside [2, 256],
+            ``pivots_per_attribute`` outside [2, 64] or above 4096 bits in total, an unknown algorithm.
+        """
+        d = numeric_domain(config, "bitvector").dimension
+        check_report_epsilon(config.epsilon, "a bitvector campaign")
+        if not MIN_K <= self.k <= MAX_K:
+            raise InvalidArgumentError(f"bitvector.k must be in [{MIN_K}, {MAX_K}], got {self.k}")
+        cap = MAX_REPORT_BITS // d
+        pivots = self.pivots_per_attribute or min(DEFAULT_PIVOTS_PER_ATTRIBUTE, cap)
+        high = min(MAX_PIVOTS_PER_ATTRIBUTE, cap)
+        if not MIN_PIVOTS_PER_ATTRIBUTE <= pivots <= high:
+            raise InvalidArgumentError(
+                f"bitvector.pivots_per_attribute must be in [{MIN_PIVOTS_PER_ATTRIBUTE}, {high}] "
+                f"(at most {MAX_PIVOTS_PER_ATTRIBUTE}, and at most {MAX_REPORT_BITS} bits in {d} dimensions), "
+                f"got {pivots}")
+        algorithm = self.algorithm or BitVectorAlgorithm.KMEANS
+        if algorithm not in (BitVectorAlgorithm.KMEANS, BitVectorAlgorithm.DBSCAN):
+            raise InvalidArgumentError(f"bitvector.algorithm {algorithm} is not KMEANS or DBSCAN")
+        return replace(self, pivots_per_attribute=pivots, algorithm=algorithm)
+
+
 class BitVectorEngine(CampaignEngine):
     """Engine of ``BITVECTOR`` campaigns (module docstring).
 
@@ -109,47 +163,27 @@ class BitVectorEngine(CampaignEngine):
     ----------
     campaign_id : str
     config : ldp.v1.CampaignConfig
-        A numeric domain and ``bitvector`` parameters with ``k``; ``self.config`` is a copy with
-        the defaults filled in (pivots per attribute, algorithm KMEANS).
+        Validated by :func:`ldp_collector.campaigns.prepare_campaign`: a numeric domain.
+    params : BitVectorParams
+        Resolved (:meth:`BitVectorParams.resolve`): pivots per attribute and the algorithm filled in.
 
     Raises
     ------
     InvalidArgumentError
-        A categorical domain, epsilon outside (0, 20], ``k`` outside [2, 256],
-        ``pivots_per_attribute`` outside [2, 64] or above 4096 bits in total, an unknown algorithm.
+        A bit vector or mechanism the SDK refuses.
     """
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
-        normalized = campaigns_pb2.CampaignConfig()
-        normalized.CopyFrom(config)
-        super().__init__(campaign_id, normalized)
-        domain = numeric_domain(normalized, "bitvector")
-        epsilon = normalized.epsilon
-        check_report_epsilon(epsilon, "a bitvector campaign")
-        params = normalized.bitvector  # an unset oneof member reads as defaults; writing sets it
-        if not MIN_K <= params.k <= MAX_K:
-            raise InvalidArgumentError(f"bitvector.k must be in [{MIN_K}, {MAX_K}], got {params.k}")
-        d = domain.dimension
-        cap = MAX_REPORT_BITS // d
-        if params.pivots_per_attribute == 0:
-            params.pivots_per_attribute = min(DEFAULT_PIVOTS_PER_ATTRIBUTE, cap)
-        high = min(MAX_PIVOTS_PER_ATTRIBUTE, cap)
-        if not MIN_PIVOTS_PER_ATTRIBUTE <= params.pivots_per_attribute <= high:
-            raise InvalidArgumentError(
-                f"bitvector.pivots_per_attribute must be in [{MIN_PIVOTS_PER_ATTRIBUTE}, {high}] "
-                f"(at most {MAX_PIVOTS_PER_ATTRIBUTE}, and at most {MAX_REPORT_BITS} bits in {d} dimensions), "
-                f"got {params.pivots_per_attribute}")
-        if params.algorithm == campaigns_pb2.BitVectorParameters.ALGORITHM_UNSPECIFIED:
-            params.algorithm = _KMEANS
-        if params.algorithm not in (_KMEANS, _DBSCAN):
-            raise InvalidArgumentError(f"bitvector.algorithm {params.algorithm} is not KMEANS or DBSCAN")
-        self.params = params
+    params: BitVectorParams
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: BitVectorParams) -> None:
+        super().__init__(campaign_id, config, params)
+        domain = numeric_domain(config, "bitvector")
         layout = public_pivots(domain.lower, domain.upper, params.pivots_per_attribute, HALF_WIDTH_FACTOR)
         try:
             encoder = BitVectorEncoder(domain=domain, pivots=tuple(p for ps in layout.pivots for p in ps),
-                                       pivots_per_attribute=(params.pivots_per_attribute,) * d,
+                                       pivots_per_attribute=(params.pivots_per_attribute,) * domain.dimension,
                                        half_widths=layout.half_widths)
-            mechanism = BitwiseRRParams(length=encoder.output_size, epsilon=epsilon,
+            mechanism = BitwiseRRParams(length=encoder.output_size, epsilon=config.epsilon,
                                         sensitivity=max(1, encoder.max_hamming_distance))
             self.component = Component(encoder=encoder, mechanism=mechanism)
         except InvalidParameterError as exc:
@@ -201,7 +235,7 @@ class BitVectorEngine(CampaignEngine):
             if n < k:
                 warnings.append(f"only {n} reports for k = {k} clusters: clustering into {n}")
             fit: BitVectorClustering
-            if self.params.algorithm == _DBSCAN:
+            if self.params.algorithm == BitVectorAlgorithm.DBSCAN:
                 fit = dbscan_encoded(bits, min(k, n), p_flip=mechanism.p_flip, p_keep=mechanism.p_keep,
                                      rng=self._seed())
             else:
@@ -221,4 +255,6 @@ class BitVectorEngine(CampaignEngine):
 
 
 #: The BITVECTOR campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
-KIND = Kind(name="bitvector", engine=BitVectorEngine, domains=frozenset({NUMERIC}), clustering=True)
+KIND = Kind(name="bitvector", engine=BitVectorEngine,
+            params=BitVectorParams,
+            domains=frozenset({NUMERIC}), clustering=True)

@@ -3,14 +3,16 @@
 A kind module takes from here what it shares with others (the range of ``k``, the payload cap of
 a round's frequency oracles, the level of the stored intervals, the per-campaign seed of the
 server's post-processing, the one-report epsilon check, the numeric-domain check); what only one
-kind uses stays in its module. The cap on one mechanism's epsilon is the SDK's
+kind uses stays in its module. :class:`ProtoEnum` is the base of the kinds' parameter enums. The cap on one mechanism's epsilon is the SDK's
 (:data:`ldp_client.budget.MAX_MECHANISM_EPSILON`): the two sides never keep a copy of a constant.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 from ldp_client.budget import MAX_MECHANISM_EPSILON
 from ldp_client.encoders.base import NumericDomain
@@ -23,6 +25,7 @@ __all__ = [
     "MAX_K",
     "MAX_PAYLOAD_BITS",
     "MIN_K",
+    "ProtoEnum",
     "campaign_seed",
     "check_report_epsilon",
     "numeric_domain",
@@ -34,6 +37,26 @@ MIN_K, MAX_K = 2, 256
 DEFAULT_CONFIDENCE = 0.95
 #: Bits per report available to the frequency oracles of the multi-level clustering kinds.
 MAX_PAYLOAD_BITS = 1024
+
+
+class ProtoEnum(enum.IntEnum):
+    """Base of the ``enum.IntEnum`` twins of the ``ldp.v1`` enums in the kinds' parameters.
+
+    A proto3 enum is open: a message may carry a number its schema does not name, and the kind's
+    ``resolve`` is what refuses it, with a message naming the field and the values it takes
+    (``"laplace.algorithm 9 is not a known algorithm ..."``). So an unknown number becomes a
+    member that names no value (``int`` and ``str`` give the number) instead of failing the
+    conversion with a generic error.
+    """
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return None
+        member = int.__new__(cls, value)
+        member._name_ = f"{cls.__name__}_{value}"
+        member._value_ = value
+        return member
 
 
 def campaign_seed(campaign_id: str, salt: str = "") -> int:

@@ -88,6 +88,7 @@ from .base import (
     NUMERIC,
     CampaignEngine,
     Kind,
+    KindParams,
     RoundOutcome,
     RoundPlan,
     RoundReports,
@@ -95,7 +96,7 @@ from .base import (
     numeric_domain,
     pack_state,
 )
-from .common import DEFAULT_CONFIDENCE, MAX_PAYLOAD_BITS
+from .common import DEFAULT_CONFIDENCE, MAX_PAYLOAD_BITS, ProtoEnum
 from .histogram import aggregator_for, estimates_message, round_aggregators
 
 __all__ = [
@@ -110,7 +111,10 @@ __all__ = [
     "DEFAULT_REFINEMENT_SHARE",
     "MAX_TREE_LEVELS",
     "GridEngine",
+    "GridParams",
     "GridPlan",
+    "GridVariant",
+    "Granularity",
 ]
 
 log = logging.getLogger(__name__)
@@ -152,8 +156,140 @@ class GridPlan:
     round_epsilon: float
 
 
-def _variant_name(variant: int) -> str:
-    return campaigns_pb2.GridParameters.Variant.Name(variant).lower()  # type: ignore[arg-type]
+class GridVariant(ProtoEnum):
+    """``ldp.v1.GridParameters.Variant``."""
+
+    VARIANT_UNSPECIFIED = 0
+    UNIFORM = 1  # UGC: no feedback
+    TREE = 2  # TreeAdaptive
+    ITERATIVE = 3  # IterAdaptive
+
+
+class Granularity(ProtoEnum):
+    """``ldp.v1.GridParameters.Granularity``: the rule of the aggregation grid's side."""
+
+    GRANULARITY_UNSPECIFIED = 0
+    PAPER = 1  # Theorem 1 as printed
+    CONSISTENT = 2  # unit-consistent rule
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridParams(KindParams):
+    """``ldp.v1.GridParameters``; :meth:`resolve` fills the variant, granularity, limits, thresholds and shares.
+
+    Attributes
+    ----------
+    variant : GridVariant
+        UNSPECIFIED: TREE.
+    granularity : Granularity
+        UNSPECIFIED: CONSISTENT.
+    initial_cells_per_dimension : int
+        Calibration grid, a power of two >= 2 (0 = about 256 cells in total).
+    tree_height : int
+        TREE: levels below the aggregation level (0 = from the data).
+    max_iterations : int
+        ITERATIVE: refinement rounds, in [1, 16] (0 = 3).
+    core_threshold : float
+        Significance of the core-cell test, in (0, 10] standard errors (0 = 3).
+    calibration_share : float
+        PARTITION: share of the devices in the calibration group (0 = 0.2).
+    refinement_share : float
+        PARTITION: share of the devices in the refinement groups (0 = 0.4; UNIFORM: 0).
+    dense_threshold : float
+        Significance of the dense-cell test, in (0, 10] standard errors (0 = 2).
+    max_cells : int
+        Largest number of cells in any reported grid, in [2^d, 2^20] (0 = 4096).
+    no_border_cells : bool
+        Leave cells next to exactly one cluster as noise.
+    granularity_level : int
+        Fixed dyadic level of the aggregation grid (0 = from the granularity rule).
+    """
+
+    variant: GridVariant = GridVariant.VARIANT_UNSPECIFIED
+    granularity: Granularity = Granularity.GRANULARITY_UNSPECIFIED
+    initial_cells_per_dimension: int = 0
+    tree_height: int = 0
+    max_iterations: int = 0
+    core_threshold: float = 0.0
+    calibration_share: float = 0.0
+    refinement_share: float = 0.0
+    dense_threshold: float = 0.0
+    max_cells: int = 0
+    no_border_cells: bool = False
+    granularity_level: int = 0
+
+    def top_level(self, dimension: int) -> int:
+        """The finest dyadic level whose grid fits ``max_cells`` (and the SDK's deepest tree level)."""
+        return min(max_tree_level(dimension), int(math.floor(math.log2(self.max_cells) / dimension + 1e-12)))
+
+    @property
+    def calibration_level(self) -> int:
+        """The dyadic level of the calibration grid (``initial_cells_per_dimension = 2^level``)."""
+        return self.initial_cells_per_dimension.bit_length() - 1
+
+    def resolve(self, config: campaigns_pb2.CampaignConfig) -> GridParams:
+        """The parameters with every default filled in (see :meth:`KindParams.resolve`).
+
+        Raises
+        ------
+        InvalidArgumentError
+            A categorical domain, shares outside (0, 1) or summing to 0.95 or more, a calibration
+            grid that is not a power of two, or limits out of range.
+        """
+        d = numeric_domain(config, "grid").dimension
+        variant = self.variant or GridVariant.TREE
+        granularity = self.granularity or Granularity.CONSISTENT
+        max_cells = self.max_cells or DEFAULT_MAX_CELLS
+        if not 2**d <= max_cells <= 2**20:
+            raise InvalidArgumentError(f"grid.max_cells must be in [{2**d}, {2**20}] in dimension {d}, got {max_cells}")
+        top_level = replace(self, max_cells=max_cells).top_level(d)
+        m0 = self.initial_cells_per_dimension or 2 ** max(1, int(math.floor(math.log2(DEFAULT_CALIBRATION_CELLS) / d
+                                                                            + 1e-12)))
+        if m0 < 2 or m0 & (m0 - 1) or m0 ** d > max_cells:
+            raise InvalidArgumentError(
+                f"grid.initial_cells_per_dimension must be a power of two >= 2 with at most max_cells "
+                f"({max_cells}) cells, got {m0}")
+        max_iterations = self.max_iterations or DEFAULT_MAX_ITERATIONS
+        if not 1 <= max_iterations <= 16:
+            raise InvalidArgumentError(f"grid.max_iterations must be in [1, 16], got {max_iterations}")
+        if self.granularity_level and not 1 <= self.granularity_level <= top_level:
+            raise InvalidArgumentError(
+                f"grid.granularity_level must be in [1, {top_level}] (max_cells {max_cells} in dimension {d}), "
+                f"got {self.granularity_level}")
+        if self.tree_height and not 1 <= self.tree_height <= top_level:
+            raise InvalidArgumentError(
+                f"grid.tree_height must be in [1, {top_level}] (max_cells {max_cells} in dimension {d}), "
+                f"got {self.tree_height}")
+        core_threshold, dense_threshold = (
+            self._threshold(name, value, default) for name, value, default in (
+                ("core_threshold", self.core_threshold, DEFAULT_CORE_Z),
+                ("dense_threshold", self.dense_threshold, DEFAULT_DENSE_Z)))
+        calibration_share = self.calibration_share or DEFAULT_CALIBRATION_SHARE
+        refinement_share = self.refinement_share
+        if refinement_share == 0 and variant != GridVariant.UNIFORM:
+            refinement_share = DEFAULT_REFINEMENT_SHARE
+        if variant == GridVariant.UNIFORM and refinement_share:
+            raise InvalidArgumentError("grid.refinement_share must be 0 for the UNIFORM variant (no refinement)")
+        for name, value in (("calibration_share", calibration_share), ("refinement_share", refinement_share)):
+            if not (math.isfinite(value) and 0 <= value < 1):
+                raise InvalidArgumentError(f"grid.{name} must be in (0, 1), got {value:g}")
+        if calibration_share + refinement_share >= 0.95:
+            raise InvalidArgumentError(
+                f"grid.calibration_share + grid.refinement_share must leave at least 0.05 of the devices for the "
+                f"aggregation group, got {calibration_share + refinement_share:g}")
+        return replace(self, variant=variant, granularity=granularity, max_cells=max_cells,
+                       initial_cells_per_dimension=m0, max_iterations=max_iterations, core_threshold=core_threshold,
+                       dense_threshold=dense_threshold, calibration_share=calibration_share,
+                       refinement_share=refinement_share)
+
+    @staticmethod
+    def _threshold(name: str, value: float, default: float) -> float:
+        """A significance threshold (0: ``default``) in (0, 10] standard errors."""
+        if value == 0:
+            return default
+        if not (math.isfinite(value) and 0 < value <= 10):
+            raise InvalidArgumentError(f"grid.{name} must be in (0, 10] standard errors, got {value:g}")
+        return value
 
 
 class GridEngine(CampaignEngine):
@@ -163,84 +299,34 @@ class GridEngine(CampaignEngine):
     ----------
     campaign_id : str
     config : ldp.v1.CampaignConfig
-        A numeric domain; ``grid`` parameters are optional and ``self.config`` is a copy with the
-        defaults filled in (variant TREE, granularity CONSISTENT, the shares, thresholds and
-        limits of the module constants).
+        Validated by :func:`ldp_collector.campaigns.prepare_campaign`: a numeric domain.
+    params : GridParams
+        Resolved (:meth:`GridParams.resolve`): variant TREE, granularity CONSISTENT, the shares,
+        thresholds and limits of the module constants unless set.
 
     Raises
     ------
     InvalidArgumentError
-        A categorical domain, a per-round epsilon above 20, shares outside (0, 1) or summing to
-        1 or more, a calibration grid that is not a power of two, or limits out of range.
+        A per-round epsilon above 20, or more groups than a round can have.
     """
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
-        normalized = campaigns_pb2.CampaignConfig()
-        normalized.CopyFrom(config)
-        super().__init__(campaign_id, normalized)
-        self.domain = numeric_domain(normalized, "grid")
-        d = self.dimension = self.domain.dimension
-        p = normalized.grid
-        if p.variant == campaigns_pb2.GridParameters.VARIANT_UNSPECIFIED:
-            p.variant = campaigns_pb2.GridParameters.TREE
-        if p.granularity == campaigns_pb2.GridParameters.GRANULARITY_UNSPECIFIED:
-            p.granularity = campaigns_pb2.GridParameters.CONSISTENT
-        if p.max_cells == 0:
-            p.max_cells = DEFAULT_MAX_CELLS
-        if not 2**d <= p.max_cells <= 2**20:
-            raise InvalidArgumentError(f"grid.max_cells must be in [{2**d}, {2**20}] in dimension {d}, got {p.max_cells}")
-        self.top_level = min(max_tree_level(d), int(math.floor(math.log2(p.max_cells) / d + 1e-12)))
-        if p.initial_cells_per_dimension == 0:
-            p.initial_cells_per_dimension = 2 ** max(1, int(math.floor(math.log2(DEFAULT_CALIBRATION_CELLS) / d
-                                                                       + 1e-12)))
-        m0 = p.initial_cells_per_dimension
-        if m0 < 2 or m0 & (m0 - 1) or m0 ** d > p.max_cells:
-            raise InvalidArgumentError(
-                f"grid.initial_cells_per_dimension must be a power of two >= 2 with at most max_cells "
-                f"({p.max_cells}) cells, got {m0}")
-        self.calibration_level = m0.bit_length() - 1
-        if p.max_iterations == 0:
-            p.max_iterations = DEFAULT_MAX_ITERATIONS
-        if not 1 <= p.max_iterations <= 16:
-            raise InvalidArgumentError(f"grid.max_iterations must be in [1, 16], got {p.max_iterations}")
-        if p.granularity_level and not 1 <= p.granularity_level <= self.top_level:
-            raise InvalidArgumentError(
-                f"grid.granularity_level must be in [1, {self.top_level}] (max_cells {p.max_cells} in dimension {d}), "
-                f"got {p.granularity_level}")
-        if p.tree_height and not 1 <= p.tree_height <= self.top_level:
-            raise InvalidArgumentError(
-                f"grid.tree_height must be in [1, {self.top_level}] (max_cells {p.max_cells} in dimension {d}), "
-                f"got {p.tree_height}")
-        for name, default in (("core_threshold", DEFAULT_CORE_Z), ("dense_threshold", DEFAULT_DENSE_Z)):
-            value = getattr(p, name)
-            if value == 0:
-                setattr(p, name, default)
-            elif not (math.isfinite(value) and 0 < value <= 10):
-                raise InvalidArgumentError(f"grid.{name} must be in (0, 10] standard errors, got {value:g}")
-        if p.calibration_share == 0:
-            p.calibration_share = DEFAULT_CALIBRATION_SHARE
-        if p.refinement_share == 0 and p.variant != campaigns_pb2.GridParameters.UNIFORM:
-            p.refinement_share = DEFAULT_REFINEMENT_SHARE
-        if p.variant == campaigns_pb2.GridParameters.UNIFORM and p.refinement_share:
-            raise InvalidArgumentError("grid.refinement_share must be 0 for the UNIFORM variant (no refinement)")
-        for name in ("calibration_share", "refinement_share"):
-            value = getattr(p, name)
-            if not (math.isfinite(value) and 0 <= value < 1):
-                raise InvalidArgumentError(f"grid.{name} must be in (0, 1), got {value:g}")
-        if p.calibration_share + p.refinement_share >= 0.95:
-            raise InvalidArgumentError(
-                f"grid.calibration_share + grid.refinement_share must leave at least 0.05 of the devices for the "
-                f"aggregation group, got {p.calibration_share + p.refinement_share:g}")
-        self.params = p
-        self.plan = self._plan(normalized)
+    params: GridParams
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: GridParams) -> None:
+        super().__init__(campaign_id, config, params)
+        self.domain = numeric_domain(config, "grid")
+        self.dimension = self.domain.dimension
+        self.top_level = params.top_level(self.dimension)
+        self.calibration_level = params.calibration_level
+        self.plan = self._plan(config)
 
     # -- layout ----------------------------------------------------------------------------------
 
     def _refine_slots(self) -> int:
         variant = self.params.variant
-        if variant == campaigns_pb2.GridParameters.TREE:
+        if variant == GridVariant.TREE:
             return MAX_TREE_LEVELS
-        if variant == campaigns_pb2.GridParameters.ITERATIVE:
+        if variant == GridVariant.ITERATIVE:
             return int(self.params.max_iterations)
         return 0
 
@@ -250,15 +336,15 @@ class GridEngine(CampaignEngine):
         epsilon = config.epsilon
         if config.budget_policy == campaigns_pb2.SPLIT:
             variant = p.variant
-            if variant == campaigns_pb2.GridParameters.TREE:
+            if variant == GridVariant.TREE:
                 rounds, groups = 3, slots
-            elif variant == campaigns_pb2.GridParameters.ITERATIVE:
+            elif variant == GridVariant.ITERATIVE:
                 rounds, groups = slots + 2, 1
             else:
                 rounds, groups = 2, 1
             every = tuple(range(groups))
             refine: tuple[tuple[int, ...], ...]
-            if variant == campaigns_pb2.GridParameters.TREE:
+            if variant == GridVariant.TREE:
                 refine = tuple((g,) for g in every)
             else:
                 refine = tuple(every for _ in range(slots))
@@ -302,7 +388,7 @@ class GridEngine(CampaignEngine):
     def _rounds_per_device(self) -> int:
         if self.config.budget_policy == campaigns_pb2.SPLIT:
             slots = self._refine_slots()
-            return 2 + (1 if self.params.variant == campaigns_pb2.GridParameters.TREE else slots)
+            return 2 + (1 if self.params.variant == GridVariant.TREE else slots)
         return 1
 
     @staticmethod
@@ -386,10 +472,10 @@ class GridEngine(CampaignEngine):
         variance = oracle_variance(plan.round_epsilon)  # the aggregation grid is large: OUE/local hashing
         consistent_side = consistent_granularity(aggregation_reports, variance, d, r)
         paper_side = paper_granularity(max(population, 1.0), plan.round_epsilon, d, r)
-        side = paper_side if p.granularity == campaigns_pb2.GridParameters.PAPER else consistent_side
+        side = paper_side if p.granularity == Granularity.PAPER else consistent_side
         level0 = int(p.granularity_level) or level_for_side(side, d, max_level=self.top_level)
         if side < 2.0 ** -self.top_level:
-            warnings.append(f"the {'paper' if p.granularity == campaigns_pb2.GridParameters.PAPER else 'consistent'} "
+            warnings.append(f"the {'paper' if p.granularity == Granularity.PAPER else 'consistent'} "
                             f"granularity {side:.3g} is finer than max_cells allows; using level {level0}")
         low, high = tree_height_range(side, r, d)
         diagnostics: dict[str, float] = {
@@ -400,15 +486,15 @@ class GridEngine(CampaignEngine):
             "tree_height_low": float(low), "tree_height_high": float(high) if math.isfinite(high) else -1.0,
         }
         variant = p.variant
-        if variant == campaigns_pb2.GridParameters.UNIFORM or level0 >= self.top_level and \
-                variant == campaigns_pb2.GridParameters.TREE:
-            if variant != campaigns_pb2.GridParameters.UNIFORM:
+        if variant == GridVariant.UNIFORM or level0 >= self.top_level and \
+                variant == GridVariant.TREE:
+            if variant != GridVariant.UNIFORM:
                 warnings.append(f"the granularity level {level0} is the finest max_cells allows: no refinement")
             cells = uniform_cells(level0, d)
             return self._to_aggregate(spec.round + 1, cells, leftover=[g for gs in plan.refine for g in gs], level0=level0,
                                       diagnostics=diagnostics, warnings=warnings, estimate=estimate,
                                       calibrate_component=spec.tasks[0].components[0], state_extra={})
-        if variant == campaigns_pb2.GridParameters.TREE:
+        if variant == GridVariant.TREE:
             height = int(p.tree_height) if p.tree_height else int(math.ceil(low - 1e-9)) + 1
             if math.isfinite(high):
                 height = min(height, max(int(math.floor(high)), level0))
@@ -661,4 +747,6 @@ def _pool_prior(cells: Sequence[TreeCell], counts: NDArray[np.float64], se: NDAr
 
 
 #: The GRID campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
-KIND = Kind(name="grid", engine=GridEngine, domains=frozenset({NUMERIC}), clustering=True)
+KIND = Kind(name="grid", engine=GridEngine,
+            params=GridParams,
+            domains=frozenset({NUMERIC}), clustering=True)

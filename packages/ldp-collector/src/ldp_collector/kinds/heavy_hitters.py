@@ -34,6 +34,7 @@ SPLIT budget policy
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -58,7 +59,7 @@ from ..estimation.heavy_hitters import (
     next_candidates,
 )
 from ..storage.base import AccumulateFn
-from .base import CATEGORICAL, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports
+from .base import CATEGORICAL, CampaignEngine, Kind, KindParams, RoundOutcome, RoundPlan, RoundReports
 from .common import DEFAULT_CONFIDENCE, check_report_epsilon
 from .histogram import aggregator_for, round_aggregators
 
@@ -68,6 +69,7 @@ __all__ = [
     "DEFAULT_MAX_CANDIDATES",
     "MAX_VALUE_BITS",
     "HeavyHitterEngine",
+    "HeavyHitterParams",
     "default_bits_per_level",
     "prefix_domain",
 ]
@@ -96,6 +98,68 @@ def prefix_domain(value_bits: int) -> NumericDomain:
     return NumericDomain(lower=(0.0,), upper=(float(2**value_bits),))
 
 
+@dataclass(frozen=True, kw_only=True)
+class HeavyHitterParams(KindParams):
+    """``ldp.v1.HeavyHitterParameters``; :meth:`resolve` fills every field.
+
+    Attributes
+    ----------
+    value_bits : int
+        Values are integers in [0, 2^value_bits) (0 = ceil(log2 N), at most 53).
+    bits_per_level : int
+        Bits added per level of the prefix tree (0 = :func:`default_bits_per_level`).
+    false_positive_rate : float
+        Family-wise false-positive rate of the thresholds, in (0, 1) (0 = 0.05).
+    max_candidates : int
+        Largest number of prefixes kept per level (0 = 64).
+    """
+
+    value_bits: int = 0
+    bits_per_level: int = 0
+    false_positive_rate: float = 0.0
+    max_candidates: int = 0
+
+    def resolve(self, config: campaigns_pb2.CampaignConfig) -> HeavyHitterParams:
+        """The parameters with every default filled in (see :meth:`KindParams.resolve`).
+
+        Raises
+        ------
+        InvalidArgumentError
+            A numeric domain, the SPLIT budget policy, epsilon above 20, or parameters out of range.
+        """
+        if config.domain.WhichOneof("domain") != "categorical_size":
+            raise InvalidArgumentError(
+                "a heavy-hitter campaign needs a categorical domain (values are integers in [0, categorical_size))")
+        if config.budget_policy == campaigns_pb2.SPLIT:
+            raise InvalidArgumentError(
+                "heavy-hitter campaigns support the PARTITION budget policy only (all levels report in one round)")
+        check_report_epsilon(config.epsilon, "a heavy-hitter device")
+        size = config.domain.categorical_size
+        needed = max(1, math.ceil(math.log2(size))) if size > 1 else 1
+        while 2**needed < size:  # guard against log2 rounding for huge sizes
+            needed += 1
+        value_bits = self.value_bits or needed
+        if not needed <= value_bits <= MAX_VALUE_BITS:
+            raise InvalidArgumentError(
+                f"heavy_hitters.value_bits must be in [{needed}, {MAX_VALUE_BITS}] for {size} values, "
+                f"got {value_bits}")
+        bits_per_level = self.bits_per_level or default_bits_per_level(value_bits)
+        if not 1 <= bits_per_level <= min(MAX_BITS_PER_LEVEL, value_bits):
+            raise InvalidArgumentError(
+                f"heavy_hitters.bits_per_level must be in [1, {min(MAX_BITS_PER_LEVEL, value_bits)}], "
+                f"got {bits_per_level}")
+        false_positive_rate = self.false_positive_rate or DEFAULT_FALSE_POSITIVE_RATE
+        if not (math.isfinite(false_positive_rate) and 0.0 < false_positive_rate < 1.0):
+            raise InvalidArgumentError(
+                f"heavy_hitters.false_positive_rate must be in (0, 1), got {false_positive_rate:g}")
+        max_candidates = self.max_candidates or DEFAULT_MAX_CANDIDATES
+        if not 1 <= max_candidates <= MAX_CANDIDATES:
+            raise InvalidArgumentError(
+                f"heavy_hitters.max_candidates must be in [1, {MAX_CANDIDATES}], got {max_candidates}")
+        return replace(self, value_bits=value_bits, bits_per_level=bits_per_level,
+                       false_positive_rate=false_positive_rate, max_candidates=max_candidates)
+
+
 class HeavyHitterEngine(CampaignEngine):
     """Engine of ``HEAVY_HITTERS`` campaigns (module docstring).
 
@@ -103,59 +167,25 @@ class HeavyHitterEngine(CampaignEngine):
     ----------
     campaign_id : str
     config : ldp.v1.CampaignConfig
-        Validated by :func:`ldp_collector.campaigns.prepare_campaign`. The domain must be
-        categorical; ``heavy_hitters`` parameters are optional, ``self.config`` is a copy with the
-        defaults filled in: ``value_bits`` = ceil(log2 N), ``bits_per_level`` from
-        :func:`default_bits_per_level`, ``false_positive_rate`` 0.05, ``max_candidates`` 64.
+        Validated by :func:`ldp_collector.campaigns.prepare_campaign`: a categorical domain.
+    params : HeavyHitterParams
+        Resolved (:meth:`HeavyHitterParams.resolve`): ``value_bits`` = ceil(log2 N),
+        ``bits_per_level`` from :func:`default_bits_per_level`, ``false_positive_rate`` 0.05,
+        ``max_candidates`` 64 unless set.
 
     Raises
     ------
     InvalidArgumentError
-        A numeric domain, the SPLIT budget policy, epsilon above 20, or parameters out of range.
+        A prefix tree the SDK refuses, or more levels than a round has groups.
     """
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
-        normalized = campaigns_pb2.CampaignConfig()
-        normalized.CopyFrom(config)
-        super().__init__(campaign_id, normalized)
-        if normalized.domain.WhichOneof("domain") != "categorical_size":
-            raise InvalidArgumentError(
-                "a heavy-hitter campaign needs a categorical domain (values are integers in [0, categorical_size))")
-        if normalized.budget_policy == campaigns_pb2.SPLIT:
-            raise InvalidArgumentError(
-                "heavy-hitter campaigns support the PARTITION budget policy only (all levels report in one round)")
-        epsilon = normalized.epsilon
-        check_report_epsilon(epsilon, "a heavy-hitter device")
-        size = normalized.domain.categorical_size
-        params = normalized.heavy_hitters
-        needed = max(1, math.ceil(math.log2(size))) if size > 1 else 1
-        while 2**needed < size:  # guard against log2 rounding for huge sizes
-            needed += 1
-        if params.value_bits == 0:
-            params.value_bits = needed
-        if not needed <= params.value_bits <= MAX_VALUE_BITS:
-            raise InvalidArgumentError(
-                f"heavy_hitters.value_bits must be in [{needed}, {MAX_VALUE_BITS}] for {size} values, "
-                f"got {params.value_bits}")
-        if params.bits_per_level == 0:
-            params.bits_per_level = default_bits_per_level(params.value_bits)
-        if not 1 <= params.bits_per_level <= min(MAX_BITS_PER_LEVEL, params.value_bits):
-            raise InvalidArgumentError(
-                f"heavy_hitters.bits_per_level must be in [1, {min(MAX_BITS_PER_LEVEL, params.value_bits)}], "
-                f"got {params.bits_per_level}")
-        if params.false_positive_rate == 0:
-            params.false_positive_rate = DEFAULT_FALSE_POSITIVE_RATE
-        if not (math.isfinite(params.false_positive_rate) and 0.0 < params.false_positive_rate < 1.0):
-            raise InvalidArgumentError(
-                f"heavy_hitters.false_positive_rate must be in (0, 1), got {params.false_positive_rate:g}")
-        if params.max_candidates == 0:
-            params.max_candidates = DEFAULT_MAX_CANDIDATES
-        if not 1 <= params.max_candidates <= MAX_CANDIDATES:
-            raise InvalidArgumentError(
-                f"heavy_hitters.max_candidates must be in [1, {MAX_CANDIDATES}], got {params.max_candidates}")
+    params: HeavyHitterParams
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: HeavyHitterParams) -> None:
+        super().__init__(campaign_id, config, params)
         try:
             self.tree = HeavyHitterConfig(
-                value_bits=params.value_bits, bits_per_level=params.bits_per_level, epsilon=epsilon,
+                value_bits=params.value_bits, bits_per_level=params.bits_per_level, epsilon=config.epsilon,
                 false_positive_rate=params.false_positive_rate, max_candidates=params.max_candidates)
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"heavy_hitters: {exc}") from None
@@ -234,4 +264,6 @@ class HeavyHitterEngine(CampaignEngine):
 
 
 #: The HEAVY_HITTERS campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
-KIND = Kind(name="heavy_hitters", engine=HeavyHitterEngine, domains=frozenset({CATEGORICAL}))
+KIND = Kind(name="heavy_hitters", engine=HeavyHitterEngine,
+            params=HeavyHitterParams,
+            domains=frozenset({CATEGORICAL}))

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import msgpack
 import numpy as np
@@ -69,6 +71,7 @@ from ldp_client.mechanisms import (
     oue,
     sue,
 )
+from ldp_client.mechanisms.oracle_choice import frequency_oracle_candidates
 from ldp_client.serde import encoder_to_proto, mechanism_to_proto
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
@@ -83,18 +86,21 @@ from ..estimation.accumulators import (
 )
 from ..estimation.frequency import MAX_DENSE_DOMAIN, FrequencyAggregator, FrequencyEstimate, make_aggregator
 from ..storage.base import AccumulateFn
-from .base import CATEGORICAL, NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports
-from .common import DEFAULT_CONFIDENCE, check_report_epsilon, numeric_domain
+from .base import CATEGORICAL, NUMERIC, CampaignEngine, Kind, KindParams, RoundOutcome, RoundPlan, RoundReports
+from .common import DEFAULT_CONFIDENCE, ProtoEnum, check_report_epsilon, numeric_domain
 
 __all__ = [
     "KIND",
     "MAX_WINDOWS",
     "MAX_HISTOGRAM_CELLS",
+    "FrequencyOracle",
     "HistogramEngine",
+    "HistogramParams",
     "aggregator_for",
     "default_cells_per_dimension",
     "estimates_message",
     "frequency_oracle",
+    "histogram_encoder",
     "round_aggregators",
 ]
 
@@ -115,6 +121,16 @@ MAX_WEIGHT_CHECK_REPORTS = 4_000_000
 _POPCOUNT = np.array([bin(b).count("1") for b in range(256)], dtype=np.int64)
 
 
+class FrequencyOracle(ProtoEnum):
+    """``ldp.v1.FrequencyOracle``."""
+
+    FREQUENCY_ORACLE_UNSPECIFIED = 0
+    GRR = 1
+    SUE = 2
+    OUE = 3
+    OLH = 4
+
+
 def default_cells_per_dimension(dimension: int) -> int:
     """Cells per dimension of the default grid: the largest m <= 32 with m^d <= 4096 (at least 2)."""
     m = _MAX_DEFAULT_PER_DIMENSION
@@ -129,7 +145,9 @@ def frequency_oracle(oracle: int, domain_size: int, epsilon: float, max_payload_
     Parameters
     ----------
     oracle : int
-        An ``ldp.v1.FrequencyOracle`` value.
+        An ``ldp.v1.FrequencyOracle`` value. OLH under a cap its variance-optimal hash range does not
+        fit takes the most buckets that fit, as :func:`~ldp_client.mechanisms.choose_frequency_oracle`
+        does.
     domain_size : int
     epsilon : float
     max_payload_bits : int
@@ -142,17 +160,22 @@ def frequency_oracle(oracle: int, domain_size: int, epsilon: float, max_payload_
     """
     cap = max_payload_bits or None
     try:
-        if oracle == campaigns_pb2.FREQUENCY_ORACLE_UNSPECIFIED:
+        if oracle == FrequencyOracle.FREQUENCY_ORACLE_UNSPECIFIED:
             return choose_frequency_oracle(domain_size, epsilon, cap)
         params: MechanismParams
-        if oracle == campaigns_pb2.GRR:
+        if oracle == FrequencyOracle.GRR:
             params = GRRParams(domain_size=domain_size, epsilon=epsilon)
-        elif oracle == campaigns_pb2.SUE:
+        elif oracle == FrequencyOracle.SUE:
             params = sue(domain_size, epsilon)
-        elif oracle == campaigns_pb2.OUE:
+        elif oracle == FrequencyOracle.OUE:
             params = oue(domain_size, epsilon)
-        elif oracle == campaigns_pb2.OLH:
+        elif oracle == FrequencyOracle.OLH:
             params = LocalHashingParams(domain_size=domain_size, epsilon=epsilon)
+            if cap is not None and params.payload_bits > cap:
+                # Under a cap the variance-optimal choice can be OLH with fewer buckets, which the resolved
+                # parameters record as OLH: that same hash range must come back from them.
+                params = next((c for c in frequency_oracle_candidates(domain_size, epsilon, cap)
+                               if isinstance(c, LocalHashingParams)), params)
         else:
             raise InvalidArgumentError(f"histogram.oracle {oracle} is not a known frequency oracle")
     except InvalidParameterError as exc:
@@ -236,33 +259,46 @@ def aggregator_for(aggregators: dict[str, FrequencyAggregator], spec: RoundSpec,
     return make_aggregator(params)
 
 
-class HistogramEngine(CampaignEngine):
-    """Engine of ``HISTOGRAM`` campaigns (module docstring).
+@dataclass(frozen=True, kw_only=True)
+class HistogramParams(KindParams):
+    """``ldp.v1.HistogramParameters``; :meth:`resolve` fills the oracle and, for numeric domains, the grid.
 
-    Parameters
+    Attributes
     ----------
-    campaign_id : str
-    config : ldp.v1.CampaignConfig
-        Validated by :func:`ldp_collector.campaigns.prepare_campaign`; ``histogram`` parameters
-        are optional. ``self.config`` is a copy with the defaults filled in: the chosen oracle
-        and, for numeric domains, the grid.
-
-    Raises
-    ------
-    InvalidArgumentError
-        Epsilon above 20 (one report spends it all), a domain of more than 2^24 values or cells,
-        cells given for a categorical domain, or an oracle that does not fit the domain or the
-        payload cap.
+    oracle : FrequencyOracle
+        UNSPECIFIED: the variance-optimal oracle that fits ``max_payload_bits``.
+    cells_per_dimension : tuple of int
+        Numeric domains: cells per dimension (one entry for all; empty: :func:`default_cells_per_dimension`).
+    max_payload_bits : int
+        Bits available per report for the oracle (0 = unlimited).
+    consistency : bool
+        Project the estimates onto non-negative counts with the right total.
+    windows : int
+        Successive rounds estimated on their own (0 or 1 = one window; at most 64).
+    anomaly_alpha : float
+        Family-wise false-flag rate of a window's anomaly flags, in (0, 1) (0 = 0.01).
     """
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
-        normalized = campaigns_pb2.CampaignConfig()
-        normalized.CopyFrom(config)
-        super().__init__(campaign_id, normalized)
-        params = normalized.histogram  # an unset oneof member reads as defaults; writing sets it
-        epsilon = normalized.epsilon
-        check_report_epsilon(epsilon, "a histogram campaign")
-        encoder = self._encoder(normalized, params)
+    oracle: FrequencyOracle = FrequencyOracle.FREQUENCY_ORACLE_UNSPECIFIED
+    cells_per_dimension: tuple[int, ...] = ()
+    max_payload_bits: int = 0
+    consistency: bool = False
+    windows: int = 0
+    anomaly_alpha: float = 0.0
+
+    def resolve(self, config: campaigns_pb2.CampaignConfig) -> HistogramParams:
+        """The parameters with the chosen oracle and grid recorded (see :meth:`KindParams.resolve`).
+
+        Raises
+        ------
+        InvalidArgumentError
+            Epsilon above 20 (one report spends it all), a domain of more than 2^24 values or cells,
+            cells given for a categorical domain, or an oracle that does not fit the domain or the
+            payload cap.
+        """
+        check_report_epsilon(config.epsilon, "a histogram campaign")
+        cells = self._grid_cells(config)
+        encoder = histogram_encoder(config, cells)
         size = encoder.output_size
         if size > MAX_HISTOGRAM_CELLS:
             raise InvalidArgumentError(
@@ -270,37 +306,32 @@ class HistogramEngine(CampaignEngine):
                 f"got {size}; use a HEAVY_HITTERS campaign for larger domains")
         if size < 2:
             raise InvalidArgumentError("a histogram needs at least 2 values or cells")
-        if params.windows > MAX_WINDOWS:
-            raise InvalidArgumentError(f"histogram.windows must be at most {MAX_WINDOWS}, got {params.windows}")
-        self.windows = max(1, params.windows)
-        alpha = params.anomaly_alpha
+        if self.windows > MAX_WINDOWS:
+            raise InvalidArgumentError(f"histogram.windows must be at most {MAX_WINDOWS}, got {self.windows}")
+        alpha = self.anomaly_alpha
         if not (alpha == 0.0 or 0.0 < alpha < 1.0):  # NaN fails both
             raise InvalidArgumentError(f"histogram.anomaly_alpha must be in (0, 1) (0 = {DEFAULT_ANOMALY_ALPHA:g}), "
                                        f"got {alpha!r}")
-        self.anomaly_alpha = alpha or DEFAULT_ANOMALY_ALPHA
         if self.windows > 1 and size > MAX_WINDOWED_DOMAIN:
             raise InvalidArgumentError(
                 f"a histogram with windows > 1 needs at most {MAX_WINDOWED_DOMAIN} values or cells, got {size}")
-        split = self.windows > 1 and normalized.budget_policy == campaigns_pb2.SPLIT
-        mechanism = frequency_oracle(params.oracle, size, equal_share(epsilon, self.windows) if split else epsilon,
-                                     params.max_payload_bits)
-        self._reports_per_device = self.windows if split else 1
+        mechanism = self.mechanism(config, size)
         try:
-            self.component = Component(encoder=encoder, mechanism=mechanism)
+            Component(encoder=encoder, mechanism=mechanism)
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"histogram: {exc}") from None
-        params.oracle = _ORACLE_OF_MECHANISM[_mechanism_name(mechanism)]
+        # The oracle actually chosen, so that the stored configuration names it (and gives it back).
+        return replace(self, cells_per_dimension=cells, oracle=_ORACLE_OF_MECHANISM[_mechanism_name(mechanism)])
 
-    @staticmethod
-    def _encoder(config: campaigns_pb2.CampaignConfig, params: campaigns_pb2.HistogramParameters) -> Encoder:
+    def _grid_cells(self, config: campaigns_pb2.CampaignConfig) -> tuple[int, ...]:
+        """The grid's cells per dimension, one entry per dimension (``()`` for a categorical domain)."""
         domain = config.domain
         if domain.WhichOneof("domain") == "categorical_size":
-            if params.cells_per_dimension:
+            if self.cells_per_dimension:
                 raise InvalidArgumentError("histogram.cells_per_dimension applies to numeric domains only")
-            return CategoricalEncoder(domain_size=domain.categorical_size)
-        numeric = numeric_domain(domain.numeric.lower, domain.numeric.upper)
-        d = numeric.dimension
-        cells = list(params.cells_per_dimension)
+            return ()
+        d = numeric_domain(domain.numeric.lower, domain.numeric.upper).dimension
+        cells = list(self.cells_per_dimension)
         if not cells:
             cells = [default_cells_per_dimension(d)] * d
         elif len(cells) == 1 and d > 1:
@@ -312,12 +343,58 @@ class HistogramEngine(CampaignEngine):
             raise InvalidArgumentError(
                 f"histogram.cells_per_dimension must be positive with at most {MAX_HISTOGRAM_CELLS} cells in "
                 f"total, got {cells}")
-        del params.cells_per_dimension[:]
-        params.cells_per_dimension.extend(cells)
-        try:
-            return UniformGridEncoder(domain=numeric, cells_per_dimension=tuple(cells))
-        except InvalidParameterError as exc:
-            raise InvalidArgumentError(f"histogram grid: {exc}") from None
+        return tuple(cells)
+
+    @property
+    def window_count(self) -> int:
+        """Windows of the campaign (``windows``, 0 meaning 1)."""
+        return max(1, self.windows)
+
+    def split(self, config: campaigns_pb2.CampaignConfig) -> bool:
+        """Each window spends epsilon / W (several windows under the SPLIT policy)."""
+        return self.window_count > 1 and config.budget_policy == campaigns_pb2.SPLIT
+
+    def mechanism(self, config: campaigns_pb2.CampaignConfig, size: int) -> MechanismParams:
+        """The oracle of one window over ``size`` values (:func:`frequency_oracle`)."""
+        epsilon = config.epsilon
+        return frequency_oracle(self.oracle, size, equal_share(epsilon, self.window_count) if self.split(config)
+                                else epsilon, self.max_payload_bits)
+
+
+def histogram_encoder(config: campaigns_pb2.CampaignConfig, cells: Sequence[int]) -> Encoder:
+    """The campaign's encoder: the value itself, or its cell of a uniform grid of ``cells`` per dimension."""
+    domain = config.domain
+    if domain.WhichOneof("domain") == "categorical_size":
+        return CategoricalEncoder(domain_size=domain.categorical_size)
+    numeric = numeric_domain(domain.numeric.lower, domain.numeric.upper)
+    try:
+        return UniformGridEncoder(domain=numeric, cells_per_dimension=tuple(cells))
+    except InvalidParameterError as exc:
+        raise InvalidArgumentError(f"histogram grid: {exc}") from None
+
+
+class HistogramEngine(CampaignEngine):
+    """Engine of ``HISTOGRAM`` campaigns (module docstring).
+
+    Parameters
+    ----------
+    campaign_id : str
+    config : ldp.v1.CampaignConfig
+        Validated by :func:`ldp_collector.campaigns.prepare_campaign`.
+    params : HistogramParams
+        Resolved (:meth:`HistogramParams.resolve`): the oracle and, for numeric domains, the grid
+        are filled in.
+    """
+
+    params: HistogramParams
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: HistogramParams) -> None:
+        super().__init__(campaign_id, config, params)
+        self.windows = params.window_count
+        self.anomaly_alpha = params.anomaly_alpha or DEFAULT_ANOMALY_ALPHA
+        self._reports_per_device = self.windows if params.split(config) else 1
+        encoder = histogram_encoder(config, params.cells_per_dimension)
+        self.component = Component(encoder=encoder, mechanism=params.mechanism(config, encoder.output_size))
 
     def _spec(self, round: int) -> RoundSpec:
         return RoundSpec(
@@ -358,7 +435,7 @@ class HistogramEngine(CampaignEngine):
             else:
                 state = engine_state  # an empty window compares the next one with the last non-empty one
         implausible = self._weight_warnings(spec, reports)
-        if self.config.histogram.consistency:
+        if self.params.consistency:
             estimate = estimate.with_consistency("norm_sub")
         estimates = estimates_message(estimate, component)
         estimates.warnings.extend(implausible)
@@ -431,13 +508,15 @@ def _mechanism_name(mechanism: MechanismParams) -> str:
     return mechanism.KIND
 
 
-_ORACLE_OF_MECHANISM: dict[str, campaigns_pb2.FrequencyOracle.ValueType] = {
-    "grr": campaigns_pb2.GRR,
-    "sue": campaigns_pb2.SUE,
-    "oue": campaigns_pb2.OUE,
-    "local_hashing": campaigns_pb2.OLH,
+_ORACLE_OF_MECHANISM: dict[str, FrequencyOracle] = {
+    "grr": FrequencyOracle.GRR,
+    "sue": FrequencyOracle.SUE,
+    "oue": FrequencyOracle.OUE,
+    "local_hashing": FrequencyOracle.OLH,
 }
 
 
 #: The HISTOGRAM campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
-KIND = Kind(name="histogram", engine=HistogramEngine, domains=frozenset({NUMERIC, CATEGORICAL}))
+KIND = Kind(name="histogram", engine=HistogramEngine,
+            params=HistogramParams,
+            domains=frozenset({NUMERIC, CATEGORICAL}))

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 import msgpack
 import numpy as np
@@ -58,19 +59,20 @@ from ..estimation.accumulators import decode_report_payloads
 from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_c_means
 from ..estimation.kmeans import weighted_kmeans
 from ..storage.base import StoredReport
-from .base import NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports, numeric_domain
-from .common import MAX_K, campaign_seed, check_report_epsilon
+from .base import NUMERIC, CampaignEngine, Kind, KindParams, RoundOutcome, RoundPlan, RoundReports, numeric_domain
+from .common import MAX_K, ProtoEnum, campaign_seed, check_report_epsilon
 
 __all__ = [
     "KIND",
     "DEFAULT_GRID_BITS",
     "MAX_ITERATIONS",
     "N_INIT",
+    "LaplaceAlgorithm",
     "LaplaceEngine",
+    "LaplaceParams",
     "decode_points",
 ]
 
-LAPLACE = campaigns_pb2.LaplaceParameters
 #: ``grid_bits`` when unset (the mechanism's default; 0 cannot be told from unset in proto3).
 DEFAULT_GRID_BITS = 10
 #: Restarts of every algorithm (fresh k-means++ seeds; the lowest objective wins).
@@ -81,10 +83,6 @@ MAX_ITERATIONS = 300
 TOLERANCE = 1e-6
 #: The wire tag of an ``Integers`` payload (``ldp_client.payload``).
 _INTEGERS_TAG = 4
-
-
-def _algorithm_name(value: int) -> str:
-    return LAPLACE.Algorithm.Name(value)  # type: ignore[arg-type]
 
 
 def decode_points(batches: Iterable[list[StoredReport]], params: DiscreteLaplaceParams) -> NDArray[np.float64]:
@@ -122,6 +120,70 @@ def decode_points(batches: Iterable[list[StoredReport]], params: DiscreteLaplace
     return out
 
 
+class LaplaceAlgorithm(ProtoEnum):
+    """``ldp.v1.LaplaceParameters.Algorithm``: the clustering run on the noisy points."""
+
+    ALGORITHM_UNSPECIFIED = 0
+    KMEANS = 1
+    FCM = 2
+    MNFCM = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaplaceParams(KindParams):
+    """``ldp.v1.LaplaceParameters``; :meth:`resolve` fills the algorithm, the fuzzifier and ``grid_bits``.
+
+    Attributes
+    ----------
+    k : int
+        Number of clusters, in [1, 256] (required).
+    algorithm : LaplaceAlgorithm
+        UNSPECIFIED: MNFCM.
+    fuzzifier : float
+        FCM and MNFCM only, in (1, 100] (0 = 2).
+    grid_bits : int
+        Bits per coordinate of the noised grid, in [1, 30] (0 = 10).
+    """
+
+    k: int = 0
+    algorithm: LaplaceAlgorithm = LaplaceAlgorithm.ALGORITHM_UNSPECIFIED
+    fuzzifier: float = 0.0
+    grid_bits: int = 0
+
+    def resolve(self, config: campaigns_pb2.CampaignConfig) -> LaplaceParams:
+        """The parameters with every default filled in (see :meth:`KindParams.resolve`).
+
+        Raises
+        ------
+        InvalidArgumentError
+            A categorical domain, epsilon above 20, ``k`` outside [1, 256], a fuzzifier not in
+            (1, 100] (or set for KMEANS), ``grid_bits`` above 30, or an unknown algorithm.
+        """
+        numeric_domain(config, "laplace")
+        check_report_epsilon(config.epsilon, "a laplace campaign")
+        if not 1 <= self.k <= MAX_K:
+            raise InvalidArgumentError(f"laplace.k must be in [1, {MAX_K}], got {self.k}")
+        algorithm = self.algorithm or LaplaceAlgorithm.MNFCM
+        if algorithm not in (LaplaceAlgorithm.KMEANS, LaplaceAlgorithm.FCM, LaplaceAlgorithm.MNFCM):
+            raise InvalidArgumentError(f"laplace.algorithm {algorithm} is not a known algorithm "
+                                       f"(KMEANS, FCM or MNFCM)")
+        fuzzifier = self.fuzzifier
+        if algorithm == LaplaceAlgorithm.KMEANS:
+            if fuzzifier != 0:
+                raise InvalidArgumentError(
+                    f"laplace.fuzzifier applies to the FCM and MNFCM algorithms only, got {fuzzifier:g} for KMEANS")
+        else:
+            fuzzifier = fuzzifier or DEFAULT_FUZZIFIER
+            if not (math.isfinite(fuzzifier) and 1.0 < fuzzifier <= MAX_FUZZIFIER):
+                raise InvalidArgumentError(f"laplace.fuzzifier must be in (1, {MAX_FUZZIFIER:g}], got {fuzzifier:g}")
+        grid_bits = self.grid_bits or DEFAULT_GRID_BITS
+        if not 1 <= grid_bits <= MAX_GRID_BITS:
+            raise InvalidArgumentError(
+                f"laplace.grid_bits must be in [1, {MAX_GRID_BITS}] (0 = the default {DEFAULT_GRID_BITS}), "
+                f"got {grid_bits}")
+        return replace(self, algorithm=algorithm, fuzzifier=fuzzifier, grid_bits=grid_bits)
+
+
 class LaplaceEngine(CampaignEngine):
     """Engine of ``LAPLACE`` campaigns (module docstring).
 
@@ -129,54 +191,30 @@ class LaplaceEngine(CampaignEngine):
     ----------
     campaign_id : str
     config : ldp.v1.CampaignConfig
-        A numeric domain and ``laplace.k``; ``self.config`` is a copy with the defaults filled in
-        (algorithm MNFCM, fuzzifier 2 for the fuzzy algorithms, grid_bits 10).
+        Validated by :func:`ldp_collector.campaigns.prepare_campaign`: a numeric domain.
+    params : LaplaceParams
+        Resolved (:meth:`LaplaceParams.resolve`): algorithm MNFCM, fuzzifier 2 for the fuzzy
+        algorithms and grid_bits 10 unless set.
 
     Raises
     ------
     InvalidArgumentError
-        A categorical domain, epsilon above 20, ``k`` outside [1, 256], a fuzzifier not in
-        (1, 100] (or set for KMEANS), ``grid_bits`` above 30, or an unknown algorithm.
+        A mechanism the SDK refuses.
     """
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
-        normalized = campaigns_pb2.CampaignConfig()
-        normalized.CopyFrom(config)
-        super().__init__(campaign_id, normalized)
-        self.domain = numeric_domain(normalized, "laplace")
-        d = self.dimension = self.domain.dimension
-        epsilon = normalized.epsilon
-        check_report_epsilon(epsilon, "a laplace campaign")
-        p = normalized.laplace  # an unset oneof member reads as defaults; writing sets it
-        if not 1 <= p.k <= MAX_K:
-            raise InvalidArgumentError(f"laplace.k must be in [1, {MAX_K}], got {p.k}")
-        if p.algorithm == LAPLACE.ALGORITHM_UNSPECIFIED:
-            p.algorithm = LAPLACE.MNFCM
-        if p.algorithm not in (LAPLACE.KMEANS, LAPLACE.FCM, LAPLACE.MNFCM):
-            raise InvalidArgumentError(f"laplace.algorithm {p.algorithm} is not a known algorithm "
-                                       f"(KMEANS, FCM or MNFCM)")
-        if p.algorithm == LAPLACE.KMEANS:
-            if p.fuzzifier != 0:
-                raise InvalidArgumentError(
-                    f"laplace.fuzzifier applies to the FCM and MNFCM algorithms only, got {p.fuzzifier:g} for KMEANS")
-        else:
-            if p.fuzzifier == 0:
-                p.fuzzifier = DEFAULT_FUZZIFIER
-            if not (math.isfinite(p.fuzzifier) and 1.0 < p.fuzzifier <= MAX_FUZZIFIER):
-                raise InvalidArgumentError(f"laplace.fuzzifier must be in (1, {MAX_FUZZIFIER:g}], got {p.fuzzifier:g}")
-        if p.grid_bits == 0:
-            p.grid_bits = DEFAULT_GRID_BITS
-        if not 1 <= p.grid_bits <= MAX_GRID_BITS:
-            raise InvalidArgumentError(
-                f"laplace.grid_bits must be in [1, {MAX_GRID_BITS}] (0 = the default {DEFAULT_GRID_BITS}), "
-                f"got {p.grid_bits}")
+    params: LaplaceParams
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: LaplaceParams) -> None:
+        super().__init__(campaign_id, config, params)
+        self.domain = numeric_domain(config, "laplace")
+        self.dimension = self.domain.dimension
         try:
-            mechanism = DiscreteLaplaceParams(dimension=d, epsilon=epsilon, grid_bits=int(p.grid_bits))
+            mechanism = DiscreteLaplaceParams(dimension=self.dimension, epsilon=config.epsilon,
+                                              grid_bits=params.grid_bits)
             self.component = Component(encoder=UnitCubeEncoder(domain=self.domain), mechanism=mechanism)
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"laplace: {exc}") from None
         self.mechanism = mechanism
-        self.params = p
 
     @property
     def noise_scale(self) -> float:
@@ -204,7 +242,7 @@ class LaplaceEngine(CampaignEngine):
         n, d = points.shape
         p = self.params
         k = int(p.k)
-        fuzzy = p.algorithm != LAPLACE.KMEANS
+        fuzzy = p.algorithm != LaplaceAlgorithm.KMEANS
         sigma0 = math.sqrt(mechanism.noise_variance / 2.0)
         warnings: list[str] = []
         diagnostics: dict[str, float] = {
@@ -227,7 +265,7 @@ class LaplaceEngine(CampaignEngine):
         rng = np.random.default_rng(self._seed())
         cube = (np.zeros(d), np.ones(d))
         if fuzzy:
-            distance: Distance = "mixed" if p.algorithm == LAPLACE.MNFCM else "euclidean"
+            distance: Distance = "mixed" if p.algorithm == LaplaceAlgorithm.MNFCM else "euclidean"
             fit = fuzzy_c_means(points, k, rng, distance=distance, fuzzifier=float(p.fuzzifier),
                                 noise_scale=sigma0, max_iter=MAX_ITERATIONS, tol=TOLERANCE, n_init=N_INIT,
                                 bounds=cube)
@@ -235,7 +273,7 @@ class LaplaceEngine(CampaignEngine):
             diagnostics.update(iterations=float(fit.iterations), objective=float(fit.objective),
                                converged=float(fit.converged))
             if not fit.converged:
-                warnings.append(f"{_algorithm_name(p.algorithm)} stopped after {MAX_ITERATIONS} iterations "
+                warnings.append(f"{p.algorithm.name} stopped after {MAX_ITERATIONS} iterations "
                                 f"without converging")
             clustering.fuzzifier = float(p.fuzzifier)
         else:
@@ -254,4 +292,6 @@ class LaplaceEngine(CampaignEngine):
 
 
 #: The LAPLACE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
-KIND = Kind(name="laplace", engine=LaplaceEngine, domains=frozenset({NUMERIC}), clustering=True)
+KIND = Kind(name="laplace", engine=LaplaceEngine,
+            params=LaplaceParams,
+            domains=frozenset({NUMERIC}), clustering=True)

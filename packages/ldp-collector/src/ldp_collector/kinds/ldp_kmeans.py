@@ -164,6 +164,7 @@ from .base import (
     NUMERIC,
     CampaignEngine,
     Kind,
+    KindParams,
     RoundOutcome,
     RoundPlan,
     RoundReports,
@@ -182,6 +183,7 @@ __all__ = [
     "MIN_COUNT_Z",
     "SPLIT_FRACTION",
     "LdpKmeansEngine",
+    "LdpKmeansParams",
     "LdpKmeansPlan",
     "label_update",
     "reseed_centers",
@@ -335,6 +337,44 @@ class LdpKmeansPlan:
     max_reports_per_device: int
 
 
+@dataclass(frozen=True, kw_only=True)
+class LdpKmeansParams(KindParams):
+    """``ldp.v1.LdpKmeansParameters``; :meth:`resolve` fills ``iterations`` and ``data_share``.
+
+    Attributes
+    ----------
+    k : int
+        Number of clusters, in [2, 256] (required).
+    iterations : int
+        Label rounds, in [1, 20] (0 = 5).
+    data_share : float
+        Share of epsilon spent on the perturbed vector, in (0, 1) (0 = 0.5).
+    """
+
+    k: int = 0
+    iterations: int = 0
+    data_share: float = 0.0
+
+    def resolve(self, config: campaigns_pb2.CampaignConfig) -> LdpKmeansParams:
+        """The parameters with every default filled in (see :meth:`KindParams.resolve`).
+
+        Raises
+        ------
+        InvalidArgumentError
+            A categorical domain, or ``k``, ``iterations`` or ``data_share`` out of range.
+        """
+        numeric_domain(config, "ldp_kmeans")
+        if not MIN_K <= self.k <= MAX_K:
+            raise InvalidArgumentError(f"ldp_kmeans.k must be in [{MIN_K}, {MAX_K}], got {self.k}")
+        iterations = self.iterations or DEFAULT_ITERATIONS
+        if not 1 <= iterations <= MAX_ITERATIONS:
+            raise InvalidArgumentError(f"ldp_kmeans.iterations must be in [1, {MAX_ITERATIONS}], got {iterations}")
+        data_share = self.data_share or DEFAULT_DATA_SHARE
+        if not (math.isfinite(data_share) and 0.0 < data_share < 1.0):
+            raise InvalidArgumentError(f"ldp_kmeans.data_share must be in (0, 1), got {data_share:g}")
+        return replace(self, iterations=iterations, data_share=data_share)
+
+
 class LdpKmeansEngine(CampaignEngine):
     """Engine of ``LDP_KMEANS`` campaigns (module docstring).
 
@@ -342,38 +382,26 @@ class LdpKmeansEngine(CampaignEngine):
     ----------
     campaign_id : str
     config : ldp.v1.CampaignConfig
-        A numeric domain and ``ldp_kmeans`` parameters with ``k`` in [2, 256]; ``iterations``
-        (default 5, at most 20) and ``data_share`` (default 0.5, in (0, 1)) are optional.
-        ``self.config`` is a copy with the defaults filled in.
+        Validated by :func:`ldp_collector.campaigns.prepare_campaign`: a numeric domain.
+    params : LdpKmeansParams
+        Resolved (:meth:`LdpKmeansParams.resolve`): ``iterations`` (default 5) and ``data_share``
+        (default 0.5) filled in.
 
     Raises
     ------
     InvalidArgumentError
-        A categorical domain, ``k``, ``iterations`` or ``data_share`` out of range, or a
-        component epsilon outside what the mechanisms accept (above 20 under PARTITION).
+        A component epsilon outside what the mechanisms accept (above 20 under PARTITION).
     """
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
-        normalized = campaigns_pb2.CampaignConfig()
-        normalized.CopyFrom(config)
-        super().__init__(campaign_id, normalized)
-        self.domain = numeric_domain(normalized, "ldp_kmeans")
-        p = normalized.ldp_kmeans  # an unset oneof member reads as defaults; writing sets it
-        if not MIN_K <= p.k <= MAX_K:
-            raise InvalidArgumentError(f"ldp_kmeans.k must be in [{MIN_K}, {MAX_K}], got {p.k}")
-        if p.iterations == 0:
-            p.iterations = DEFAULT_ITERATIONS
-        if not 1 <= p.iterations <= MAX_ITERATIONS:
-            raise InvalidArgumentError(f"ldp_kmeans.iterations must be in [1, {MAX_ITERATIONS}], got {p.iterations}")
-        if p.data_share == 0:
-            p.data_share = DEFAULT_DATA_SHARE
-        if not (math.isfinite(p.data_share) and 0.0 < p.data_share < 1.0):
-            raise InvalidArgumentError(f"ldp_kmeans.data_share must be in (0, 1), got {p.data_share:g}")
-        self.params = p
-        self.k = int(p.k)
-        self.iterations = int(p.iterations)
+    params: LdpKmeansParams
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: LdpKmeansParams) -> None:
+        super().__init__(campaign_id, config, params)
+        self.domain = numeric_domain(config, "ldp_kmeans")
+        self.k = params.k
+        self.iterations = params.iterations
         self.dimension = self.domain.dimension
-        self.plan = self._plan(normalized)
+        self.plan = self._plan(config)
         try:
             self.init_component = vector_component(self.domain, self.plan.init_epsilon)
             self.label_vector_component = vector_component(self.domain, self.plan.label_vector_epsilon)
@@ -384,7 +412,7 @@ class LdpKmeansEngine(CampaignEngine):
         self._width = np.asarray(self.domain.upper, dtype=np.float64) - self._lower
 
     def _plan(self, config: campaigns_pb2.CampaignConfig) -> LdpKmeansPlan:
-        epsilon, share, t = config.epsilon, float(self.params.data_share), self.iterations
+        epsilon, share, t = config.epsilon, self.params.data_share, self.iterations
         if config.budget_policy == campaigns_pb2.SPLIT:
             # What each round charges first (the ledger charges a round's label and vector together,
             # their sum rounded up), then each label round's charge cut into its label and its vector.
@@ -573,4 +601,6 @@ class LdpKmeansEngine(CampaignEngine):
 
 
 #: The LDP_KMEANS campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
-KIND = Kind(name="ldp_kmeans", engine=LdpKmeansEngine, domains=frozenset({NUMERIC}), clustering=True)
+KIND = Kind(name="ldp_kmeans", engine=LdpKmeansEngine,
+            params=LdpKmeansParams,
+            domains=frozenset({NUMERIC}), clustering=True)

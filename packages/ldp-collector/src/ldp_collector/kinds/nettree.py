@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -69,8 +70,8 @@ from ..estimation.net_tree import (
 )
 from ..estimation.vector_sum import bucket_sums
 from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
-from .base import NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports, numeric_domain
-from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, campaign_seed, check_report_epsilon
+from .base import NUMERIC, CampaignEngine, Kind, KindParams, RoundOutcome, RoundPlan, RoundReports, numeric_domain
+from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, ProtoEnum, campaign_seed, check_report_epsilon
 
 __all__ = [
     "KIND",
@@ -79,12 +80,13 @@ __all__ = [
     "DEFAULT_NODE_SHARE",
     "MAX_K",
     "NetTreeEngine",
+    "NetTreeParams",
+    "NodeMap",
     "default_bits_per_level",
     "leaf_nodes",
     "noiseless_outcome",
 ]
 
-NT = campaigns_pb2.NetTreeParameters
 DEFAULT_DEPTH = 4
 MAX_DEPTH = 16
 DEFAULT_NODE_SHARE = 0.5
@@ -113,6 +115,104 @@ def default_bits_per_level(k: int, depth: int) -> int:
     return max(1, math.ceil((math.log2(k) + 5.0) / depth))
 
 
+class NodeMap(ProtoEnum):
+    """``ldp.v1.NetTreeParameters.NodeMap``: how a point maps to its tree nodes."""
+
+    NODE_MAP_UNSPECIFIED = 0
+    SIMHASH = 1
+    SHIFTED_GRID = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetTreeParams(KindParams):
+    """``ldp.v1.NetTreeParameters``; :meth:`resolve` fills every field but ``cluster_in_projected_space``.
+
+    Attributes
+    ----------
+    k : int
+        Number of clusters, in [2, 256] (required).
+    projection_dimension : int
+        SimHash: ``min(d, 16)``; shifted grid: ``min(d, 4)``, at most 8 (0 = default).
+    depth : int
+        Tree depth, in [1, 16] (0 = 4).
+    node_map : NodeMap
+        UNSPECIFIED: SHIFTED_GRID for ``d <= 4``, else SIMHASH.
+    max_nodes_per_level : int
+        0 = ``max(64, 8 k)``.
+    cluster_in_projected_space : bool
+        Cluster the leaves in the projected space instead of the original one.
+    bits_per_level : int
+        SimHash hyperplanes per level (0 = :func:`default_bits_per_level`); the shifted grid's is
+        ``projection_dimension``.
+    node_share : float
+        Share of epsilon spent on the node report, in (0, 1) (0 = 0.5).
+    false_positive_rate : float
+        Family-wise false-positive rate of the node thresholds per level, in (0, 1) (0 = 0.05).
+    """
+
+    k: int = 0
+    projection_dimension: int = 0
+    depth: int = 0
+    node_map: NodeMap = NodeMap.NODE_MAP_UNSPECIFIED
+    max_nodes_per_level: int = 0
+    cluster_in_projected_space: bool = False
+    bits_per_level: int = 0
+    node_share: float = 0.0
+    false_positive_rate: float = 0.0
+
+    def resolve(self, config: campaigns_pb2.CampaignConfig) -> NetTreeParams:
+        """The parameters with every default filled in (see :meth:`KindParams.resolve`).
+
+        Raises
+        ------
+        InvalidArgumentError
+            A categorical domain, epsilon outside (0, 20], or a parameter out of range.
+        """
+        d = numeric_domain(config, "nettree").dimension
+        check_report_epsilon(config.epsilon, "a nettree campaign")
+        k = self.k
+        if not MIN_K <= k <= MAX_K:
+            raise InvalidArgumentError(f"nettree.k must be in [{MIN_K}, {MAX_K}], got {k}")
+        depth = self.depth or DEFAULT_DEPTH
+        if not 1 <= depth <= MAX_DEPTH:
+            raise InvalidArgumentError(f"nettree.depth must be in [1, {MAX_DEPTH}] (0 = {DEFAULT_DEPTH}), got {depth}")
+        node_map = self.node_map or (NodeMap.SHIFTED_GRID if d <= GRID_DEFAULT_MAX_DIMENSION else NodeMap.SIMHASH)
+        if node_map not in (NodeMap.SIMHASH, NodeMap.SHIFTED_GRID):
+            raise InvalidArgumentError(f"nettree.node_map {node_map} is not SIMHASH or SHIFTED_GRID")
+        grid = node_map == NodeMap.SHIFTED_GRID
+        projection_dimension = self.projection_dimension or min(d, DEFAULT_GRID_DIMENSION if grid else MAX_PROJECTION)
+        top = MAX_GRID_DIMENSION if grid else MAX_PROJECTION
+        if not 1 <= projection_dimension <= min(d, top):
+            raise InvalidArgumentError(
+                f"nettree.projection_dimension must be in [1, min(d, {top})] = [1, {min(d, top)}] for "
+                f"{'SHIFTED_GRID' if grid else 'SIMHASH'}, got {projection_dimension}")
+        if grid:
+            if self.bits_per_level not in (0, projection_dimension):
+                raise InvalidArgumentError("nettree.bits_per_level applies to SIMHASH only (a shifted-grid node has "
+                                           "2^projection_dimension children)")
+            bits_per_level = projection_dimension
+        else:
+            bits_per_level = self.bits_per_level or default_bits_per_level(k, depth)
+        if depth * bits_per_level > MAX_NODE_BITS:
+            raise InvalidArgumentError(
+                f"nettree: depth x bits per level must be at most {MAX_NODE_BITS} (the oracles' largest domain is "
+                f"2^63), got "
+                f"{depth} x {bits_per_level}")
+        max_nodes_per_level = self.max_nodes_per_level or max(64, 8 * k)
+        if not 1 <= max_nodes_per_level <= MAX_NODES:
+            raise InvalidArgumentError(f"nettree.max_nodes_per_level must be in [1, {MAX_NODES}], got "
+                                       f"{max_nodes_per_level}")
+        node_share = self.node_share or DEFAULT_NODE_SHARE
+        if not (math.isfinite(node_share) and 0.0 < node_share < 1.0):
+            raise InvalidArgumentError(f"nettree.node_share must be in (0, 1), got {node_share:g}")
+        false_positive_rate = self.false_positive_rate or DEFAULT_FALSE_POSITIVE_RATE
+        if not (math.isfinite(false_positive_rate) and 0.0 < false_positive_rate < 1.0):
+            raise InvalidArgumentError(f"nettree.false_positive_rate must be in (0, 1), got {false_positive_rate:g}")
+        return replace(self, depth=depth, node_map=node_map, projection_dimension=projection_dimension,
+                       bits_per_level=bits_per_level, max_nodes_per_level=max_nodes_per_level,
+                       node_share=node_share, false_positive_rate=false_positive_rate)
+
+
 class NetTreeEngine(CampaignEngine):
     """Engine of ``NETTREE`` campaigns (module docstring).
 
@@ -120,78 +220,32 @@ class NetTreeEngine(CampaignEngine):
     ----------
     campaign_id : str
     config : ldp.v1.CampaignConfig
-        A numeric domain and ``nettree.k`` in [2, 256]. Optional (0 = default): ``depth``
-        (4, at most 16), ``node_map`` (SHIFTED_GRID for ``d <= 4``, else SIMHASH),
-        ``projection_dimension`` (SimHash: ``min(d, 16)``;
-        shifted grid: ``min(d, 4)``, at most 8), ``bits_per_level`` (SimHash,
-        :func:`default_bits_per_level`), ``max_nodes_per_level`` (``max(64, 8 k)``),
-        ``node_share`` (0.5), ``false_positive_rate`` (0.05). ``self.config`` holds the defaults.
+        Validated by :func:`ldp_collector.campaigns.prepare_campaign`: a numeric domain.
+    params : NetTreeParams
+        Resolved (:meth:`NetTreeParams.resolve`): ``depth`` (4), ``node_map`` (SHIFTED_GRID for
+        ``d <= 4``, else SIMHASH), ``projection_dimension``, ``bits_per_level``,
+        ``max_nodes_per_level`` (``max(64, 8 k)``), ``node_share`` (0.5) and ``false_positive_rate``
+        (0.05) filled in.
 
     Raises
     ------
     InvalidArgumentError
-        A categorical domain, epsilon outside (0, 20], or a parameter out of range.
+        An encoder or mechanism the SDK refuses.
     """
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
-        normalized = campaigns_pb2.CampaignConfig()
-        normalized.CopyFrom(config)
-        super().__init__(campaign_id, normalized)
-        self.domain = numeric_domain(normalized, "nettree")
+    params: NetTreeParams
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: NetTreeParams) -> None:
+        super().__init__(campaign_id, config, params)
+        self.domain = numeric_domain(config, "nettree")
         d = self.dimension = self.domain.dimension
-        epsilon = normalized.epsilon
-        check_report_epsilon(epsilon, "a nettree campaign")
-        p = normalized.nettree
-        if not MIN_K <= p.k <= MAX_K:
-            raise InvalidArgumentError(f"nettree.k must be in [{MIN_K}, {MAX_K}], got {p.k}")
-        if p.depth == 0:
-            p.depth = DEFAULT_DEPTH
-        if not 1 <= p.depth <= MAX_DEPTH:
-            raise InvalidArgumentError(f"nettree.depth must be in [1, {MAX_DEPTH}] (0 = {DEFAULT_DEPTH}), got {p.depth}")
-        if p.node_map == NT.NODE_MAP_UNSPECIFIED:
-            p.node_map = NT.SHIFTED_GRID if d <= GRID_DEFAULT_MAX_DIMENSION else NT.SIMHASH
-        if p.node_map not in (NT.SIMHASH, NT.SHIFTED_GRID):
-            raise InvalidArgumentError(f"nettree.node_map {p.node_map} is not SIMHASH or SHIFTED_GRID")
-        grid = p.node_map == NT.SHIFTED_GRID
-        if p.projection_dimension == 0:
-            p.projection_dimension = min(d, DEFAULT_GRID_DIMENSION if grid else MAX_PROJECTION)
-        top = MAX_GRID_DIMENSION if grid else MAX_PROJECTION
-        if not 1 <= p.projection_dimension <= min(d, top):
-            raise InvalidArgumentError(
-                f"nettree.projection_dimension must be in [1, min(d, {top})] = [1, {min(d, top)}] for "
-                f"{'SHIFTED_GRID' if grid else 'SIMHASH'}, got {p.projection_dimension}")
-        if grid:
-            if p.bits_per_level not in (0, p.projection_dimension):
-                raise InvalidArgumentError("nettree.bits_per_level applies to SIMHASH only (a shifted-grid node has "
-                                           "2^projection_dimension children)")
-            p.bits_per_level = p.projection_dimension
-        elif p.bits_per_level == 0:
-            p.bits_per_level = default_bits_per_level(p.k, p.depth)
-        if p.depth * p.bits_per_level > MAX_NODE_BITS:
-            raise InvalidArgumentError(
-                f"nettree: depth x bits per level must be at most {MAX_NODE_BITS} (the oracles' largest domain is "
-                f"2^63), got "
-                f"{p.depth} x {p.bits_per_level}")
-        if p.max_nodes_per_level == 0:
-            p.max_nodes_per_level = max(64, 8 * p.k)
-        if not 1 <= p.max_nodes_per_level <= MAX_NODES:
-            raise InvalidArgumentError(f"nettree.max_nodes_per_level must be in [1, {MAX_NODES}], got "
-                                       f"{p.max_nodes_per_level}")
-        if p.node_share == 0:
-            p.node_share = DEFAULT_NODE_SHARE
-        if not (math.isfinite(p.node_share) and 0.0 < p.node_share < 1.0):
-            raise InvalidArgumentError(f"nettree.node_share must be in (0, 1), got {p.node_share:g}")
-        if p.false_positive_rate == 0:
-            p.false_positive_rate = DEFAULT_FALSE_POSITIVE_RATE
-        if not (math.isfinite(p.false_positive_rate) and 0.0 < p.false_positive_rate < 1.0):
-            raise InvalidArgumentError(f"nettree.false_positive_rate must be in (0, 1), got {p.false_positive_rate:g}")
-        self.params = p
-        self.layout = NetTreeLayout(levels=int(p.depth), child_bits=int(p.bits_per_level))
+        p = params
+        self.layout = NetTreeLayout(levels=p.depth, child_bits=p.bits_per_level)
         # Shares whose exact sum is at most epsilon: the device's ledger compares exactly.
-        self.node_epsilon, self.vector_epsilon = split_epsilon(epsilon, [p.node_share, 1.0 - p.node_share])
+        self.node_epsilon, self.vector_epsilon = split_epsilon(config.epsilon, [p.node_share, 1.0 - p.node_share])
         seed = self._seed()
         self.projection = (None if p.projection_dimension == d
-                           else RandomProjection(input_dimension=d, output_dimension=int(p.projection_dimension),
+                           else RandomProjection(input_dimension=d, output_dimension=p.projection_dimension,
                                                  seed=seed ^ 0x5A5A))
         try:
             self.node_encoders = tuple(self._node_encoder(level, seed) for level in range(1, self.layout.levels + 1))
@@ -215,7 +269,7 @@ class NetTreeEngine(CampaignEngine):
         return campaign_seed(self.campaign_id, "nettree:")
 
     def _node_encoder(self, level: int, seed: int) -> Encoder:
-        if self.params.node_map == NT.SHIFTED_GRID:
+        if self.params.node_map == NodeMap.SHIFTED_GRID:
             return ShiftedGridEncoder(domain=self.domain, projection=self.projection, level=level, seed=seed)
         return SimHashEncoder(domain=self.domain, projection=self.projection, bits=self.layout.bits(level), seed=seed)
 
@@ -329,7 +383,7 @@ class NetTreeEngine(CampaignEngine):
         sums = leaf_sums(kept_nodes)
         weights = np.maximum(kept_counts, 1.0)
         diagnostics["coverage"] = float(kept_counts.sum() / n)
-        grid = self.params.node_map == NT.SHIFTED_GRID
+        grid = self.params.node_map == NodeMap.SHIFTED_GRID
         cells: NDArray[np.float64] | None = None
         if grid and self.projection is None:
             leaf = self.node_encoders[-1]
@@ -371,7 +425,7 @@ class NetTreeEngine(CampaignEngine):
     def _positions(self, nodes: NDArray[np.uint64], leaf_sums: NDArray[np.float64],
                    weights: NDArray[np.float64]) -> NDArray[np.float64]:
         """Where the paper-faithful variant clusters the leaves (module docstring)."""
-        if self.params.node_map == NT.SHIFTED_GRID:
+        if self.params.node_map == NodeMap.SHIFTED_GRID:
             return grid_node_positions(nodes, self.layout.levels, int(self.params.projection_dimension))
         bits = self.layout.bits(self.layout.levels)
         codes = nodes.astype(np.uint64)
@@ -413,4 +467,6 @@ def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
 
 
 #: The NETTREE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
-KIND = Kind(name="nettree", engine=NetTreeEngine, domains=frozenset({NUMERIC}), clustering=True)
+KIND = Kind(name="nettree", engine=NetTreeEngine,
+            params=NetTreeParams,
+            domains=frozenset({NUMERIC}), clustering=True)

@@ -53,6 +53,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,7 @@ from .base import (
     NUMERIC,
     CampaignEngine,
     Kind,
+    KindParams,
     RoundOutcome,
     RoundPlan,
     RoundReports,
@@ -90,7 +92,7 @@ from .base import (
 )
 from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, campaign_seed
 
-__all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "StemmerEngine", "noiseless_outcome"]
+__all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "StemmerEngine", "StemmerParams", "noiseless_outcome"]
 
 DEFAULT_SCALES = 6
 DEFAULT_REPETITIONS = 2
@@ -110,6 +112,62 @@ MIN_COUNT_Z = 3.0
 _PHASES = ("keys", "means", "weights", "lloyd")
 
 
+@dataclass(frozen=True, kw_only=True)
+class StemmerParams(KindParams):
+    """``ldp.v1.StemmerParameters``; :meth:`resolve` fills every field but ``threshold_z``.
+
+    Attributes
+    ----------
+    k : int
+        Number of clusters, in [2, 256] (required).
+    projection_dimension : int
+        In [1, min(d, 6)] (0 = ``min(d, 4)``).
+    scales : int
+        In [1, 16] with ``scales x projection_dimension <= 62`` (0 = 6).
+    repetitions : int
+        In [1, 8] (0 = 2).
+    threshold_z : float
+        Significance of the heavy-key test, in (0, 20] (0 = Bonferroni, left as 0).
+    lloyd_refinement : bool or None
+        Round D (one Lloyd step from bucketized vectors by nearest center); ``None`` (unset) = on.
+    """
+
+    k: int = 0
+    projection_dimension: int = 0
+    scales: int = 0
+    repetitions: int = 0
+    threshold_z: float = 0.0
+    lloyd_refinement: bool | None = None
+
+    def resolve(self, config: campaigns_pb2.CampaignConfig) -> StemmerParams:
+        """The parameters with every default filled in (see :meth:`KindParams.resolve`).
+
+        Raises
+        ------
+        InvalidArgumentError
+            A categorical domain, or a parameter out of range.
+        """
+        d = numeric_domain(config, "stemmer").dimension
+        if not MIN_K <= self.k <= MAX_K:
+            raise InvalidArgumentError(f"stemmer.k must be in [{MIN_K}, {MAX_K}], got {self.k}")
+        projection_dimension = self.projection_dimension or min(d, DEFAULT_PROJECTION)
+        if not 1 <= projection_dimension <= min(d, MAX_PROJECTION):
+            raise InvalidArgumentError(f"stemmer.projection_dimension must be in [1, min(d, {MAX_PROJECTION})] = "
+                                       f"[1, {min(d, MAX_PROJECTION)}], got {projection_dimension}")
+        scales = self.scales or DEFAULT_SCALES
+        if not 1 <= scales <= MAX_SCALES or scales * projection_dimension > 62:
+            raise InvalidArgumentError(f"stemmer.scales must be in [1, {MAX_SCALES}] with scales x projection_dimension "
+                                       f"<= 62, got {scales} x {projection_dimension}")
+        repetitions = self.repetitions or DEFAULT_REPETITIONS
+        if not 1 <= repetitions <= MAX_REPETITIONS:
+            raise InvalidArgumentError(f"stemmer.repetitions must be in [1, {MAX_REPETITIONS}], got {repetitions}")
+        z = self.threshold_z
+        if z != 0 and not (math.isfinite(z) and 0 < z <= 20):
+            raise InvalidArgumentError(f"stemmer.threshold_z must be in (0, 20] (0 = Bonferroni), got {z:g}")
+        return replace(self, projection_dimension=projection_dimension, scales=scales, repetitions=repetitions,
+                       lloyd_refinement=True if self.lloyd_refinement is None else self.lloyd_refinement)
+
+
 class StemmerEngine(CampaignEngine):
     """Engine of ``STEMMER`` campaigns (module docstring).
 
@@ -117,63 +175,43 @@ class StemmerEngine(CampaignEngine):
     ----------
     campaign_id : str
     config : ldp.v1.CampaignConfig
-        A numeric domain and ``stemmer.k`` in [2, 256]. Optional (0 = default):
-        ``projection_dimension`` (``min(d, 4)``, at most 6), ``scales`` (6, at most 16),
-        ``repetitions`` (2, at most 8), ``threshold_z`` (Bonferroni); ``lloyd_refinement`` (unset:
-        on) adds round D.
+        Validated by :func:`ldp_collector.campaigns.prepare_campaign`: a numeric domain.
+    params : StemmerParams
+        Resolved (:meth:`StemmerParams.resolve`): ``projection_dimension`` (``min(d, 4)``),
+        ``scales`` (6), ``repetitions`` (2) and ``lloyd_refinement`` (on; round D) filled in.
 
     Raises
     ------
     InvalidArgumentError
-        A categorical domain, epsilon outside (0, 20] (per report), or a parameter out of range.
+        Epsilon outside (0, 20] per report, or an encoder or mechanism the SDK refuses.
     """
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig) -> None:
-        normalized = campaigns_pb2.CampaignConfig()
-        normalized.CopyFrom(config)
-        super().__init__(campaign_id, normalized)
-        self.domain = numeric_domain(normalized, "stemmer")
+    params: StemmerParams
+
+    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: StemmerParams) -> None:
+        super().__init__(campaign_id, config, params)
+        self.domain = numeric_domain(config, "stemmer")
         d = self.dimension = self.domain.dimension
-        p = normalized.stemmer
-        if not MIN_K <= p.k <= MAX_K:
-            raise InvalidArgumentError(f"stemmer.k must be in [{MIN_K}, {MAX_K}], got {p.k}")
-        if p.projection_dimension == 0:
-            p.projection_dimension = min(d, DEFAULT_PROJECTION)
-        if not 1 <= p.projection_dimension <= min(d, MAX_PROJECTION):
-            raise InvalidArgumentError(f"stemmer.projection_dimension must be in [1, min(d, {MAX_PROJECTION})] = "
-                                       f"[1, {min(d, MAX_PROJECTION)}], got {p.projection_dimension}")
-        if p.scales == 0:
-            p.scales = DEFAULT_SCALES
-        if not 1 <= p.scales <= MAX_SCALES or p.scales * p.projection_dimension > 62:
-            raise InvalidArgumentError(f"stemmer.scales must be in [1, {MAX_SCALES}] with scales x projection_dimension "
-                                       f"<= 62, got {p.scales} x {p.projection_dimension}")
-        if p.repetitions == 0:
-            p.repetitions = DEFAULT_REPETITIONS
-        if not 1 <= p.repetitions <= MAX_REPETITIONS:
-            raise InvalidArgumentError(f"stemmer.repetitions must be in [1, {MAX_REPETITIONS}], got {p.repetitions}")
-        if p.threshold_z != 0 and not (math.isfinite(p.threshold_z) and 0 < p.threshold_z <= 20):
-            raise InvalidArgumentError(f"stemmer.threshold_z must be in (0, 20] (0 = Bonferroni), got {p.threshold_z:g}")
-        self.lloyd = p.lloyd_refinement if p.HasField("lloyd_refinement") else True
-        p.lloyd_refinement = self.lloyd
-        self.params = p
-        self.split = normalized.budget_policy == campaigns_pb2.SPLIT
+        p = params
+        self.lloyd = bool(p.lloyd_refinement)
+        self.split = config.budget_policy == campaigns_pb2.SPLIT
         self.rounds = 4 if self.lloyd else 3
-        epsilon = normalized.epsilon
+        epsilon = config.epsilon
         self.round_epsilon = equal_share(epsilon, self.rounds) if self.split else epsilon
         if not (math.isfinite(epsilon) and 0.0 < self.round_epsilon <= MAX_MECHANISM_EPSILON):
             raise InvalidArgumentError(f"stemmer: each report's epsilon must be in (0, {MAX_MECHANISM_EPSILON:g}], got "
                                        f"{self.round_epsilon:g} (epsilon {epsilon:g})")
-        self.subgroups = int(p.repetitions * p.scales)
+        self.subgroups = p.repetitions * p.scales
         seed = self._seed()
-        dp = int(p.projection_dimension)
-        self.layout = NetTreeLayout(levels=int(p.scales), child_bits=dp)
+        dp = p.projection_dimension
+        self.layout = NetTreeLayout(levels=p.scales, child_bits=dp)
         try:
             projections = [None if dp == d else RandomProjection(input_dimension=d, output_dimension=dp,
                                                                     seed=(seed + 7919 * (r + 1)) % 2**64)
-                           for r in range(int(p.repetitions))]
+                           for r in range(p.repetitions)]
             self.keys = [[ShiftedGridEncoder(domain=self.domain, projection=projections[r], level=j,
                                              seed=(seed + 104729 * (r + 1)) % 2**64)
-                          for j in range(1, int(p.scales) + 1)] for r in range(int(p.repetitions))]
+                          for j in range(1, p.scales + 1)] for r in range(p.repetitions)]
             eps = self.round_epsilon
             self.key_components = [Component(encoder=enc, mechanism=choose_frequency_oracle(
                 1 << (level * dp), eps, MAX_PAYLOAD_BITS)) for reps in self.keys for level, enc in enumerate(reps, 1)]
@@ -524,4 +562,6 @@ def noiseless_outcome(engine: StemmerEngine, points: ArrayLike) -> RoundOutcome:
 
 
 #: The STEMMER campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
-KIND = Kind(name="stemmer", engine=StemmerEngine, domains=frozenset({NUMERIC}), clustering=True)
+KIND = Kind(name="stemmer", engine=StemmerEngine,
+            params=StemmerParams,
+            domains=frozenset({NUMERIC}), clustering=True)
