@@ -62,7 +62,7 @@ from ..estimation.bitvector import (
     public_pivots,
     unpack_bit_payloads,
 )
-from .base import NUMERIC, CampaignEngine, Kind, RoundOutcome, RoundPlan, RoundReports, numeric_domain
+from .base import K_PARAM, NUMERIC, CampaignEngine, Kind, KindCli, RoundOutcome, RoundPlan, RoundReports, numeric_domain
 from .common import MAX_K, MIN_K, campaign_seed, check_report_epsilon
 
 __all__ = [
@@ -220,5 +220,9 @@ class BitVectorEngine(CampaignEngine):
         return RoundOutcome(result=result, diagnostics=diagnostics)
 
 
+#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
+CLI = KindCli(result="clustering", params=(K_PARAM,))
+
 #: The BITVECTOR campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
-KIND = Kind(name="bitvector", engine=BitVectorEngine, domains=frozenset({NUMERIC}), clustering=True)
+KIND = Kind(name="bitvector", engine=BitVectorEngine, domains=frozenset({NUMERIC}), clustering=True,
+            cli=CLI)
