@@ -186,7 +186,7 @@ class Kind:
     ----------
     name : str
         The lower-case ``ldp.v1.CampaignKind`` value name, which is also the kind's
-        ``CampaignConfig.parameters`` oneof field and its ``RoundSpec.kind`` (``"ldp_kmeans"``).
+        ``CampaignConfig.parameters`` oneof field and its ``RoundSpec.kind`` (``"heavy_hitters"``).
     engine : type[CampaignEngine]
         The kind's engine.
     domains : frozenset of str
