@@ -27,8 +27,8 @@ worker processes (:func:`configure_remote`); used alone, an adapter starts its o
 Collector-backed protocols: the OUE grid floor (a ``HISTOGRAM`` campaign), the grid clustering
 campaigns (``GRID``, AGCluster): ``ugc``, ``agc-tree`` and ``agc-iter``, and the center-publishing
 campaigns (:mod:`harness.baselines.center_campaigns`): ``kcluster`` (``BITVECTOR``), ``mnfcm`` and
-``fcm-laplace`` (``LAPLACE``), ``ldp-kmeans`` (``LDP_KMEANS``), ``nettree`` (``NETTREE``) and
-``stemmer`` (``STEMMER``).
+``fcm-laplace`` (``LAPLACE``), ``ldp-kmeans``, ``nettree`` and ``stemmer``
+(each its own kind).
 
 Data kinds
     ``"2d"``: two-dimensional points only (the quadtree of ``papers/001``); ``"nd"``: numeric
@@ -442,7 +442,7 @@ class FCMLaplace(_CenterCampaign):
 @register_adapter
 class LDPKMeans(_CenterCampaign):
     name = "ldp-kmeans"
-    description = ("LDP interactive k-means (Xia et al. 2020): one LDP_KMEANS campaign, perturbed vectors, then "
+    description = ("LDP interactive k-means (Xia et al. 2020): one campaign of its kind, perturbed vectors, then "
                    "rounds of broadcast centers and GRR labels (default iterations)")
     method = "ldp-kmeans"
 

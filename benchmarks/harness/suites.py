@@ -20,7 +20,7 @@ The papers' own kinds of data
     F-measure ... apply, the cost ratio does not.
 The collector's center-publishing campaigns
     ``kcluster`` (BITVECTOR), ``mnfcm`` and ``fcm-laplace`` (LAPLACE, ``papers/004``) and
-    ``ldp-kmeans`` (LDP_KMEANS, Xia et al. 2020) publish centers, so every metric applies. They
+    ``ldp-kmeans`` (Xia et al. 2020) publish centers, so every metric applies. They
     run from the standard suite on (not in ``smoke``: CI time), beside the floors and the grid
     protocols, at finite epsilon only (their engines refuse epsilon = inf: no bypass). kcluster is
     the slow one (about 10 s per run at n = 20 000 on one core, linear in n).

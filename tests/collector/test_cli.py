@@ -20,7 +20,10 @@ import pytest
 
 from ldp.v1 import campaigns_pb2
 from ldp_collector import cli
+from ldp_collector.cli_args import kind_values
 from ldp_collector.config import CollectorConfig
+from ldp_collector.kinds import KINDS, Kind
+from ldp_collector.kinds.base import NUMERIC, CliParam
 from ldp_collector.server.lifecycle import RunningServer, start_server
 
 TOKEN = "cli-operator-token-0123456789abcdef"
@@ -621,3 +624,87 @@ def test_serve_with_a_metrics_port_in_use_says_so_in_one_line(tmp_path: Path, ta
     err = _serve_failure(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"),
                          "--metrics-port", str(taken_port))
     assert_one_line(err, f"cannot serve metrics on 127.0.0.1:{taken_port}: address already in use")
+
+
+# -- the kinds' flags, read from the registry ------------------------------------------------------
+
+#: Protobuf field types (``FieldDescriptor.TYPE_*``) each CLI value type may fill.
+_FIELD_TYPES = {"uint32": {13}, "positive_float": {1, 2}, "cells": {13}, "switch": {8}, "choice": {14}}
+
+
+def _param_problems(message: type, param: CliParam) -> list[str]:
+    """What is wrong with ``param`` as a flag of the parameters message ``message``."""
+    field = message.DESCRIPTOR.fields_by_name.get(param.field)  # type: ignore[attr-defined]
+    if field is None:
+        return [f"{param.flag}: no field {param.field}"]
+    problems = []
+    if field.type not in _FIELD_TYPES[param.type]:
+        problems.append(f"{param.flag}: {param.type} cannot fill field {param.field} of type {field.type}")
+    if field.is_repeated and param.type != "cells":
+        problems.append(f"{param.flag}: field {param.field} is repeated")
+    for name, number in param.choices:
+        value = field.enum_type.values_by_number.get(number) if field.enum_type is not None else None
+        if value is None or name not in (value.name.lower(), "auto" if number == 0 else None):
+            problems.append(f"{param.flag}: choice {name}={number} is not a value of {param.field}")
+    return problems
+
+
+def _parameters_message(kind: Kind) -> type:
+    return type(getattr(campaigns_pb2.CampaignConfig(), kind.name))
+
+
+@pytest.mark.parametrize("kind", list(KINDS.values()), ids=list(KINDS))
+def test_every_kind_flag_names_a_field_of_its_parameters_message(kind: Kind) -> None:
+    message = _parameters_message(kind)
+    assert [problem for param in kind.cli.params for problem in _param_problems(message, param)] == []
+
+
+def test_the_flag_check_catches_a_typo() -> None:
+    """Negative control: a misspelt field, a wrong type and a wrong enum number are each seen."""
+    message = campaigns_pb2.GridParameters
+    assert _param_problems(message, CliParam(flag="--variant", field="varaint", type="uint32", help=""))
+    assert _param_problems(message, CliParam(flag="--tree-height", field="tree_height", type="switch", help=""))
+    assert _param_problems(message, CliParam(flag="--variant", field="variant", type="choice", help="",
+                                             choices=(("tree", message.ITERATIVE),)))
+
+
+def _sample(param: CliParam) -> tuple[list[str], object]:
+    """A command-line value of ``param`` and what its field then holds (2-D numeric domain)."""
+    if param.type == "switch":
+        return [param.flag], True
+    if param.type == "choice":
+        name, number = param.choices[-1]
+        return [param.flag, name], number
+    if param.type == "positive_float":
+        return [param.flag, "0.25"], 0.25
+    if param.type == "cells":
+        return [param.flag, "4,4"], 4  # a repeated field holds 4 twice; a single one, the one value
+    return [param.flag, "3"], 3
+
+
+@pytest.mark.parametrize("kind", [kind for kind in KINDS.values() if kind.cli.params],
+                         ids=[name for name, kind in KINDS.items() if kind.cli.params])
+def test_campaign_create_writes_every_flag_of_the_kind(kind: Kind) -> None:
+    """``campaign create --kind K`` with all of K's flags (the last choice of each) fills their fields."""
+    domain = ["--dims", "0:1,0:2"] if NUMERIC in kind.domains else ["--categories", "64"]
+    argv = ["campaign", "create", "--kind", kind.name, "--epsilon", "1", *domain]
+    expected = {}
+    for param in kind.cli.params:
+        flag_argv, expected[param.field] = _sample(param)
+        argv += flag_argv
+    args = cli.build_parser().parse_args(argv)
+    config = cli.build_campaign_config(kind.name, epsilon=args.epsilon, categories=args.categories, bounds=args.dims,
+                                       **kind_values(args))
+    assert config.kind == kind.value and config.WhichOneof("parameters") == kind.name
+    params = getattr(config, kind.name)
+    for field, value in expected.items():
+        held = getattr(params, field)
+        assert (list(held) == [value, value] if not isinstance(held, (int, float)) else held == value), field
+
+
+def test_a_flag_several_kinds_declare_is_one_option_naming_them(capsys: pytest.CaptureFixture[str]) -> None:
+    owners = [name for name, kind in KINDS.items() if any(p.flag == "--k" for p in kind.cli.params)]
+    assert len(owners) > 1
+    code, out, _ = run_cli(capsys, "campaign", "create", "--help")
+    text = " ".join(out.split())
+    assert code == 0 and f"--k K number of clusters ({', '.join(owners)})" in text

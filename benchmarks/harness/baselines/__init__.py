@@ -12,8 +12,8 @@ laplace_points         LDP              discrete-Laplace points + k-means (floor
 oue_grid               LDP              one OUE grid histogram + weighted k-means (floor b)
 grid                   LDP              the collector's GRID campaigns (AGCluster, ``papers/002``):
                                         UGC, TreeAdaptive, IterAdaptive; labels, no centers
-center_campaigns       LDP              the collector's BITVECTOR (kCluster), LAPLACE (mnFCM, FCM)
-                                        and LDP_KMEANS campaigns; centers
+center_campaigns       LDP              the collector's center-publishing campaigns (kCluster, mnFCM,
+                                        FCM, interactive k-means, net-tree, Stemmer); centers
 =====================  ===============  ==========================================================
 
 (*) as published, the initialisation reads raw data without noise (see the module).

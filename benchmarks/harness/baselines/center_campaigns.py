@@ -8,23 +8,27 @@ labels each point by its nearest center, as for the floors, so every metric appl
 
 =================  ============  ======================================================================
 method             campaign      what
+                   kind
 =================  ============  ======================================================================
-``kcluster``       BITVECTOR     kCluster: public pivots, bitwise RR at the exact Hamming bound, k-means
+``kcluster``       bitvector     kCluster: public pivots, bitwise RR at the exact Hamming bound, k-means
                                  on the debiased bit vectors, centers decoded (one round)
-``mnfcm``          LAPLACE       discrete-Laplace points, mnFCM (fuzzy c-means with the mixed-noise
+``mnfcm``          laplace       discrete-Laplace points, mnFCM (fuzzy c-means with the mixed-noise
                                  loss) on the server (``papers/004``, one round)
-``fcm-laplace``    LAPLACE       the same reports, plain fuzzy c-means (the loss ablation)
-``ldp-kmeans``     LDP_KMEANS    Xia et al. 2020: perturbed vectors, then ``iterations`` rounds of
+``fcm-laplace``    laplace       the same reports, plain fuzzy c-means (the loss ablation)
+``ldp-kmeans``     its own       Xia et al. 2020: perturbed vectors, then ``iterations`` rounds of
                                  broadcast centers and GRR labels with debiased updates
-``nettree``        NETTREE       one-round net-tree k-means: node reports at T levels (LSH prefix tree)
+``nettree``        its own       one-round net-tree k-means: node reports at T levels (LSH prefix tree)
                                  and one bucketized vector sum per device, weighted coreset k-means
-``stemmer``        STEMMER       Stemmer-style: heavy LSH keys, bucket means, candidate weights, k-means
+``stemmer``        its own       Stemmer-style: heavy LSH keys, bucket means, candidate weights, k-means
                                  on the private coreset, one Lloyd round (four rounds)
 =================  ============  ======================================================================
 
-Every parameter but ``k`` and the algorithm is left at the engine's default (pivots per attribute,
-fuzzifier, grid bits, iterations, data share; the collector's budget policy PARTITION: every
-device reports once with the whole epsilon).
+A method named after its kind ("its own": the registered kind of the method's name, ``-`` read as
+``_``) runs that kind's engine; the others choose an algorithm of their kind's engine. The config
+comes from :func:`ldp_collector.cli.build_campaign_config` (the kind's own ``--k``) plus the
+algorithm; every other parameter is left at the engine's default (pivots per attribute, fuzzifier,
+grid bits, iterations, data share; the collector's budget policy PARTITION: every device reports
+once with the whole epsilon).
 
 ``epsilon = inf``
     No bypass: the engines refuse an infinite epsilon (the SDK has no mechanism with one), and a
@@ -41,6 +45,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ldp.v1 import campaigns_pb2
+from ldp_collector.cli import build_campaign_config
+from ldp_collector.kinds import KINDS, Kind
 from ldp_collector.simulation.runner import CollectorBackend, run_campaign
 
 from ._common import Box, Clustering, check_epsilon, check_k, check_points
@@ -51,16 +57,25 @@ __all__ = ["METHODS", "center_campaign", "center_campaign_config"]
 _BV = campaigns_pb2.BitVectorParameters
 _LAPLACE = campaigns_pb2.LaplaceParameters
 
-#: Harness method -> (campaign kind, population-seed tag). The tags differ from every OUE floor grid
-#: (``m >= 2``) and grid variant (``-1 .. -3``): distinct report ids on a shared collector.
-METHODS: dict[str, tuple[campaigns_pb2.CampaignKind.ValueType, int]] = {
-    "kcluster": (campaigns_pb2.BITVECTOR, -10),
-    "mnfcm": (campaigns_pb2.LAPLACE, -11),
-    "fcm-laplace": (campaigns_pb2.LAPLACE, -12),
-    "ldp-kmeans": (campaigns_pb2.LDP_KMEANS, -13),
-    "nettree": (campaigns_pb2.NETTREE, -14),
-    "stemmer": (campaigns_pb2.STEMMER, -15),
+#: Methods that choose an algorithm of their kind's engine: method -> (kind, {parameter field: value}).
+_ALGORITHMS: dict[str, tuple[str, dict[str, int]]] = {
+    "kcluster": ("bitvector", {"algorithm": _BV.KMEANS}),
+    "mnfcm": ("laplace", {"algorithm": _LAPLACE.MNFCM}),
+    "fcm-laplace": ("laplace", {"algorithm": _LAPLACE.FCM}),
 }
+#: Harness method -> population-seed tag. The tags differ from every OUE floor grid (``m >= 2``) and
+#: grid variant (``-1 .. -3``): distinct report ids on a shared collector.
+_SEED_TAGS: dict[str, int] = {"kcluster": -10, "mnfcm": -11, "fcm-laplace": -12, "ldp-kmeans": -13, "nettree": -14,
+                              "stemmer": -15}
+
+
+def _method_kind(method: str) -> Kind:
+    """The registered kind a method runs: its algorithm table's, or the kind it is named after."""
+    return KINDS[_ALGORITHMS[method][0] if method in _ALGORITHMS else method.replace("-", "_")]
+
+
+#: Harness method -> (campaign kind, population-seed tag).
+METHODS: dict[str, tuple[Kind, int]] = {method: (_method_kind(method), tag) for method, tag in _SEED_TAGS.items()}
 
 
 def center_campaign_config(method: str, box: Box, k: int, epsilon: float) -> campaigns_pb2.CampaignConfig:
@@ -68,24 +83,11 @@ def center_campaign_config(method: str, box: Box, k: int, epsilon: float) -> cam
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     kind, _ = METHODS[method]
-    config = campaigns_pb2.CampaignConfig(kind=kind, epsilon=epsilon, description=f"benchmark: {method}")
-    config.domain.numeric.lower.extend(box.lower.tolist())
-    config.domain.numeric.upper.extend(box.upper.tolist())
-    if method == "kcluster":
-        config.bitvector.k = k
-        config.bitvector.algorithm = _BV.KMEANS
-    elif method == "mnfcm":
-        config.laplace.k = k
-        config.laplace.algorithm = _LAPLACE.MNFCM
-    elif method == "fcm-laplace":
-        config.laplace.k = k
-        config.laplace.algorithm = _LAPLACE.FCM
-    elif method == "nettree":
-        config.nettree.k = k
-    elif method == "stemmer":
-        config.stemmer.k = k
-    else:
-        config.ldp_kmeans.k = k
+    config = build_campaign_config(kind.name, epsilon=epsilon, bounds=(box.lower.tolist(), box.upper.tolist()), k=k,
+                                   description=f"benchmark: {method}")
+    parameters = getattr(config, kind.name)
+    for field, value in _ALGORITHMS.get(method, ("", {}))[1].items():
+        setattr(parameters, field, value)
     return config
 
 

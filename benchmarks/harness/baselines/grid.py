@@ -28,6 +28,8 @@ from numpy.typing import ArrayLike
 
 from ldp.v1 import campaigns_pb2
 from ldp_client.serde import cluster_model_from_proto
+from ldp_collector.cli import build_campaign_config
+from ldp_collector.kinds import KINDS
 from ldp_collector.kinds.grid import DEFAULT_MAX_CELLS
 from ldp_collector.simulation.runner import CollectorBackend, run_campaign
 
@@ -36,9 +38,8 @@ from .oue_grid import population_seed
 
 __all__ = ["MAX_DIMENSION", "VARIANTS", "grid_clustering", "grid_config"]
 
-_GRID = campaigns_pb2.GridParameters
-#: Harness names of the engine's variants.
-VARIANTS: dict[str, campaigns_pb2.GridParameters.Variant.ValueType] = {"uniform": _GRID.UNIFORM, "tree": _GRID.TREE, "iterative": _GRID.ITERATIVE}
+#: Harness names of the engine's variants: the grid kind's ``--variant`` choices (name -> enum number).
+VARIANTS: dict[str, int] = next(dict(param.choices) for param in KINDS["grid"].cli.params if param.flag == "--variant")
 #: Largest dimension the engine's default cell cap allows (2 cells per dimension at least).
 MAX_DIMENSION = int(math.log2(DEFAULT_MAX_CELLS))
 
@@ -47,12 +48,8 @@ def grid_config(box: Box, epsilon: float, variant: str) -> campaigns_pb2.Campaig
     """The ``GRID`` campaign over the public box; everything but the variant at the engine's default."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
-    config = campaigns_pb2.CampaignConfig(kind=campaigns_pb2.GRID, epsilon=epsilon,
-                                          description=f"benchmark: grid clustering ({variant})")
-    config.domain.numeric.lower.extend(box.lower.tolist())
-    config.domain.numeric.upper.extend(box.upper.tolist())
-    config.grid.variant = VARIANTS[variant]
-    return config
+    return build_campaign_config("grid", epsilon=epsilon, bounds=(box.lower.tolist(), box.upper.tolist()),
+                                 variant=variant, description=f"benchmark: grid clustering ({variant})")
 
 
 def grid_clustering(x: ArrayLike, epsilon: float, *, variant: str, seed: int,

@@ -30,6 +30,7 @@ from numpy.typing import ArrayLike, NDArray
 from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.grid import UniformGridEncoder
+from ldp_collector.cli import build_campaign_config
 from ldp_collector.simulation.runner import CollectorBackend, run_campaign
 from ldp_collector.simulation.scores import reference_kmeans
 
@@ -92,14 +93,9 @@ def population_seed(seed: int, points: NDArray[np.float64], epsilon: float, m: i
 
 def histogram_config(box: Box, m: int, epsilon: float) -> campaigns_pb2.CampaignConfig:
     """The ``HISTOGRAM`` campaign of the floor: OUE over ``m^d`` cells, norm-sub consistency."""
-    config = campaigns_pb2.CampaignConfig(kind=campaigns_pb2.HISTOGRAM, epsilon=epsilon,
-                                          description="benchmark LDP floor: OUE grid histogram + weighted k-means")
-    config.domain.numeric.lower.extend(box.lower.tolist())
-    config.domain.numeric.upper.extend(box.upper.tolist())
-    config.histogram.cells_per_dimension.extend([m] * box.dimension)
-    config.histogram.oracle = campaigns_pb2.OUE
-    config.histogram.consistency = True
-    return config
+    return build_campaign_config("histogram", epsilon=epsilon, bounds=(box.lower.tolist(), box.upper.tolist()),
+                                 cells=(m,) * box.dimension, oracle="oue", consistency=True,
+                                 description="benchmark LDP floor: OUE grid histogram + weighted k-means")
 
 
 def oue_grid_kmeans(x: ArrayLike, k: int, epsilon: float, *, seed: int, backend: CollectorBackend | None,

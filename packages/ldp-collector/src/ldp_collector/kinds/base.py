@@ -11,9 +11,9 @@ the database directly, so it is unit-testable with the in-process simulator.
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import msgpack
 
@@ -26,8 +26,8 @@ from ..errors import InvalidArgumentError
 from ..storage.base import AccumulateFn, StoredReport
 from .common import numeric_domain as checked_domain
 
-__all__ = ["CATEGORICAL", "NUMERIC", "CampaignEngine", "Kind", "KindParams", "RoundOutcome", "RoundPlan", "RoundReports",
-           "load_state", "numeric_domain", "pack_state"]
+__all__ = ["CATEGORICAL", "NUMERIC", "CampaignEngine", "CliParam", "K_PARAM", "Kind", "KindCli", "KindParams", "RoundOutcome",
+           "RoundPlan", "RoundReports", "load_state", "numeric_domain", "pack_state"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +128,93 @@ class CampaignEngine(abc.ABC):
 NUMERIC, CATEGORICAL = "numeric", "categorical_size"
 
 
+#: Value types of a kind's command-line flag; the CLI maps each to its argument parser: an integer in
+#: a ``uint32`` field's range (``"uint32"``), a positive number, cells per dimension (``M`` or
+#: ``M1,M2,...``), an on/off switch, or one of the flag's ``choices``.
+CliType = Literal["uint32", "positive_float", "cells", "switch", "choice"]
+#: How the simulator scores a kind's result: histogram estimates against the true counts, heavy
+#: hitters against the true top values, or a clustering against the dataset's labels.
+SimulatedResult = Literal["histogram", "heavy_hitters", "clustering"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CliParam:
+    """One command-line flag of a kind: ``--k`` fills field ``k`` of the kind's parameters message.
+
+    Several kinds may declare the same flag (``--k``, ``--cells``): the CLI offers it once, and it
+    must then have the same ``type`` everywhere.
+
+    Attributes
+    ----------
+    flag : str
+        ``"--max-iterations"``; its argparse destination is :attr:`dest` (``max_iterations``).
+    field : str
+        The field of the kind's ``ldp.v1`` parameters message (``CampaignConfig.<kind>``) it fills.
+    type : CliType
+        The value's type (the field's: ``uint32``, ``double``, a ``bool`` switch, an enum choice;
+        ``"cells"`` fills a repeated ``uint32`` or, given one value, a single one).
+    help : str
+        What the flag sets for this kind.
+    choices : tuple of (str, int)
+        A ``"choice"`` flag's lower-case names and the enum numbers of the field they stand for.
+    metavar : str or None
+        The value's name in the help.
+    numeric_only : bool
+        The flag applies to numeric domains only (``--cells``).
+    """
+
+    flag: str
+    field: str
+    type: CliType
+    help: str
+    choices: tuple[tuple[str, int], ...] = ()
+    metavar: str | None = None
+    numeric_only: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.flag.startswith("--") or (self.type == "choice") != bool(self.choices):
+            raise ValueError(f"{self.flag}: a flag starts with -- and has choices exactly when its type is choice")
+
+    @property
+    def dest(self) -> str:
+        """The flag's argparse destination and ``build_campaign_config`` keyword (``max_iterations``)."""
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+#: ``--k``, the number of clusters, as every kind with a ``k`` parameter declares it.
+K_PARAM = CliParam(flag="--k", field="k", type="uint32", help="number of clusters")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindCli:
+    """What the command line and the simulator know of a kind, declared in its module.
+
+    Attributes
+    ----------
+    params : tuple of CliParam
+        The kind's flags of ``campaign create`` and ``simulate``.
+    check : callable or None
+        Rules between the kind's given flags (``{dest: value}``, unset flags left out): raises
+        ``ValueError`` with the message the CLI shows as a usage error.
+    result : SimulatedResult
+        How ``simulate`` scores the result (the simulation side keeps the scoring).
+    default_cells : callable or None
+        ``simulate``'s cells per dimension for ``d``-dimensional points when ``--cells`` is not
+        given (``None``: the engine's default).
+    report : callable or None
+        The final campaign's parameters ``simulate`` prints, from its ``CampaignConfig``.
+    plotted : bool
+        ``simulate --plot`` draws the result (histogram estimates, or a clustering's cell map).
+    """
+
+    result: SimulatedResult
+    params: tuple[CliParam, ...] = ()
+    check: Callable[[Mapping[str, Any]], None] | None = None
+    default_cells: Callable[[int], int | None] | None = None
+    report: Callable[[campaigns_pb2.CampaignConfig], dict[str, Any]] | None = None
+    plotted: bool = False
+
+
 @dataclass(frozen=True, kw_only=True)
 class Kind:
     """Everything the rest of the collector knows about one campaign kind, declared in the kind's module.
@@ -139,7 +226,7 @@ class Kind:
     ----------
     name : str
         The lower-case ``ldp.v1.CampaignKind`` value name, which is also the kind's
-        ``CampaignConfig.parameters`` oneof field and its ``RoundSpec.kind`` (``"ldp_kmeans"``).
+        ``CampaignConfig.parameters`` oneof field and its ``RoundSpec.kind`` (``"heavy_hitters"``).
     engine : type[CampaignEngine]
         The kind's engine.
     params : type[KindParams]
@@ -150,6 +237,8 @@ class Kind:
         :data:`CATEGORICAL` values.
     clustering : bool
         The result is a clustering (centers or a cell map) by which points can be labelled.
+    cli : KindCli
+        Its command-line flags and simulation hooks.
     """
 
     name: str
@@ -157,10 +246,13 @@ class Kind:
     params: type[KindParams]
     domains: frozenset[str]
     clustering: bool = False
+    cli: KindCli
 
     def __post_init__(self) -> None:
         if not self.domains or not self.domains <= {NUMERIC, CATEGORICAL}:
             raise ValueError(f"kind {self.name}: domains must be a non-empty subset of {{{NUMERIC!r}, {CATEGORICAL!r}}}")
+        if self.clustering != (self.cli.result == "clustering"):
+            raise ValueError(f"kind {self.name}: a clustering kind's simulated result is a clustering, and only its")
 
     @property
     def value(self) -> campaigns_pb2.CampaignKind.ValueType:

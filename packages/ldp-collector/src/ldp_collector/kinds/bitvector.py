@@ -63,7 +63,18 @@ from ..estimation.bitvector import (
     public_pivots,
     unpack_bit_payloads,
 )
-from .base import NUMERIC, CampaignEngine, Kind, KindParams, RoundOutcome, RoundPlan, RoundReports, numeric_domain
+from .base import (
+    K_PARAM,
+    NUMERIC,
+    CampaignEngine,
+    Kind,
+    KindCli,
+    KindParams,
+    RoundOutcome,
+    RoundPlan,
+    RoundReports,
+    numeric_domain,
+)
 from .common import MAX_K, MIN_K, ProtoEnum, campaign_seed, check_report_epsilon
 
 __all__ = [
@@ -254,7 +265,11 @@ class BitVectorEngine(CampaignEngine):
         return RoundOutcome(result=result, diagnostics=diagnostics)
 
 
+#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
+CLI = KindCli(result="clustering", params=(K_PARAM,))
+
 #: The BITVECTOR campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="bitvector", engine=BitVectorEngine,
             params=BitVectorParams,
-            domains=frozenset({NUMERIC}), clustering=True)
+            domains=frozenset({NUMERIC}), clustering=True,
+            cli=CLI)

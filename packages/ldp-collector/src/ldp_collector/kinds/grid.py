@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Any
@@ -87,7 +87,9 @@ from ..storage.base import AccumulateFn
 from .base import (
     NUMERIC,
     CampaignEngine,
+    CliParam,
     Kind,
+    KindCli,
     KindParams,
     RoundOutcome,
     RoundPlan,
@@ -746,7 +748,50 @@ def _pool_prior(cells: Sequence[TreeCell], counts: NDArray[np.float64], se: NDAr
     return share * n, np.sqrt(var) * n, pooled
 
 
+_GRID = campaigns_pb2.GridParameters
+
+
+def _check_cli(given: Mapping[str, Any]) -> None:
+    """The flags a variant takes (the engine's default variant is tree: say so when a flag needs another)."""
+    variant = given.get("variant")
+    if "max_iterations" in given and variant != "iterative":
+        raise ValueError(f"--max-iterations applies to the iterative grid variant (--variant iterative), "
+                         f"not {variant or 'tree (the default)'}")
+    if "tree_height" in given and variant == "uniform":
+        raise ValueError("--tree-height applies to the tree and iterative grid variants, not uniform")
+
+
+def _simulation_report(config: campaigns_pb2.CampaignConfig) -> dict[str, Any]:
+    return {"variant": _GRID.Variant.Name(config.grid.variant).lower(),
+            "granularity": _GRID.Granularity.Name(config.grid.granularity).lower(),
+            "budget_policy": campaigns_pb2.BudgetPolicy.Name(config.budget_policy or campaigns_pb2.PARTITION).lower(),
+            "initial_cells_per_dimension": config.grid.initial_cells_per_dimension}
+
+
+#: Command line: the initial grid, the variant, the granularity rule or level, the tree height and
+#: the iterations (unset: the engine's defaults).
+CLI = KindCli(
+    result="clustering",
+    params=(
+        CliParam(flag="--cells", field="initial_cells_per_dimension", type="cells", metavar="M[,M2...]",
+                 numeric_only=True, help="the initial cells per dimension"),
+        CliParam(flag="--variant", field="variant", type="choice",
+                 choices=(("uniform", _GRID.UNIFORM), ("tree", _GRID.TREE), ("iterative", _GRID.ITERATIVE)),
+                 help="uniform (UGC, no feedback), tree (TreeAdaptive, default) or iterative (IterAdaptive)"),
+        CliParam(flag="--granularity", field="granularity", type="choice",
+                 choices=(("paper", _GRID.PAPER), ("consistent", _GRID.CONSISTENT)),
+                 help="cell side rule: paper (Theorem 1 as printed) or consistent (default)"),
+        CliParam(flag="--granularity-level", field="granularity_level", type="uint32", metavar="LEVEL",
+                 help="fix the grid's dyadic level (2^LEVEL cells per dimension) instead of the rule"),
+        CliParam(flag="--tree-height", field="tree_height", type="uint32",
+                 help="deepest tree level the refinement may reach (tree and iterative variants)"),
+        CliParam(flag="--max-iterations", field="max_iterations", type="uint32",
+                 help=f"most merge/split rounds (iterative variant; default {DEFAULT_MAX_ITERATIONS})"),
+    ),
+    check=_check_cli, report=_simulation_report, plotted=True)
+
 #: The GRID campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="grid", engine=GridEngine,
             params=GridParams,
-            domains=frozenset({NUMERIC}), clustering=True)
+            domains=frozenset({NUMERIC}), clustering=True,
+            cli=CLI)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -59,7 +60,17 @@ from ..estimation.heavy_hitters import (
     next_candidates,
 )
 from ..storage.base import AccumulateFn
-from .base import CATEGORICAL, CampaignEngine, Kind, KindParams, RoundOutcome, RoundPlan, RoundReports
+from .base import (
+    CATEGORICAL,
+    CampaignEngine,
+    CliParam,
+    Kind,
+    KindCli,
+    KindParams,
+    RoundOutcome,
+    RoundPlan,
+    RoundReports,
+)
 from .common import DEFAULT_CONFIDENCE, check_report_epsilon
 from .histogram import aggregator_for, round_aggregators
 
@@ -263,7 +274,30 @@ class HeavyHitterEngine(CampaignEngine):
         return RoundOutcome(estimates=estimates, result=result, diagnostics=diagnostics)
 
 
+def _simulation_cells(d: int) -> int:
+    """A simulation of numeric points: each point's grid cell is its value, 32 cells per dimension in 1-D
+    and 2-D, 4 beyond."""
+    return 32 if d <= 2 else 4
+
+
+def _simulation_report(config: campaigns_pb2.CampaignConfig) -> dict[str, Any]:
+    return {"value_bits": config.heavy_hitters.value_bits}
+
+
+#: Command line: the value bits, the prefix bits per level, the false-positive rate and the candidates kept.
+CLI = KindCli(
+    result="heavy_hitters",
+    params=(
+        CliParam(flag="--value-bits", field="value_bits", type="uint32", help="values are in [0, 2^bits)"),
+        CliParam(flag="--bits-per-level", field="bits_per_level", type="uint32", help="prefix bits per level"),
+        CliParam(flag="--false-positive-rate", field="false_positive_rate", type="positive_float",
+                 help="family-wise rate"),
+        CliParam(flag="--max-candidates", field="max_candidates", type="uint32", help="prefixes kept per level"),
+    ),
+    default_cells=_simulation_cells, report=_simulation_report)
+
 #: The HEAVY_HITTERS campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="heavy_hitters", engine=HeavyHitterEngine,
             params=HeavyHitterParams,
-            domains=frozenset({CATEGORICAL}))
+            domains=frozenset({CATEGORICAL}),
+            cli=CLI)

@@ -50,6 +50,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -86,7 +87,18 @@ from ..estimation.accumulators import (
 )
 from ..estimation.frequency import MAX_DENSE_DOMAIN, FrequencyAggregator, FrequencyEstimate, make_aggregator
 from ..storage.base import AccumulateFn
-from .base import CATEGORICAL, NUMERIC, CampaignEngine, Kind, KindParams, RoundOutcome, RoundPlan, RoundReports
+from .base import (
+    CATEGORICAL,
+    NUMERIC,
+    CampaignEngine,
+    CliParam,
+    Kind,
+    KindCli,
+    KindParams,
+    RoundOutcome,
+    RoundPlan,
+    RoundReports,
+)
 from .common import DEFAULT_CONFIDENCE, ProtoEnum, check_report_epsilon, numeric_domain
 
 __all__ = [
@@ -516,7 +528,37 @@ _ORACLE_OF_MECHANISM: dict[str, FrequencyOracle] = {
 }
 
 
+def _simulation_cells(d: int) -> int | None:
+    """A simulation's cells per dimension: 16 x 16 for 2-D points, else the engine's default."""
+    return 16 if d == 2 else None
+
+
+def _simulation_report(config: campaigns_pb2.CampaignConfig) -> dict[str, Any]:
+    return {"cells": list(config.histogram.cells_per_dimension),
+            "oracle": campaigns_pb2.FrequencyOracle.Name(config.histogram.oracle)}
+
+
+#: Command line: the grid of a numeric domain, the frequency oracle, the payload cap, consistency
+#: and the anomaly flags.
+CLI = KindCli(
+    result="histogram",
+    params=(
+        CliParam(flag="--cells", field="cells_per_dimension", type="cells", metavar="M[,M2...]", numeric_only=True,
+                 help="grid cells per dimension"),
+        CliParam(flag="--oracle", field="oracle", type="choice", help="frequency oracle (default auto)",
+                 choices=(("auto", campaigns_pb2.FREQUENCY_ORACLE_UNSPECIFIED), ("grr", campaigns_pb2.GRR),
+                          ("sue", campaigns_pb2.SUE), ("oue", campaigns_pb2.OUE), ("olh", campaigns_pb2.OLH))),
+        CliParam(flag="--max-payload-bits", field="max_payload_bits", type="uint32", help="bit cap per report"),
+        CliParam(flag="--consistency", field="consistency", type="switch", help="non-negative estimates summing to n"),
+        CliParam(flag="--windows", field="windows", type="uint32",
+                 help="successive rounds compared for anomaly flags (default 1)"),
+        CliParam(flag="--anomaly-alpha", field="anomaly_alpha", type="positive_float",
+                 help=f"family-wise false-flag rate of the anomaly flags, in (0, 1) (default {DEFAULT_ANOMALY_ALPHA:g})"),
+    ),
+    default_cells=_simulation_cells, report=_simulation_report, plotted=True)
+
 #: The HISTOGRAM campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="histogram", engine=HistogramEngine,
             params=HistogramParams,
-            domains=frozenset({NUMERIC, CATEGORICAL}))
+            domains=frozenset({NUMERIC, CATEGORICAL}),
+            cli=CLI)

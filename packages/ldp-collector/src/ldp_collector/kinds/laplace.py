@@ -59,7 +59,18 @@ from ..estimation.accumulators import decode_report_payloads
 from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_c_means
 from ..estimation.kmeans import weighted_kmeans
 from ..storage.base import StoredReport
-from .base import NUMERIC, CampaignEngine, Kind, KindParams, RoundOutcome, RoundPlan, RoundReports, numeric_domain
+from .base import (
+    K_PARAM,
+    NUMERIC,
+    CampaignEngine,
+    Kind,
+    KindCli,
+    KindParams,
+    RoundOutcome,
+    RoundPlan,
+    RoundReports,
+    numeric_domain,
+)
 from .common import MAX_K, ProtoEnum, campaign_seed, check_report_epsilon
 
 __all__ = [
@@ -291,7 +302,11 @@ class LaplaceEngine(CampaignEngine):
         return RoundOutcome(result=result, diagnostics=diagnostics)
 
 
+#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
+CLI = KindCli(result="clustering", params=(K_PARAM,))
+
 #: The LAPLACE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="laplace", engine=LaplaceEngine,
             params=LaplaceParams,
-            domains=frozenset({NUMERIC}), clustering=True)
+            domains=frozenset({NUMERIC}), clustering=True,
+            cli=CLI)

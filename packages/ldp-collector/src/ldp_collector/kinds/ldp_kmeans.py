@@ -161,9 +161,11 @@ from ..estimation.kmeans import weighted_kmeans
 from ..estimation.vectors import vector_component, vector_estimates
 from ..storage.base import AccumulateFn
 from .base import (
+    K_PARAM,
     NUMERIC,
     CampaignEngine,
     Kind,
+    KindCli,
     KindParams,
     RoundOutcome,
     RoundPlan,
@@ -600,7 +602,11 @@ class LdpKmeansEngine(CampaignEngine):
         return result
 
 
+#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
+CLI = KindCli(result="clustering", params=(K_PARAM,))
+
 #: The LDP_KMEANS campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="ldp_kmeans", engine=LdpKmeansEngine,
             params=LdpKmeansParams,
-            domains=frozenset({NUMERIC}), clustering=True)
+            domains=frozenset({NUMERIC}), clustering=True,
+            cli=CLI)

@@ -70,7 +70,18 @@ from ..estimation.net_tree import (
 )
 from ..estimation.vector_sum import bucket_sums
 from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
-from .base import NUMERIC, CampaignEngine, Kind, KindParams, RoundOutcome, RoundPlan, RoundReports, numeric_domain
+from .base import (
+    K_PARAM,
+    NUMERIC,
+    CampaignEngine,
+    Kind,
+    KindCli,
+    KindParams,
+    RoundOutcome,
+    RoundPlan,
+    RoundReports,
+    numeric_domain,
+)
 from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, ProtoEnum, campaign_seed, check_report_epsilon
 
 __all__ = [
@@ -466,7 +477,11 @@ def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
     return engine.server_step(n, estimate, leaf_sums, vector_variance=0.0)
 
 
+#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
+CLI = KindCli(result="clustering", params=(K_PARAM,))
+
 #: The NETTREE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="nettree", engine=NetTreeEngine,
             params=NetTreeParams,
-            domains=frozenset({NUMERIC}), clustering=True)
+            domains=frozenset({NUMERIC}), clustering=True,
+            cli=CLI)

@@ -79,9 +79,11 @@ from ..estimation.net_tree import NetTreeLayout, grow_tree
 from ..estimation.vector_sum import bucket_sums
 from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
 from .base import (
+    K_PARAM,
     NUMERIC,
     CampaignEngine,
     Kind,
+    KindCli,
     KindParams,
     RoundOutcome,
     RoundPlan,
@@ -561,7 +563,11 @@ def noiseless_outcome(engine: StemmerEngine, points: ArrayLike) -> RoundOutcome:
     return outcome
 
 
+#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
+CLI = KindCli(result="clustering", params=(K_PARAM,))
+
 #: The STEMMER campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="stemmer", engine=StemmerEngine,
             params=StemmerParams,
-            domains=frozenset({NUMERIC}), clustering=True)
+            domains=frozenset({NUMERIC}), clustering=True,
+            cli=CLI)

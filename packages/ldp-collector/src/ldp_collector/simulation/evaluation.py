@@ -2,8 +2,10 @@
 
 :func:`histogram_truth` and :func:`evaluate_histogram` compare a histogram's estimates with the
 true counts (computed with the campaign's own encoder, so the cell geometry is the devices');
+:func:`evaluate_heavy_hitters` compares the heavy hitters found with the true counts of the values;
 :func:`evaluate_clustering` scores a clustering result (ARI, NMI, Hungarian accuracy, cost ratio
-to non-private k-means) with the shared scores of :mod:`.scores`.
+to non-private k-means) with the shared scores of :mod:`.scores`. :func:`evaluate_run` picks the one a kind's simulated result
+(:attr:`ldp_collector.kinds.base.KindCli.result`) calls for.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from ldp_client.errors import InvalidParameterError
 from ldp_client.spec import RoundSpec
 
 from ..estimation.kmeans import assign
-from ..kinds import KINDS
+from ..kinds import KINDS, Kind
 from .population import as_points
+from .runner import CampaignRun
 from .scores import evaluate_clustering as evaluate_labels
 from .scores import reference_kmeans, reference_kmeans_cost
 
@@ -31,7 +34,9 @@ __all__ = [
     "CLUSTERING_KINDS",
     "cell_labels",
     "evaluate_clustering",
+    "evaluate_heavy_hitters",
     "evaluate_histogram",
+    "evaluate_run",
     "histogram_truth",
     "kmeans",
 ]
@@ -107,6 +112,40 @@ def evaluate_histogram(estimates: campaigns_pb2.Estimates, truth: ArrayLike) -> 
     }
 
 
+# -- heavy hitters ---------------------------------------------------------------------
+
+def evaluate_heavy_hitters(result: campaigns_pb2.Result, truth: ArrayLike) -> dict[str, float]:
+    """The heavy hitters found against the true count of every value.
+
+    Returns
+    -------
+    dict
+        ``found``; with at least one found, ``max_abs_freq_error`` and ``mean_abs_freq_error``
+        (|count - truth| / n), ``mean_abs_z`` (NaN without a positive standard error),
+        ``recall_of_true_top`` (share of the found that are among as many true top values) and
+        ``smallest_found_true_freq``.
+    """
+    true_counts = np.asarray(truth, dtype=np.int64)
+    n = max(int(true_counts.sum()), 1)
+    found = list(result.heavy_hitters)
+    out: dict[str, float] = {"found": len(found)}
+    if not found:
+        return out
+    values = np.array([h.value for h in found], dtype=np.int64)
+    counts = np.array([h.count for h in found])
+    se = np.array([h.std_error for h in found])
+    true = true_counts[values].astype(np.float64)
+    err = np.abs(counts - true)
+    top = set(np.argsort(-true_counts, kind="stable")[: len(found)].tolist())
+    out.update({
+        "max_abs_freq_error": float(err.max() / n), "mean_abs_freq_error": float(err.mean() / n),
+        "mean_abs_z": float(np.mean(err[se > 0] / se[se > 0])) if np.any(se > 0) else math.nan,
+        "recall_of_true_top": len(top & set(values.tolist())) / len(found),
+        "smallest_found_true_freq": float(true.min() / n),
+    })
+    return out
+
+
 # -- clusterings -----------------------------------------------------------------------
 
 def kmeans(points: ArrayLike, k: int, *, seed: int = 0, restarts: int = 3, iterations: int = 100,
@@ -156,3 +195,35 @@ def evaluate_clustering(result: campaigns_pb2.Result, points: ArrayLike, labels_
     raise InvalidParameterError("the result holds no clustering (neither centers nor a cell map)")
 
 
+# -- by kind ---------------------------------------------------------------------------
+
+def evaluate_run(kind: Kind, run: CampaignRun, points: Any, x: NDArray[np.float64], labels: ArrayLike | None, *,
+                 k: int | None = None, seed: int = 0) -> dict[str, dict[str, float]]:
+    """A simulated campaign's result scored as its kind's :attr:`~ldp_collector.kinds.base.KindCli.result` says.
+
+    Parameters
+    ----------
+    kind : Kind
+    run : CampaignRun
+    points : numpy.ndarray or sequence
+        What the devices held (points, or categorical values).
+    x : numpy.ndarray
+        The dataset's numeric points (a clustering labels them).
+    labels : array_like or None
+        The dataset's true labels.
+    k, seed : int
+        The clustering's reference k-means.
+
+    Returns
+    -------
+    dict
+        ``{"errors": ...}`` of :func:`evaluate_histogram` or :func:`evaluate_heavy_hitters`, or
+        ``{"clustering": ...}`` of :func:`evaluate_clustering`.
+    """
+    if kind.cli.result == "histogram":
+        return {"errors": evaluate_histogram(run.result.estimates, histogram_truth(run.first_spec, points))}
+    if kind.cli.result == "heavy_hitters":
+        values = np.array([p[0] for p in as_points(points)], dtype=np.int64)
+        truth = np.bincount(values, minlength=int(run.campaign.config.domain.categorical_size))
+        return {"errors": evaluate_heavy_hitters(run.result, truth)}
+    return {"clustering": evaluate_clustering(run.result, x, labels, k=k, seed=seed)}

@@ -1,0 +1,133 @@
+"""The command line's output: JSON, and the human-readable text of campaigns, estimates and clusterings."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import timezone
+from typing import Any, TextIO
+
+import numpy as np
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from ldp.v1 import campaigns_pb2
+
+from .campaigns import kind_name
+
+__all__ = ["clustering_text", "finite", "number_text", "print_campaign", "print_estimates", "print_json", "state_name",
+           "timestamp_text", "to_dict"]
+
+
+def to_dict(message: Message) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def print_json(obj: Any, stream: TextIO) -> None:
+    stream.write(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def finite(value: float) -> float | None:
+    """JSON has no NaN: ``None`` instead."""
+    return value if math.isfinite(value) else None
+
+
+def _domain_text(config: campaigns_pb2.CampaignConfig) -> str:
+    domain = config.domain
+    if domain.WhichOneof("domain") == "categorical_size":
+        return f"categorical, {domain.categorical_size} values"
+    if domain.WhichOneof("domain") == "numeric":
+        ranges = " x ".join(f"[{lo:g}, {hi:g}]" for lo, hi in zip(domain.numeric.lower, domain.numeric.upper))
+        return f"numeric {ranges}"
+    return "unset"
+
+
+def _parameters_text(config: campaigns_pb2.CampaignConfig) -> str:
+    which = config.WhichOneof("parameters")
+    if which is None:
+        return ""
+    params = getattr(config, which)
+    if which == "histogram":
+        parts = [f"oracle {campaigns_pb2.FrequencyOracle.Name(params.oracle)}"]
+        if params.cells_per_dimension:
+            parts.append(" x ".join(str(c) for c in params.cells_per_dimension) + " cells")
+        if params.consistency:
+            parts.append("consistent")
+        return ", ".join(parts)
+    return ", ".join(f"{f.name} {_field_value_text(f, v)}" for f, v in params.ListFields())
+
+
+def _field_value_text(field: Any, value: Any) -> str:
+    """An enum value by name (``TREE``), anything else as is."""
+    if field.enum_type is not None:
+        known = field.enum_type.values_by_number.get(value)
+        return str(known.name) if known is not None else str(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def timestamp_text(ts: Any) -> str:
+    if not ts.seconds and not ts.nanos:
+        return "-"
+    return str(ts.ToDatetime(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))
+
+
+def state_name(state: int) -> str:
+    return str(campaigns_pb2.CampaignState.Name(state))  # type: ignore[arg-type]
+
+
+def print_campaign(campaign: campaigns_pb2.Campaign, stream: TextIO) -> None:
+    config = campaign.config
+    write = stream.write
+    write(f"campaign {config.campaign_id} ({kind_name(config.kind)})  state {state_name(campaign.state)}\n")
+    if config.description:
+        write(f"  description  {config.description}\n")
+    write(f"  epsilon      {config.epsilon:g} per device, budget policy "
+          f"{campaigns_pb2.BudgetPolicy.Name(config.budget_policy)}\n")
+    write(f"  domain       {_domain_text(config)}\n")
+    params = _parameters_text(config)
+    if params:
+        write(f"  parameters   {params}\n")
+    write(f"  created      {timestamp_text(campaign.created_at)}\n")
+    for r in campaign.rounds:
+        status = "open" if r.open else f"closed {timestamp_text(r.closed_at)}"
+        write(f"  round {r.round:<6} {status}, {r.reports:,} reports\n")
+    if campaign.error:
+        write(f"  error        {campaign.error}\n")
+
+
+def print_estimates(estimates: campaigns_pb2.Estimates, top: int, stream: TextIO) -> None:
+    rows = sorted(estimates.estimates, key=lambda e: -e.count)[:top]
+    write = stream.write
+    write(f"  estimates of round {estimates.round} from {estimates.reports:,} reports "
+          f"(top {len(rows)} of {len(estimates.estimates)}, {estimates.confidence:.0%} intervals"
+          f"{', consistent' if estimates.consistent else ''})\n")
+    write(f"  {'value':>10} {'count':>12} {'std error':>10} {'interval':>25}\n")
+    for e in rows:
+        write(f"  {e.value:>10} {e.count:12.1f} {e.std_error:10.1f}   [{e.ci_lower:10.1f}, {e.ci_upper:10.1f}]\n")
+    for warning in estimates.warnings:
+        write(f"  warning: {warning}\n")
+
+
+def clustering_text(clustering: campaigns_pb2.Clustering) -> str:
+    """``3 clusters over 412 cells (120 noise)`` or ``4 centers in 2-D``."""
+    if clustering.centers:
+        return f"{clustering.k} centers in {clustering.dimension}-D"
+    cell_map = clustering.cell_map
+    noise = sum(1 for label in cell_map.labels if label < 0)
+    return f"{clustering.k} clusters over {len(cell_map.cells):,} cells ({noise:,} noise)"
+
+
+def number_text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

@@ -1,0 +1,255 @@
+"""``ldp-collector simulate``: a campaign played by simulated SDK devices, scored against the dataset.
+
+What differs between kinds is declared by the kind (:class:`~ldp_collector.kinds.base.KindCli`):
+its flags, the cells per dimension when ``--cells`` is not given, the final parameters it reports,
+whether ``--plot`` draws it, and how its result is scored (by
+:func:`ldp_collector.simulation.evaluation.evaluate_run`). A kind whose domain is categorical only
+(heavy hitters) gets each point's grid cell index as its device's value; the kinds with a ``--k``
+flag take the dataset's number of labels when ``--k`` is not given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldp.v1 import campaigns_pb2
+from ldp_client.encoders.base import NumericDomain
+from ldp_client.encoders.grid import UniformGridEncoder
+
+from .cli_args import (
+    POLICIES,
+    UsageError,
+    add_kind_options,
+    build_campaign_config,
+    cell_counts,
+    kind_values,
+    label_column,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    uint32,
+)
+from .cli_output import clustering_text, finite, number_text, print_json
+from .kinds import KINDS, Kind
+from .kinds.base import NUMERIC
+from .simulation.datasets import DATASETS, load_file, make_dataset
+from .simulation.evaluation import CLUSTERING_KINDS, evaluate_run
+from .simulation.population import numeric_bounds
+from .simulation.runner import CampaignRun, RemoteCollector, run_campaign
+
+__all__ = ["add_simulate_parser"]
+
+#: Flags ``simulate`` declares itself: ``--k`` also sets a generated dataset's clusters, and
+#: ``--cells`` also makes the values of a categorical kind.
+_OWN_FLAGS = frozenset({"--k", "--cells"})
+#: Kinds whose simulation ``--plot`` draws.
+_PLOTTED_KINDS = tuple(sorted(name for name, kind in KINDS.items() if kind.cli.plotted))
+#: Output parameters every simulation has; the others are the kind's report.
+_COMMON_PARAMETERS = frozenset({"kind", "dataset", "data", "file_points", "resampled", "n", "d", "epsilon", "seed",
+                                "collector", "mode", "lower", "upper"})
+
+
+def add_simulate_parser(commands: Any, add_remote: Any) -> None:
+    """The ``simulate`` command's parser, among ``commands`` (``add_remote`` adds ``--collector``)."""
+    simulate = commands.add_parser(
+        "simulate", help="play a campaign with simulated SDK devices",
+        description="Simulate devices with the SDK (seeded: not privacy-preserving) against an in-process "
+                    "collector with a temporary SQLite directory, or --collector.")
+    simulate.add_argument("--kind", choices=tuple(KINDS), required=True)
+    source = simulate.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", choices=sorted(DATASETS), help="generated dataset")
+    source.add_argument("--data", metavar="FILE", help="CSV or .npy file of points")
+    simulate.add_argument("--label-column", metavar="INDEX|last", type=label_column, help="label column of --data")
+    simulate.add_argument("--n", type=positive_int, help="devices (default 20000, or every point of --data)")
+    simulate.add_argument("--d", type=positive_int, help="dimension (blobs, mixture)")
+    simulate.add_argument("--k", type=uint32, help="clusters (blobs, mixture; clustering kinds)")
+    simulate.add_argument("--epsilon", type=positive_float, default=2.0, help="per-device budget (default 2)")
+    simulate.add_argument("--cells", metavar="M[,M2...]", type=cell_counts,
+                          help="grid cells per dimension (histogram: 16 in 2-D, else the collector's default; "
+                               "grid: of the calibration round; heavy_hitters: the values' grid)")
+    simulate.add_argument("--budget-policy", choices=tuple(POLICIES), help="default partition")
+    simulate.add_argument("--plot", metavar="FILE",
+                          help="write a PNG: a histogram's estimates or a grid clustering over the points "
+                               "(needs the [plot] extra)")
+    simulate.add_argument("--seed", type=non_negative_int, default=0)
+    add_remote(simulate, required=False)
+    simulate.add_argument("--mode", choices=("auto", "device", "direct"), default="auto",
+                          help="one SDK Device per simulated device, or the same steps without them (default auto)")
+    simulate.add_argument("--batch-size", type=positive_int, default=1000, help="reports per batch (default 1000)")
+    simulate.add_argument("--json", action="store_true", help="print one JSON object")
+    simulate.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_kind_options(simulate, skip=_OWN_FLAGS)
+    simulate.set_defaults(handler=_cmd_simulate)
+
+
+def _load_points(args: argparse.Namespace) -> tuple[NDArray[np.float64], NDArray[np.int64] | None, dict[str, Any]]:
+    """The simulation's points and labels, and what describes them in the output."""
+    if args.data is not None:
+        if args.d is not None:
+            raise UsageError("--d applies to generated datasets (--dataset), not to --data")
+        x, labels = load_file(args.data, args.label_column)
+        info: dict[str, Any] = {"data": str(args.data), "file_points": int(len(x))}
+        if args.n is not None and args.n != len(x):
+            rng = np.random.default_rng(args.seed)
+            # Fewer: a random subset; more: resampled with replacement (duplicated points, said so).
+            index = rng.choice(len(x), size=args.n, replace=args.n > len(x))
+            x = x[index]
+            labels = labels[index] if labels is not None else None
+            info["resampled"] = "with replacement" if args.n > info["file_points"] else "random subset"
+        return x, labels, info
+    if args.label_column is not None:
+        raise UsageError("--label-column applies to --data files")
+    # --k of a clustering kind is the algorithm's; a dataset with a fixed number of clusters keeps its own.
+    k = None if DATASETS[args.dataset].fixed_k else args.k
+    x, labels = make_dataset(args.dataset, args.n or 20_000, d=args.d, k=k, seed=args.seed)
+    return x, labels, {"dataset": args.dataset}
+
+
+def _value_points(x: NDArray[np.float64], lower: tuple[float, ...], upper: tuple[float, ...],
+                  cells: tuple[int, ...]) -> tuple[list[tuple[int]], int]:
+    """A categorical kind over a numeric dataset: each point's grid cell index as the device's value."""
+    encoder = UniformGridEncoder(domain=NumericDomain(lower=lower, upper=upper), cells_per_dimension=cells)
+    return [(encoder.encode(p),) for p in x.tolist()], encoder.output_size
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    kind = KINDS[args.kind]
+    if kind.name not in CLUSTERING_KINDS and args.k is not None and args.dataset not in ("blobs", "mixture"):
+        raise UsageError(f"--k sets the clusters of the blobs and mixture datasets or of clustering kinds, "
+                         f"not {kind.name}")
+    if args.plot is not None:
+        if not kind.cli.plotted:
+            raise UsageError(f"--plot applies to {' and '.join(_PLOTTED_KINDS)} simulations, not {kind.name}")
+        from .plotting import require_matplotlib
+
+        require_matplotlib()  # before the campaign runs, not after
+    x, labels, data_info = _load_points(args)
+    lower, upper = numeric_bounds(x)
+    d = x.shape[1]
+    cells: tuple[int, ...] | None = args.cells
+    if cells is not None and len(cells) == 1:
+        cells = cells * d
+    if cells is None and kind.cli.default_cells is not None:
+        default = kind.cli.default_cells(d)
+        cells = (default,) * d if default is not None else None
+    declared = {param.dest for param in kind.cli.params}
+    values = kind_values(args, skip=_OWN_FLAGS)
+    if "cells" in declared:
+        values["cells"] = cells
+    if "k" in declared:
+        values["k"] = args.k or (int(labels.max()) + 1 if labels is not None else None)
+    points: Any = x
+    domain: dict[str, Any] = {"bounds": (lower, upper)}
+    if NUMERIC not in kind.domains:
+        if cells is None:
+            raise UsageError(f"a {kind.name} simulation needs --cells (the grid whose cells are the values)")
+        points, size = _value_points(x, lower, upper, cells)
+        domain = {"categories": size}
+    config = build_campaign_config(kind.name, epsilon=args.epsilon, budget_policy=args.budget_policy, **domain,
+                                   **values)
+    run = _run_simulation(args, config, points)
+    parameters: dict[str, Any] = {
+        "kind": kind.name, **data_info, "n": int(len(x)), "d": int(d), "epsilon": args.epsilon, "seed": args.seed,
+        "collector": args.collector or "in-process", "mode": run.stats.mode,
+        "lower": list(lower), "upper": list(upper),
+    }
+    parameters.update(_reported_parameters(kind, run, cells if NUMERIC not in kind.domains else None))
+    output: dict[str, Any] = {
+        "campaign_id": run.campaign_id, "parameters": parameters, "reports_sent": run.stats.reports_sent,
+        "epsilon_per_device": run.stats.epsilon_per_device, "wall_time_s": run.stats.wall_time_s,
+        "stats": run.stats.to_dict(),
+    }
+    for section, scores in evaluate_run(kind, run, points, x, labels, k=args.k, seed=args.seed).items():
+        output[section] = {key: finite(value) for key, value in scores.items()}
+    output["warnings"] = list(run.result.warnings)
+    output["diagnostics"] = {key: finite(value) for key, value in run.result.diagnostics.items()}
+    if args.plot is not None:
+        output["plot"] = str(_plot_simulation(args.plot, kind, run, x, parameters))
+    if args.json:
+        print_json(output, sys.stdout)
+    else:
+        _print_simulation(output, sys.stdout)
+    return 0
+
+
+def _reported_parameters(kind: Kind, run: CampaignRun, value_cells: tuple[int, ...] | None) -> dict[str, Any]:
+    """The final parameters the kind reports; the values' grid of a categorical kind; a cell-map
+    clustering's final cells and rounds."""
+    out: dict[str, Any] = {}
+    if value_cells is not None:
+        out["cells"] = list(value_cells)
+    if kind.cli.report is not None:
+        out.update(kind.cli.report(run.campaign.config))
+    if run.result.HasField("clustering") and run.result.clustering.HasField("cell_map"):
+        out["final_cells"] = len(run.result.clustering.cell_map.cells)
+        out["rounds"] = run.stats.rounds
+    return out
+
+
+def _plot_simulation(out: str, kind: Kind, run: CampaignRun, x: NDArray[np.float64],
+                     parameters: dict[str, Any]) -> Path:
+    """``--plot``: a histogram's estimates, or a clustering's final cells over the points."""
+    from .plotting import plot_estimates, plot_grid_clustering
+
+    source = parameters.get("dataset") or parameters.get("data")
+    title = f"{parameters['kind']} on {source}, n = {parameters['n']:,}, epsilon = {parameters['epsilon']:g}"
+    if kind.cli.result == "clustering":
+        variant = f" ({parameters['variant']})" if "variant" in parameters else ""
+        return plot_grid_clustering(run.result.clustering.cell_map, out, points=x, seed=parameters["seed"],
+                                    title=f"{title}{variant}: {clustering_text(run.result.clustering)}")
+    return plot_estimates(run.result.estimates, run.campaign.config, out, title=title)
+
+
+def _run_simulation(args: argparse.Namespace, config: campaigns_pb2.CampaignConfig, points: Any) -> CampaignRun:
+    common: dict[str, Any] = {"seed": args.seed, "mode": args.mode, "batch_size": args.batch_size,
+                              "quiet": args.quiet or args.json}
+    if args.collector is not None:
+        with RemoteCollector(args.collector, operator_token=os.environ.get("LDP_OPERATOR_TOKEN") or None,
+                             packed=True) as remote:
+            return run_campaign(remote, config, points, **common)
+    from .core import Collector
+    from .storage import open_store
+
+    with tempfile.TemporaryDirectory(prefix="ldp-simulate-") as data_dir:
+        store = open_store(data_dir)
+        try:
+            return run_campaign(Collector(store), config, points, **common)
+        finally:
+            store.close()
+
+
+def _parameter_text(value: Any) -> str:
+    if isinstance(value, list):
+        return " x ".join(str(v) for v in value)
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _print_simulation(output: dict[str, Any], stream: TextIO) -> None:
+    p = output["parameters"]
+    stats = output["stats"]
+    source = p.get("dataset") or p.get("data")
+    write = stream.write
+    write(f"simulated {p['kind']} campaign {output['campaign_id']} on {p['collector']}: {source}, "
+          f"n = {p['n']:,}, d = {p['d']}, epsilon = {p['epsilon']:g}\n")
+    write(f"  reports sent {output['reports_sent']:,} (accepted {stats['accepted']:,}, rejected {stats['rejected']:,}, "
+          f"refused {stats['refused']:,}), epsilon per device {output['epsilon_per_device']:g}, "
+          f"wall time {output['wall_time_s']:.2f} s ({stats['reports_per_second']:,.0f} reports/s)\n")
+    reported = [key for key in p if key not in _COMMON_PARAMETERS]
+    if reported:
+        write(f"  {p['kind']}: " + ", ".join(f"{key.replace('_', ' ')} {_parameter_text(p[key])}" for key in reported)
+              + "\n")
+    for section in ("errors", "clustering"):
+        for key, value in output.get(section, {}).items():
+            write(f"  {key:<26} {number_text(value)}\n")
+    for warning in output["warnings"]:
+        write(f"  warning: {warning}\n")
+    if output.get("plot"):
+        write(f"wrote {output['plot']}\n")
