@@ -63,16 +63,19 @@ from google.protobuf.message import Message
 from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
+from ldp_client.clusters import CellClusterModel
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.grid import UniformGridEncoder
-from ldp_client.errors import LdpError
+from ldp_client.errors import InvalidParameterError, LdpError
 
 from . import __version__
 from .campaigns import kind_name
 from .config import ConfigError, load_config
 from .errors import CollectorError
+from .model import Clustering, Estimates, Result
 from .operator import KINDS, CampaignStateError, OperatorClient, kind_value
 from .plotting import MatplotlibMissingError
+from .serde import estimates_from_proto, result_from_proto, result_to_proto
 from .simulation.datasets import DATASETS, load_file, make_dataset
 from .simulation.evaluation import CLUSTERING_KINDS, evaluate_clustering, evaluate_histogram, histogram_truth
 from .simulation.population import numeric_bounds
@@ -427,7 +430,7 @@ def _print_campaign(campaign: campaigns_pb2.Campaign, stream: TextIO) -> None:
         write(f"  error        {campaign.error}\n")
 
 
-def _print_estimates(estimates: campaigns_pb2.Estimates, top: int, stream: TextIO) -> None:
+def _print_estimates(estimates: Estimates, top: int, stream: TextIO) -> None:
     rows = sorted(estimates.estimates, key=lambda e: -e.count)[:top]
     write = stream.write
     write(f"  estimates of round {estimates.round} from {estimates.reports:,} reports "
@@ -516,16 +519,16 @@ def _cmd_campaign_list(args: argparse.Namespace) -> int:
 def _cmd_campaign_show(args: argparse.Namespace) -> int:
     with _operator(args) as operator:
         campaign = operator.get_campaign(args.campaign_id)
-        result = operator.get_result(args.campaign_id)
+        result = result_from_proto(operator.get_result(args.campaign_id))
     if args.json:
-        _print_json({"campaign": _to_dict(campaign), "result": _to_dict(result)}, sys.stdout)
+        _print_json({"campaign": _to_dict(campaign), "result": _to_dict(result_to_proto(result))}, sys.stdout)
         return 0
     _print_campaign(campaign, sys.stdout)
-    if result.HasField("estimates") and result.estimates.estimates:
+    if result.estimates is not None and result.estimates.estimates:
         _print_estimates(result.estimates, args.top, sys.stdout)
-    for hh in list(result.heavy_hitters)[: args.top]:
+    for hh in result.heavy_hitters[: args.top]:
         sys.stdout.write(f"  heavy hitter {hh.value}: {hh.count:.1f} +- {hh.std_error:.1f}\n")
-    if result.HasField("clustering"):
+    if result.clustering is not None:
         sys.stdout.write(f"  clustering   {_clustering_text(result.clustering)}\n")
     for key, value in sorted(result.diagnostics.items()):
         sys.stdout.write(f"  {key} = {value:g}\n")
@@ -553,13 +556,28 @@ def _cmd_campaign_close(args: argparse.Namespace) -> int:
     return 0
 
 
-def _clustering_text(clustering: campaigns_pb2.Clustering) -> str:
+def _clustering_text(clustering: Clustering | None) -> str:
     """``3 clusters over 412 cells (120 noise)`` or ``4 centers in 2-D``."""
+    clustering = clustering or Clustering()
     if clustering.centers:
         return f"{clustering.k} centers in {clustering.dimension}-D"
-    cell_map = clustering.cell_map
-    noise = sum(1 for label in cell_map.labels if label < 0)
-    return f"{clustering.k} clusters over {len(cell_map.cells):,} cells ({noise:,} noise)"
+    labels = clustering.cell_map.labels if clustering.cell_map is not None else ()
+    noise = sum(1 for label in labels if label < 0)
+    return f"{clustering.k} clusters over {len(labels):,} cells ({noise:,} noise)"
+
+
+def _cell_map(result: Result) -> CellClusterModel:
+    """A grid campaign's published cell map (``InvalidParameterError`` when the result has none)."""
+    if result.clustering is None or result.clustering.cell_map is None:
+        raise InvalidParameterError("the grid clustering has no cells to plot")
+    return result.clustering.cell_map
+
+
+def _estimates(result: Result) -> Estimates:
+    """A histogram campaign's published estimates (``InvalidParameterError`` when the result has none)."""
+    if result.estimates is None:
+        raise InvalidParameterError("the result holds no estimates")
+    return result.estimates
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -575,11 +593,11 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             if campaign.state != campaigns_pb2.FINISHED:
                 raise CampaignStateError(f"campaign {args.campaign_id} is {_state_name(campaign.state)}; a grid "
                                          "campaign's clustering is published when it finishes")
-            result = operator.get_result(args.campaign_id)
-            path = plot_grid_clustering(result.clustering.cell_map, out,
+            result = result_from_proto(operator.get_result(args.campaign_id))
+            path = plot_grid_clustering(_cell_map(result), out,
                                         title=f"campaign {args.campaign_id}: {_clustering_text(result.clustering)}")
         else:
-            estimates = operator.get_estimates(args.campaign_id, args.round or 0)
+            estimates = estimates_from_proto(operator.get_estimates(args.campaign_id, args.round or 0))
             path = plot_estimates(estimates, campaign.config, out)
     sys.stdout.write(f"wrote {path}\n")
     return 0
@@ -615,7 +633,7 @@ def _value_points(x: NDArray[np.float64], lower: tuple[float, ...], upper: tuple
     return [(encoder.encode(p),) for p in x.tolist()], encoder.output_size
 
 
-def _heavy_hitter_errors(result: campaigns_pb2.Result, truth: NDArray[np.int64], n: int) -> dict[str, Any]:
+def _heavy_hitter_errors(result: Result, truth: NDArray[np.int64], n: int) -> dict[str, Any]:
     found = list(result.heavy_hitters)
     out: dict[str, Any] = {"found": len(found)}
     if not found:
@@ -692,7 +710,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         parameters["budget_policy"] = campaigns_pb2.BudgetPolicy.Name(final.budget_policy
                                                                       or campaigns_pb2.PARTITION).lower()
         parameters["initial_cells_per_dimension"] = grid.initial_cells_per_dimension
-        parameters["final_cells"] = len(run.result.clustering.cell_map.cells)
+        parameters["final_cells"] = len(_cell_map(run.result).cells)
         parameters["rounds"] = run.stats.rounds
     output: dict[str, Any] = {
         "campaign_id": run.campaign_id, "parameters": parameters, "reports_sent": run.stats.reports_sent,
@@ -700,7 +718,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         "stats": run.stats.to_dict(),
     }
     if kind == "histogram":
-        errors = evaluate_histogram(run.result.estimates, histogram_truth(run.first_spec, points))
+        errors = evaluate_histogram(_estimates(run.result), histogram_truth(run.first_spec, points))
         output["errors"] = {key: _finite(value) for key, value in errors.items()}
     elif kind == "heavy_hitters":
         truth = np.bincount(np.array([p[0] for p in points], dtype=np.int64),
@@ -727,9 +745,9 @@ def _plot_simulation(out: str, run: CampaignRun, x: NDArray[np.float64], paramet
     source = parameters.get("dataset") or parameters.get("data")
     title = f"{parameters['kind']} on {source}, n = {parameters['n']:,}, epsilon = {parameters['epsilon']:g}"
     if parameters["kind"] == "grid":
-        return plot_grid_clustering(run.result.clustering.cell_map, out, points=x, seed=parameters["seed"],
+        return plot_grid_clustering(_cell_map(run.result), out, points=x, seed=parameters["seed"],
                                     title=f"{title} ({parameters['variant']}): {_clustering_text(run.result.clustering)}")
-    return plot_estimates(run.result.estimates, run.campaign.config, out, title=title)
+    return plot_estimates(_estimates(run.result), run.campaign.config, out, title=title)
 
 
 def _run_simulation(args: argparse.Namespace, config: campaigns_pb2.CampaignConfig, points: Any) -> CampaignRun:

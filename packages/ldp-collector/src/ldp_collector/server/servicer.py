@@ -30,6 +30,7 @@ from ..defences import EnrolmentAuthority, EnrolmentLimiter, peer_address
 from ..errors import CollectorError, FailedPreconditionError, OverloadedError
 from ..ingest import Assign
 from ..ratelimit import RateLimiter
+from ..serde import estimates_to_proto, result_to_proto
 from ..storage.base import Outcome
 from ..telemetry import CollectorMetrics
 from .interceptors import bearer_digest, bearer_token
@@ -210,7 +211,7 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
     async def GetResult(self, request: service_pb2.GetResultRequest,
                         context: Context) -> service_pb2.GetResultResponse:
         def job() -> service_pb2.GetResultResponse:
-            return service_pb2.GetResultResponse(result=self._collector.get_result(request.campaign_id))
+            return service_pb2.GetResultResponse(result=result_to_proto(self._collector.get_result(request.campaign_id)))
 
         return await self._pool.run(job)
 
@@ -293,12 +294,13 @@ class OperatorServicer(service_pb2_grpc.OperatorServiceServicer):
     async def GetEstimates(self, request: service_pb2.GetEstimatesRequest,
                            context: Context) -> campaigns_pb2.Estimates:
         return await self._pool.run(
-            lambda: self._collector.get_estimates(request.campaign_id, request.round, request.confidence))
+            lambda: estimates_to_proto(
+                self._collector.get_estimates(request.campaign_id, request.round, request.confidence)))
 
     async def GetResult(self, request: service_pb2.GetResultRequest,
                         context: Context) -> service_pb2.GetResultResponse:
         def job() -> service_pb2.GetResultResponse:
-            return service_pb2.GetResultResponse(result=self._collector.get_result(request.campaign_id))
+            return service_pb2.GetResultResponse(result=result_to_proto(self._collector.get_result(request.campaign_id)))
 
         return await self._pool.run(job)
 
