@@ -7,6 +7,8 @@ to the same wire message), and :meth:`ldp_collector.model.Result.label_model`.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -189,3 +191,32 @@ def test_label_model_refuses_what_cannot_label() -> None:
         Result(state=CampaignState.FINISHED, clustering=Clustering(dimension=2)).label_model()
     with pytest.raises(ProtocolError, match="not a whole number of centers"):
         Clustering(k=1, dimension=2, centers=(1.0, 2.0, 3.0)).label_model()
+
+
+class _CountingCollector:
+    """Stands in for ``Collector.get_result`` and counts the calls."""
+
+    def __init__(self, results: dict[str, Result]) -> None:
+        self.results, self.calls = results, 0
+
+    def get_result(self, campaign_id: str) -> Result:
+        self.calls += 1
+        return self.results[campaign_id]
+
+
+def test_finished_answers_are_converted_once_within_their_byte_budget() -> None:
+    from ldp_collector.server.servicer import FinishedResults
+
+    finished, collecting = _full_result(), Result(campaign_id="c-2", state=CampaignState.COLLECTING)
+    other = replace(finished, campaign_id="c-3")
+    collector = _CountingCollector({"c-1": finished, "c-2": collecting, "c-3": other})
+    size = result_to_proto(finished).ByteSize() + 8  # the answer wraps the result in one field
+    answers = FinishedResults(collector, max_bytes=size)  # type: ignore[arg-type]
+    first = answers.response("c-1")
+    assert first.result == result_to_proto(finished)
+    assert answers.response("c-1") is first and collector.calls == 1  # a finished result never changes
+    for _ in range(2):  # a collecting campaign's state is read afresh
+        assert answers.response("c-2").result == result_to_proto(collecting)
+    assert collector.calls == 3
+    assert answers.response("c-3").result.campaign_id == "c-3"  # evicts c-1: one answer fits the budget
+    assert answers.response("c-1") == first and collector.calls == 5
