@@ -65,6 +65,7 @@ from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
 from ldp_collector.core import Collector
 from ldp_collector.defences import EnrolmentAuthority, check_assignment
+from ldp_collector.model import Estimates
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import Outcome
 
@@ -215,18 +216,18 @@ def run_window(collector: Collector, spec: RoundSpec, values: Sequence[int], fak
     return tally
 
 
-def frequencies(estimates: campaigns_pb2.Estimates, domain: int) -> np.ndarray:
+def frequencies(estimates: Estimates, domain: int) -> np.ndarray:
     out = np.zeros(domain)
     for e in estimates.estimates:
         out[e.value] = e.count
     return out / max(estimates.reports, 1)
 
 
-def flagged_values(estimates: campaigns_pb2.Estimates) -> set[int]:
+def flagged_values(estimates: Estimates) -> set[int]:
     return {int(m.group(1)) for w in estimates.warnings if (m := _ANOMALY.match(w))}
 
 
-def flagged_weights(estimates: campaigns_pb2.Estimates) -> list[int]:
+def flagged_weights(estimates: Estimates) -> list[int]:
     return sorted(int(m.group(1)) for w in estimates.warnings if (m := _IMPLAUSIBLE.match(w)))
 
 

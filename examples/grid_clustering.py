@@ -49,6 +49,7 @@ from ldp.v1 import campaigns_pb2, service_pb2, service_pb2_grpc
 from ldp_client import Device, DevicePolicy, RoundSpec, SeededRng
 from ldp_client.grpc import CollectorClient, OutcomeStatus, RoundNotOpen, Sender
 from ldp_collector.config import CollectorConfig
+from ldp_collector.serde import result_from_proto
 from ldp_collector.server.lifecycle import RunningServer, start_server
 from ldp_collector.simulation.evaluation import evaluate_clustering
 
@@ -200,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{model.label(positions[0]) == label}; epsilon spent before {spent:g}, after "
                       f"{rider.spent(campaign_id):g}")
 
-                scores = evaluate_clustering(result, points, zones)
+                scores = evaluate_clustering(result_from_proto(result), points, zones)
                 ledgers = np.array([r.spent(campaign_id) for r in riders])
                 print(f"5. against the true zones (cluster numbers are arbitrary; ARI compares the partitions): "
                       f"ARI {scores['ari']:.3f}, NMI {scores['nmi']:.3f}, noise share {scores['noise_share']:.3f}")

@@ -19,6 +19,8 @@ from . import adapters
 from .suites import DatasetCase, Suite, epsilon_label
 
 if TYPE_CHECKING:
+    from ldp_client.clusters import CellClusterModel
+
     from .runner import Cell, RunRecord
 
 __all__ = ["plot_clusters", "plot_grid", "plot_metric_vs_epsilon", "plot_metric_vs_n", "suite_plots"]
@@ -159,18 +161,17 @@ def plot_clusters(x: np.ndarray, panels: Sequence[tuple[str, np.ndarray, np.ndar
     return out
 
 
-def plot_grid(x: np.ndarray, cell_map: bytes, title: str, out: Path) -> Path | None:
+def plot_grid(x: np.ndarray, cell_map: CellClusterModel, title: str, out: Path) -> Path | None:
     """A grid clustering's final irregular grid, cells coloured by cluster (noise transparent), over the points.
 
-    ``cell_map`` is the serialized ``ldp.v1.CellClusterMap`` of the run; drawn by
+    ``cell_map`` is the run's published cell map; drawn by
     :func:`ldp_collector.plotting.draw_grid_clustering` (2-D only).
     """
-    from ldp.v1 import campaigns_pb2
     from ldp_collector.plotting import draw_grid_clustering
 
     if x.shape[1] != 2:
         return None
-    grid = campaigns_pb2.CellClusterMap.FromString(cell_map)
+    grid = cell_map
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(4.8, 4.2))
     # A legend only while it stays small beside the map.

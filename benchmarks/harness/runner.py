@@ -49,6 +49,8 @@ import numpy as np
 from numpy.typing import NDArray
 from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
 
+from ldp_client.clusters import CellClusterModel
+
 from . import adapters
 from .suites import Bound, Claim, DatasetCase, Suite, epsilon_label, get_suite
 
@@ -117,8 +119,8 @@ class RunRecord:
     centers: list[list[float]] | None = None
     error: str | None = None
     labels: NDArray[np.int64] | None = None
-    #: A grid clustering's published ``ldp.v1.CellClusterMap`` (serialized), kept with the labels for the plots.
-    cell_map: bytes | None = None
+    #: A grid clustering's published cell map, kept with the labels for the plots.
+    cell_map: CellClusterModel | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -201,8 +203,7 @@ def run_task(task: Task, reference: float | None) -> RunRecord:
             record.metrics["cost_ratio_matched"] = record.metrics["cost"] / matched if matched > 0 else math.nan
         if task.keep_labels:
             record.labels = predicted
-            if out.cell_map is not None:
-                record.cell_map = out.cell_map.SerializeToString()
+            record.cell_map = out.cell_map
     except Exception:
         record.seconds = time.perf_counter() - started
         record.error = traceback.format_exc()

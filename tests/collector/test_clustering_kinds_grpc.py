@@ -24,6 +24,7 @@ from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.grpc import CollectorClient
 from ldp_collector.config import CollectorConfig
 from ldp_collector.operator import OperatorClient
+from ldp_collector.serde import result_from_proto
 from ldp_collector.server.lifecycle import RunningServer, start_server
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
@@ -145,7 +146,7 @@ def check_finished(server: RunningServer, operator: OperatorClient, played: Play
             spent = played.devices[i].spent(played.campaign_id)
             assert client.cluster_label(played.campaign_id, played.points[i]) == nearest[i]
             assert played.devices[i].spent(played.campaign_id) == spent  # labelling is free
-    scores = evaluate_clustering(result, x, truth)
+    scores = evaluate_clustering(result_from_proto(result), x, truth)
     assert scores["clusters"] == K
     assert scores["ari"] >= ari_floor, (scores, error)
     return result, scores["ari"]

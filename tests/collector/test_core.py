@@ -305,7 +305,7 @@ def test_histogram_end_to_end_with_sdk_devices(store: ReportStore, oracle: int) 
     assert result.estimates == estimates
     assert result.diagnostics["reports"] == n
     assert result.diagnostics["epsilon"] == pytest.approx(2.0)
-    assert result.HasField("finished_at")
+    assert result.finished_at is not None
 
 
 def test_numeric_histogram_and_consistency(store: ReportStore) -> None:

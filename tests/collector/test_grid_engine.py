@@ -41,6 +41,7 @@ from ldp_collector.kinds.grid import (
     GridEngine,
     _pool_prior,
 )
+from ldp_collector.model import Result
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import Population, numeric_bounds
@@ -126,7 +127,7 @@ def campaign(name: str, n: int, seed: int, variant: int, policy: int = PARTITION
     return run, dict(backend.specs)
 
 
-def cells_of(result: campaigns_pb2.Result) -> list[TreeCell]:
+def cells_of(result: Result) -> list[TreeCell]:
     return [TreeCell(level=c.level, morton_index=c.morton_index) for c in result.clustering.cell_map.cells]
 
 
@@ -665,7 +666,7 @@ def test_published_estimates_match_the_densities_when_consistent(variant: int, p
     check_estimates_match_densities(run.result)
 
 
-def check_estimates_match_densities(result: campaigns_pb2.Result) -> None:
+def check_estimates_match_densities(result: Result) -> None:
     cell_map = result.clustering.cell_map
     n = result.estimates.reports
     volumes = np.array([2.0 ** (-2 * c.level) for c in cell_map.cells])

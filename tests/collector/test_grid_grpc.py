@@ -23,7 +23,9 @@ from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
 from ldp_client.errors import ProtocolError
 from ldp_client.grpc import CollectorClient
 from ldp_collector.config import CollectorConfig
+from ldp_collector.model import Result
 from ldp_collector.operator import OperatorClient
+from ldp_collector.serde import result_from_proto
 from ldp_collector.server.lifecycle import RunningServer, start_server
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import cell_labels, evaluate_clustering
@@ -103,7 +105,7 @@ def encoders(spec: RoundSpec) -> list[GridTreeEncoder | CellListEncoder]:
 
 
 def check_finished(server: RunningServer, operator: OperatorClient, played: Played, x: np.ndarray,
-                   truth: np.ndarray) -> campaigns_pb2.Result:
+                   truth: np.ndarray) -> Result:
     """The campaign finished by itself, every ledger holds exactly epsilon, and the devices label themselves."""
     campaign = operator.get_campaign(played.campaign_id)
     assert campaign.state == campaigns_pb2.FINISHED
@@ -115,7 +117,8 @@ def check_finished(server: RunningServer, operator: OperatorClient, played: Play
         assert all(e.epsilon == EPSILON / len(played.specs) for e in entries)
         assert not device.pending_reports()
     with CollectorClient(server.address) as client:
-        result = client.get_result(played.campaign_id)
+        result = result_from_proto(client.get_result(played.campaign_id))
+        assert result.clustering is not None and result.clustering.cell_map is not None
         model = client.get_cluster_model(played.campaign_id)
         assert isinstance(model, CellClusterModel)
         # What evaluate_clustering gives every point (simulation.evaluation.cell_labels): the label of its cell in the map.

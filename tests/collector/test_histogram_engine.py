@@ -27,7 +27,6 @@ from ldp_client.mechanisms import (
 )
 from ldp_client.report import Report
 from ldp_client.rng import SeededRng
-from ldp_client.serde import encoder_to_proto, mechanism_to_proto
 from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import make_engine, prepare_campaign
 from ldp_collector.errors import InvalidArgumentError
@@ -190,8 +189,8 @@ def test_close_round_estimates_are_unbiased(oracle: int) -> None:
     estimates = outcome.estimates
     assert estimates.reports == 5000 and estimates.confidence == pytest.approx(0.95) and not estimates.consistent
     assert [e.value for e in estimates.estimates] == list(range(16))
-    assert estimates.mechanism == mechanism_to_proto(spec.tasks[0].components[0].mechanism)
-    assert estimates.encoder == encoder_to_proto(spec.tasks[0].components[0].encoder)
+    assert estimates.mechanism == spec.tasks[0].components[0].mechanism
+    assert estimates.encoder == spec.tasks[0].components[0].encoder
     assert_estimates_fit(estimates, Counter(values))
     result = outcome.result
     assert result.state == campaigns_pb2.FINISHED and result.estimates == estimates

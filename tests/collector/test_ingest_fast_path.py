@@ -47,6 +47,7 @@ from ldp_collector.estimation import accumulators
 from ldp_collector.estimation.accumulators import component_params_from_spec, make_accumulate_fn, rebuild
 from ldp_collector.ingest import RoundContext, StoredReportColumns, validate_batch
 from ldp_collector.kinds import KINDS, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
+from ldp_collector.model import Result
 from ldp_collector.server.wire import submit_response
 from ldp_collector.storage.base import AccumulateFn, CampaignRecord, Outcome, StoredReport
 from ldp_collector.storage.sqlite import SqliteReportStore
@@ -406,7 +407,7 @@ class _MixedEngine(CampaignEngine):
         return RoundPlan(spec=make_spec(self.campaign_id))
 
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
-        return RoundOutcome(result=campaigns_pb2.Result())
+        return RoundOutcome(result=Result())
 
     def accumulate_fn(self, spec: RoundSpec) -> AccumulateFn | None:
         return make_accumulate_fn(component_params_from_spec(spec))

@@ -29,6 +29,7 @@ from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.kinds import KINDS
 from ldp_collector.kinds.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
+from ldp_collector.serde import result_to_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import numeric_bounds
@@ -192,8 +193,8 @@ def test_close_round_publishes_centers_in_original_units(algorithm: int) -> None
     assert diagnostics["epsilon_per_coordinate"] == pytest.approx(10.0)
     assert diagnostics["noise_scale"] == pytest.approx(2 / 20.0, rel=0.01)  # b = d / epsilon
     assert diagnostics["iterations"] >= 1
-    model = cluster_model_from_proto(result)  # devices can label themselves from it
-    assert model.cluster_count == 2
+    model = cluster_model_from_proto(result_to_proto(result))  # devices can label themselves from it
+    assert model.cluster_count == 2 and result.label_model() == model
 
 
 def test_close_round_is_deterministic_per_campaign() -> None:

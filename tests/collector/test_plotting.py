@@ -10,24 +10,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ldp.v1 import campaigns_pb2
+from ldp_client.clusters import CellClusterModel
+from ldp_client.encoders.base import NumericDomain
+from ldp_client.encoders.geometry import TreeCell
 from ldp_client.errors import InvalidParameterError
 from ldp_collector.plotting import grid_cell_rectangles, plot_grid_clustering
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _irregular_map() -> campaigns_pb2.CellClusterMap:
+_CELLS = (*(TreeCell(level=1, morton_index=i) for i in (0, 1, 2)), *(TreeCell(level=2, morton_index=i) for i in range(12, 16)))
+
+
+def _irregular_map(labels: tuple[int, ...] = (0, -1, 0, 1, 1, -1, 1)) -> CellClusterModel:
     """[0, 4] x [10, 12]: three level-1 quadrants, the fourth (Morton 3) split into its four level-2 cells."""
-    cell_map = campaigns_pb2.CellClusterMap()
-    cell_map.domain.lower.extend([0.0, 10.0])
-    cell_map.domain.upper.extend([4.0, 12.0])
-    for index in (0, 1, 2):
-        cell_map.cells.add(level=1, morton_index=index)
-    for index in range(12, 16):
-        cell_map.cells.add(level=2, morton_index=index)
-    cell_map.labels.extend([0, -1, 0, 1, 1, -1, 1])
-    return cell_map
+    return CellClusterModel(domain=NumericDomain(lower=(0.0, 10.0), upper=(4.0, 12.0)), cells=_CELLS, labels=labels)
 
 
 def test_grid_cells_are_rectangles_in_the_domain_units() -> None:
@@ -44,22 +41,16 @@ def test_grid_cells_are_rectangles_in_the_domain_units() -> None:
 
 
 def test_grid_cells_refuse_what_cannot_be_drawn() -> None:
-    three_d = campaigns_pb2.CellClusterMap()
-    three_d.domain.lower.extend([0.0, 0.0, 0.0])
-    three_d.domain.upper.extend([1.0, 1.0, 1.0])
-    three_d.cells.add(level=0, morton_index=0)
-    three_d.labels.append(0)
+    three_d = CellClusterModel(domain=NumericDomain(lower=(0.0, 0.0, 0.0), upper=(1.0, 1.0, 1.0)),
+                               cells=(TreeCell(level=0, morton_index=0),), labels=(0,))
     with pytest.raises(InvalidParameterError, match="2-D domains, this one has 3 dimensions"):
         grid_cell_rectangles(three_d)
-    mismatched = _irregular_map()
-    mismatched.labels.pop()
-    with pytest.raises(InvalidParameterError, match="6 labels for 7 cells"):
-        grid_cell_rectangles(mismatched)
-    empty = campaigns_pb2.CellClusterMap()
-    empty.domain.lower.extend([0.0, 0.0])
-    empty.domain.upper.extend([1.0, 1.0])
-    with pytest.raises(InvalidParameterError, match="no cells"):
-        grid_cell_rectangles(empty)
+    # A map whose labels do not match its cells, or without cells, is refused by the model itself:
+    # nothing that reaches the plots can be such a map.
+    with pytest.raises(InvalidParameterError, match=r"one label per cell \(7\), got 6"):
+        _irregular_map((0, -1, 0, 1, 1, -1))
+    with pytest.raises(InvalidParameterError):
+        CellClusterModel(domain=NumericDomain(lower=(0.0, 0.0), upper=(1.0, 1.0)), cells=(), labels=())
 
 
 def test_plot_grid_clustering_renders_a_png(tmp_path: Path) -> None:

@@ -19,13 +19,16 @@ import numpy as np
 import pytest
 
 from ldp.v1 import campaigns_pb2
+from ldp_client.clusters import CellClusterModel
 from ldp_client.device import DevicePolicy
 from ldp_client.encoders import CategoricalEncoder, NumericDomain, UniformGridEncoder
+from ldp_client.encoders.geometry import TreeCell
 from ldp_client.errors import InvalidParameterError, PolicyViolationError
 from ldp_client.mechanisms import GRRParams, oue
 from ldp_client.report import Report
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector.core import Collector
+from ldp_collector.model import Clustering, Estimate, Estimates, Result
 from ldp_collector.simulation.datasets import DATASETS, load_file, make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering, evaluate_histogram, histogram_truth, kmeans
 from ldp_collector.simulation.population import Population, numeric_bounds, simulate_round
@@ -370,35 +373,29 @@ def test_evaluate_clustering_with_centers_and_with_a_cell_map() -> None:
     x, labels = make_dataset("blobs", 3000, k=3, seed=2)
     centers = kmeans(x, 3, seed=0)
     assert kmeans_cost(x, centers) <= kmeans_cost(x, centers + 0.5)
-    result = campaigns_pb2.Result()
-    result.clustering.k = 3
-    result.clustering.dimension = 2
-    result.clustering.centers.extend(centers.reshape(-1).tolist())
+    result = Result(clustering=Clustering(k=3, dimension=2, centers=tuple(centers.reshape(-1).tolist())))
     scores = evaluate_clustering(result, x, labels, k=3)
     assert scores["cost_ratio"] == pytest.approx(1.0, abs=0.02)
     assert scores["ari"] > 0.9 and scores["accuracy"] > 0.95 and scores["nmi"] > 0.9
 
     # A grid clustering: the four level-1 cells of [0, 1]^2; left half cluster 0, right half 1.
     points = np.array([[0.1, 0.2], [0.2, 0.9], [0.8, 0.1], [0.9, 0.7]])
-    grid = campaigns_pb2.Result()
-    cell_map = grid.clustering.cell_map
-    cell_map.domain.lower.extend([0.0, 0.0])
-    cell_map.domain.upper.extend([1.0, 1.0])
-    for morton in range(4):
-        cell_map.cells.add(level=1, morton_index=morton)
     # Morton index bit 0 is dimension 0: cells 0 and 2 are the left half.
-    cell_map.labels.extend([0, 1, 0, 1])
+    cell_map = CellClusterModel(domain=NumericDomain(lower=(0.0, 0.0), upper=(1.0, 1.0)),
+                                cells=tuple(TreeCell(level=1, morton_index=m) for m in range(4)), labels=(0, 1, 0, 1))
+    grid = Result(clustering=Clustering(dimension=2, cell_map=cell_map))
     scores = evaluate_clustering(grid, points, np.array([5, 5, 7, 7]))
     assert scores["accuracy"] == 1.0 and scores["ari"] == pytest.approx(1.0) and scores["noise_share"] == 0.0
     with pytest.raises(InvalidParameterError, match="no clustering"):
-        evaluate_clustering(campaigns_pb2.Result(), points, None)
+        evaluate_clustering(Result(), points, None)
+    with pytest.raises(InvalidParameterError, match="no clustering"):
+        evaluate_clustering(Result(clustering=Clustering(dimension=2)), points, None)
 
 
 def test_evaluate_histogram_statistics() -> None:
-    estimates = campaigns_pb2.Estimates(reports=100, confidence=0.95)
-    for value, (count, se) in enumerate([(12.0, 2.0), (90.0, 5.0)]):
-        estimates.estimates.add(value=value, count=count, std_error=se, ci_lower=count - 1.96 * se,
-                                ci_upper=count + 1.96 * se)
+    estimates = Estimates(reports=100, confidence=0.95, estimates=tuple(
+        Estimate(value=value, count=count, std_error=se, ci_lower=count - 1.96 * se, ci_upper=count + 1.96 * se)
+        for value, (count, se) in enumerate([(12.0, 2.0), (90.0, 5.0)])))
     errors = evaluate_histogram(estimates, [10, 90])
     assert errors["max_abs_freq_error"] == pytest.approx(0.02)
     assert errors["mean_abs_z"] == pytest.approx(0.5)

@@ -44,6 +44,7 @@ from ldp_collector.estimation.accumulators import (
 from ldp_collector.estimation.olh_hash import hash_values
 from ldp_collector.estimation.vector_sum import BucketSums, analytic_variance, bucket_sums, decode_signed
 from ldp_collector.kinds import KINDS, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
+from ldp_collector.model import Result
 from ldp_collector.storage.base import Outcome
 from ldp_collector.storage.sqlite import SqliteReportStore
 from support.stats import FALSE_FAILURE_RATE, chi2_sf
@@ -331,7 +332,7 @@ class _VectorEngine(CampaignEngine):
         self.sums[self.campaign_id] = {
             group: bucket_sums(by_group[group][0], payloads.get(f"{group}:0", []), CELLS)  # type: ignore[arg-type]
             for group in (0, 1)}
-        return RoundOutcome(result=campaigns_pb2.Result())
+        return RoundOutcome(result=Result())
 
     def accumulate_fn(self, spec: RoundSpec) -> Any:
         return make_accumulate_fn(component_params_from_spec(spec))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldp.v1 import campaigns_pb2
+from ldp_client.clusters import CellClusterModel
 
 __all__ = ["Box", "Clustering", "check_epsilon", "check_k", "check_points", "laplace", "noiseless"]
 
@@ -30,14 +30,14 @@ class Clustering:
         One int label per input point (``-1`` = noise); ``None`` means "nearest center".
     diagnostics : dict of str to float
         Anything worth recording (budget split, tree size, rounds, reports ...).
-    cell_map : ldp.v1.CellClusterMap or None
+    cell_map : CellClusterModel or None
         A grid clustering's published cell -> cluster map (drawn by the harness's plots).
     """
 
     centers: NDArray[np.float64] | None
     labels: NDArray[np.int64] | None = None
     diagnostics: dict[str, float] = field(default_factory=dict)
-    cell_map: campaigns_pb2.CellClusterMap | None = None
+    cell_map: CellClusterModel | None = None
 
     def __post_init__(self) -> None:
         if self.centers is None and self.labels is None:

@@ -127,10 +127,11 @@ def center_campaign(x: ArrayLike, k: int, epsilon: float, *, method: str, seed: 
         raise RuntimeError(
             f"the collector accepted {stats.accepted} of {stats.reports_sent} reports ({stats.duplicates} duplicates, "
             f"{stats.rejected} rejected: {stats.rejection_reasons}); the clustering would not be the protocol's")
-    flat = np.asarray(run.result.clustering.centers, dtype=np.float64)
+    clustering = run.result.clustering
+    flat = np.asarray(clustering.centers if clustering is not None else (), dtype=np.float64)
     if flat.size == 0 or flat.size % d:
         raise RuntimeError(f"{method}: the campaign published {flat.size} center coordinates for d = {d} "
-                           f"(warnings: {list(run.result.warnings) if hasattr(run.result, 'warnings') else []})")
+                           f"(warnings: {list(run.result.warnings)})")
     centers = flat.reshape(-1, d)
     diagnostics = {key: float(value) for key, value in run.result.diagnostics.items()}
     diagnostics.update({"reports": float(stats.reports_sent), "accepted": float(stats.accepted),

@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.serde import cluster_model_from_proto
+from ldp_client.clusters import CellClusterModel
 from ldp_collector.cli import build_campaign_config
 from ldp_collector.kinds import KINDS
 from ldp_collector.kinds.grid import DEFAULT_MAX_CELLS
@@ -60,7 +60,7 @@ def grid_clustering(x: ArrayLike, epsilon: float, *, variant: str, seed: int,
     -------
     Clustering
         ``labels`` (one per point, ``-1`` = noise), ``cell_map`` (the published
-        ``ldp.v1.CellClusterMap``) and the campaign's diagnostics (every round's, from the result)
+        :class:`~ldp_client.clusters.CellClusterModel`) and the campaign's diagnostics (every round's, from the result)
         plus its traffic.
 
     Raises
@@ -89,12 +89,12 @@ def grid_clustering(x: ArrayLike, epsilon: float, *, variant: str, seed: int,
         raise RuntimeError(
             f"the collector accepted {stats.accepted} of {stats.reports_sent} reports ({stats.duplicates} duplicates, "
             f"{stats.rejected} rejected: {stats.rejection_reasons}); the clustering would not be the protocol's")
-    model = cluster_model_from_proto(run.result)  # the devices' own labelling
+    model = run.result.label_model()  # the devices' own labelling
     labels = np.fromiter((model.label(p) for p in points.tolist()), dtype=np.int64, count=len(points))
     diagnostics = {key: float(value) for key, value in run.result.diagnostics.items()}
     diagnostics.update({"reports": float(stats.reports_sent), "accepted": float(stats.accepted),
                         "rounds": float(stats.rounds), "campaign_seconds": stats.wall_time_s,
                         "epsilon_per_device": stats.epsilon_per_device})
-    cell_map = campaigns_pb2.CellClusterMap()
-    cell_map.CopyFrom(run.result.clustering.cell_map)
-    return Clustering(centers=None, labels=labels, diagnostics=diagnostics, cell_map=cell_map)
+    if not isinstance(model, CellClusterModel):
+        raise RuntimeError("the grid campaign published centers, not a cell map")
+    return Clustering(centers=None, labels=labels, diagnostics=diagnostics, cell_map=model)

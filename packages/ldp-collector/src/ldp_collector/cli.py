@@ -75,6 +75,7 @@ from .cli_args import (
     uint64,
 )
 from .cli_output import (
+    cell_map_of,
     clustering_text,
     print_campaign,
     print_estimates,
@@ -88,6 +89,7 @@ from .config import ConfigError, load_config
 from .errors import CollectorError
 from .operator import KINDS, CampaignStateError, OperatorClient
 from .plotting import MatplotlibMissingError
+from .serde import estimates_from_proto, result_from_proto, result_to_proto
 from .simulation.datasets import DATASETS
 from .simulation.runner import SimulationError
 
@@ -187,16 +189,16 @@ def _cmd_campaign_list(args: argparse.Namespace) -> int:
 def _cmd_campaign_show(args: argparse.Namespace) -> int:
     with _operator(args) as operator:
         campaign = operator.get_campaign(args.campaign_id)
-        result = operator.get_result(args.campaign_id)
+        result = result_from_proto(operator.get_result(args.campaign_id))
     if args.json:
-        print_json({"campaign": to_dict(campaign), "result": to_dict(result)}, sys.stdout)
+        print_json({"campaign": to_dict(campaign), "result": to_dict(result_to_proto(result))}, sys.stdout)
         return 0
     print_campaign(campaign, sys.stdout)
-    if result.HasField("estimates") and result.estimates.estimates:
+    if result.estimates is not None and result.estimates.estimates:
         print_estimates(result.estimates, args.top, sys.stdout)
-    for hh in list(result.heavy_hitters)[: args.top]:
+    for hh in result.heavy_hitters[: args.top]:
         sys.stdout.write(f"  heavy hitter {hh.value}: {hh.count:.1f} +- {hh.std_error:.1f}\n")
-    if result.HasField("clustering"):
+    if result.clustering is not None:
         sys.stdout.write(f"  clustering   {clustering_text(result.clustering)}\n")
     for key, value in sorted(result.diagnostics.items()):
         sys.stdout.write(f"  {key} = {value:g}\n")
@@ -237,11 +239,11 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             if campaign.state != campaigns_pb2.FINISHED:
                 raise CampaignStateError(f"campaign {args.campaign_id} is {state_name(campaign.state)}; a grid "
                                          "campaign's clustering is published when it finishes")
-            result = operator.get_result(args.campaign_id)
-            path = plot_grid_clustering(result.clustering.cell_map, out,
+            result = result_from_proto(operator.get_result(args.campaign_id))
+            path = plot_grid_clustering(cell_map_of(result), out,
                                         title=f"campaign {args.campaign_id}: {clustering_text(result.clustering)}")
         else:
-            estimates = operator.get_estimates(args.campaign_id, args.round or 0)
+            estimates = estimates_from_proto(operator.get_estimates(args.campaign_id, args.round or 0))
             path = plot_estimates(estimates, campaign.config, out)
     sys.stdout.write(f"wrote {path}\n")
     return 0

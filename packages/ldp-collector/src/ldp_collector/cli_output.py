@@ -12,8 +12,11 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from ldp.v1 import campaigns_pb2
+from ldp_client.clusters import CellClusterModel
+from ldp_client.errors import InvalidParameterError
 
 from .campaigns import kind_name
+from .model import Clustering, Estimates, Result
 
 __all__ = ["clustering_text", "finite", "number_text", "print_campaign", "print_estimates", "print_json", "state_name",
            "timestamp_text", "to_dict"]
@@ -103,7 +106,7 @@ def print_campaign(campaign: campaigns_pb2.Campaign, stream: TextIO) -> None:
         write(f"  error        {campaign.error}\n")
 
 
-def print_estimates(estimates: campaigns_pb2.Estimates, top: int, stream: TextIO) -> None:
+def print_estimates(estimates: Estimates, top: int, stream: TextIO) -> None:
     rows = sorted(estimates.estimates, key=lambda e: -e.count)[:top]
     write = stream.write
     write(f"  estimates of round {estimates.round} from {estimates.reports:,} reports "
@@ -116,13 +119,28 @@ def print_estimates(estimates: campaigns_pb2.Estimates, top: int, stream: TextIO
         write(f"  warning: {warning}\n")
 
 
-def clustering_text(clustering: campaigns_pb2.Clustering) -> str:
+def clustering_text(clustering: Clustering | None) -> str:
     """``3 clusters over 412 cells (120 noise)`` or ``4 centers in 2-D``."""
+    clustering = clustering or Clustering()
     if clustering.centers:
         return f"{clustering.k} centers in {clustering.dimension}-D"
-    cell_map = clustering.cell_map
-    noise = sum(1 for label in cell_map.labels if label < 0)
-    return f"{clustering.k} clusters over {len(cell_map.cells):,} cells ({noise:,} noise)"
+    labels = clustering.cell_map.labels if clustering.cell_map is not None else ()
+    noise = sum(1 for label in labels if label < 0)
+    return f"{clustering.k} clusters over {len(labels):,} cells ({noise:,} noise)"
+
+
+def cell_map_of(result: Result) -> CellClusterModel:
+    """A grid campaign's published cell map (``InvalidParameterError`` when the result has none)."""
+    if result.clustering is None or result.clustering.cell_map is None:
+        raise InvalidParameterError("the grid clustering has no cells to plot")
+    return result.clustering.cell_map
+
+
+def estimates_of(result: Result) -> Estimates:
+    """A histogram campaign's published estimates (``InvalidParameterError`` when the result has none)."""
+    if result.estimates is None:
+        raise InvalidParameterError("the result holds no estimates")
+    return result.estimates
 
 
 def number_text(value: Any) -> str:

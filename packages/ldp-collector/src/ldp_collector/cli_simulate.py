@@ -37,7 +37,7 @@ from .cli_args import (
     positive_int,
     uint32,
 )
-from .cli_output import clustering_text, finite, number_text, print_json
+from .cli_output import cell_map_of, clustering_text, estimates_of, finite, number_text, print_json
 from .kinds import KINDS, Kind
 from .kinds.base import NUMERIC
 from .simulation.datasets import DATASETS, load_file, make_dataset
@@ -188,7 +188,7 @@ def _reported_parameters(kind: Kind, run: CampaignRun, value_cells: tuple[int, .
         out["cells"] = list(value_cells)
     if kind.cli.report is not None:
         out.update(kind.cli.report(run.campaign.config))
-    if run.result.HasField("clustering") and run.result.clustering.HasField("cell_map"):
+    if run.result.clustering is not None and run.result.clustering.cell_map is not None:
         out["final_cells"] = len(run.result.clustering.cell_map.cells)
         out["rounds"] = run.stats.rounds
     return out
@@ -203,9 +203,9 @@ def _plot_simulation(out: str, kind: Kind, run: CampaignRun, x: NDArray[np.float
     title = f"{parameters['kind']} on {source}, n = {parameters['n']:,}, epsilon = {parameters['epsilon']:g}"
     if kind.cli.result == "clustering":
         variant = f" ({parameters['variant']})" if "variant" in parameters else ""
-        return plot_grid_clustering(run.result.clustering.cell_map, out, points=x, seed=parameters["seed"],
+        return plot_grid_clustering(cell_map_of(run.result), out, points=x, seed=parameters["seed"],
                                     title=f"{title}{variant}: {clustering_text(run.result.clustering)}")
-    return plot_estimates(run.result.estimates, run.campaign.config, out, title=title)
+    return plot_estimates(estimates_of(run.result), run.campaign.config, out, title=title)
 
 
 def _run_simulation(args: argparse.Namespace, config: campaigns_pb2.CampaignConfig, points: Any) -> CampaignRun:

@@ -61,8 +61,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from statistics import NormalDist
 
-from google.protobuf.message import DecodeError
-
 from ldp.v1 import campaigns_pb2, service_pb2
 from ldp_client.errors import ProtocolError
 from ldp_client.report import Report, ReportColumns
@@ -78,7 +76,6 @@ from .campaigns import (
     parse_config,
     prepare_campaign,
     round_status,
-    timestamp,
 )
 from .errors import (
     FailedPreconditionError,
@@ -89,6 +86,8 @@ from .errors import (
 )
 from .ingest import Assign, RoundContext, StoredReportColumns, check_request_id, validate_batch
 from .kinds import CampaignEngine, RoundOutcome, RoundPlan, RoundReports
+from .model import CampaignState, Estimates, Result
+from .serde import estimates_from_bytes, estimates_to_bytes, result_from_bytes, result_to_bytes
 from .storage.base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoredReport
 
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "ROUND_NOT_OPEN_RETRY_SECONDS", "Collector"]
@@ -426,7 +425,7 @@ class Collector:
                     self._auto_close_if_full(context.campaign_id, context.round)
         return outcomes
 
-    def get_result(self, campaign_id: str) -> campaigns_pb2.Result:
+    def get_result(self, campaign_id: str) -> Result:
         """The campaign's result: complete once FINISHED; state only (and the error) otherwise.
 
         Raises
@@ -435,19 +434,11 @@ class Collector:
             Unknown campaign.
         """
         record = self._store.get_campaign(campaign_id)
-        result = campaigns_pb2.Result(campaign_id=campaign_id)
         if record.state == FINISHED and record.result:
-            try:
-                result.ParseFromString(record.result)
-            except DecodeError as exc:
-                raise RuntimeError(f"stored result of campaign {campaign_id} is unreadable: {exc}") from exc
-            return result
+            return result_from_bytes(record.result, where=f"result of campaign {campaign_id}")
         if record.state == FAILED:
-            result.state = campaigns_pb2.FAILED
-            result.warnings.append(record.error)
-        else:
-            result.state = campaigns_pb2.COLLECTING
-        return result
+            return Result(campaign_id=campaign_id, state=CampaignState.FAILED, warnings=(record.error,))
+        return Result(campaign_id=campaign_id, state=CampaignState.COLLECTING)
 
     # -- operator side ---------------------------------------------------------------------------
     def create_campaign(self, config: campaigns_pb2.CampaignConfig) -> campaigns_pb2.Campaign:
@@ -556,7 +547,7 @@ class Collector:
         return self.get_campaign(campaign_id)
 
     def get_estimates(self, campaign_id: str, round: int = 0,
-                      confidence: float = DEFAULT_CONFIDENCE) -> campaigns_pb2.Estimates:
+                      confidence: float = DEFAULT_CONFIDENCE) -> Estimates:
         """The estimates of a closed round.
 
         Parameters
@@ -595,20 +586,15 @@ class Collector:
                 raise FailedPreconditionError(f"round {round} of campaign {campaign_id} is still open")
             if rr.estimates is None:
                 raise FailedPreconditionError(f"round {round} of campaign {campaign_id} produced no estimates")
-        estimates = campaigns_pb2.Estimates()
-        try:
-            estimates.ParseFromString(rr.estimates or b"")
-        except DecodeError as exc:
-            raise RuntimeError(f"stored estimates of round {rr.round} of {campaign_id} are unreadable: {exc}") from exc
+        estimates = estimates_from_bytes(rr.estimates or b"", where=f"estimates of round {rr.round} of {campaign_id}")
         if abs(estimates.confidence - confidence) > 1e-12:
             z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
-            estimates.confidence = confidence
-            for e in estimates.estimates:
-                # Intervals are centred on the unbiased estimate, which differs from ``count`` once
-                # consistency post-processing moved it.
-                center = (e.ci_lower + e.ci_upper) / 2.0 if e.std_error > 0 else e.count
-                e.ci_lower = center - z * e.std_error
-                e.ci_upper = center + z * e.std_error
+            # Intervals are centred on the unbiased estimate, which differs from ``count`` once
+            # consistency post-processing moved it.
+            centers = [(e.ci_lower + e.ci_upper) / 2.0 if e.std_error > 0 else e.count for e in estimates.estimates]
+            estimates = dataclasses.replace(estimates, confidence=confidence, estimates=tuple(
+                dataclasses.replace(e, ci_lower=center - z * e.std_error, ci_upper=center + z * e.std_error)
+                for e, center in zip(estimates.estimates, centers)))
         return estimates
 
     def tick(self) -> int:
@@ -824,11 +810,8 @@ class Collector:
             self._store.update_campaign(cid, state=FAILED, error=f"round {rr.round}: {type(exc).__name__}: {exc}")
             return
         if outcome.estimates is not None:
-            estimates = campaigns_pb2.Estimates()
-            estimates.CopyFrom(outcome.estimates)
-            estimates.campaign_id = cid
-            estimates.round = rr.round
-            self._store.set_round_estimates(cid, rr.round, estimates.SerializeToString())
+            estimates = dataclasses.replace(outcome.estimates, campaign_id=cid, round=rr.round)
+            self._store.set_round_estimates(cid, rr.round, estimates_to_bytes(estimates))
         if next_spec is not None and outcome.next_round is not None:
             self._store.open_round(cid, next_spec.round, next_spec.pack(), now)
             self._store.update_campaign(cid, current_round=next_spec.round,
@@ -837,22 +820,16 @@ class Collector:
                                             **{f"diag_{k}": v for k, v in outcome.diagnostics.items()}})
             return
         if outcome.result is not None:
-            self._store.update_campaign(cid, state=FINISHED, result=self._final_result(
-                cid, rr.round, outcome.result, outcome.diagnostics, now).SerializeToString())
+            self._store.update_campaign(cid, state=FINISHED, result=result_to_bytes(self._final_result(
+                cid, rr.round, outcome.result, outcome.diagnostics, now)))
         log.info("campaign finished", extra={"campaign_id": cid, "round": rr.round})
 
     @staticmethod
-    def _final_result(campaign_id: str, round: int, result: campaigns_pb2.Result, diagnostics: Mapping[str, float],
-                      now: float) -> campaigns_pb2.Result:
+    def _final_result(campaign_id: str, round: int, result: Result, diagnostics: Mapping[str, float],
+                      now: float) -> Result:
         """The engine's result with the collector's fields set: ids, state, finish time, diagnostics."""
-        out = campaigns_pb2.Result()
-        out.CopyFrom(result)
-        out.campaign_id = campaign_id
-        out.state = campaigns_pb2.FINISHED
-        out.finished_at.CopyFrom(timestamp(now))
-        if out.HasField("estimates"):
-            out.estimates.campaign_id = campaign_id
-            out.estimates.round = round
-        for key, value in diagnostics.items():
-            out.diagnostics[key] = float(value)
-        return out
+        estimates = result.estimates
+        if estimates is not None:
+            estimates = dataclasses.replace(estimates, campaign_id=campaign_id, round=round)
+        return dataclasses.replace(result, campaign_id=campaign_id, state=CampaignState.FINISHED, finished_at=now,
+                                   estimates=estimates, diagnostics={**result.diagnostics, **diagnostics})

@@ -152,6 +152,8 @@ def run_demo(*, n: int = DEFAULT_DEVICES, dataset: str = "moons", cells: int = 1
         run = run_campaign(remote, config, x, seed=seed, mode="direct", batch_size=1000, quiet=quiet)
     spec = run.first_spec
     estimates = run.result.estimates
+    if estimates is None:
+        raise RuntimeError(f"the histogram campaign {run.campaign_id} published no estimates")
     truth = histogram_truth(spec, x).astype(np.float64).reshape(cells, cells)
     estimate = estimates_grid(estimates, (cells, cells))
     std_errors = np.zeros(cells * cells)

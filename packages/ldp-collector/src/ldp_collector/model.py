@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ldp_client.clusters import CellClusterModel
+from ldp_client.clusters import CellClusterModel, CenterModel, ClusterModel
 from ldp_client.encoders.base import Encoder, NumericDomain
+from ldp_client.errors import ProtocolError
 from ldp_client.mechanisms.base import MechanismParams
 from ldp_client.spec import RoundSpec, Spec
 
@@ -181,6 +182,28 @@ class Clustering:
             return ()
         return tuple(self.centers[i:i + d] for i in range(0, len(self.centers), d))
 
+    def label_model(self) -> ClusterModel:
+        """The labelling model a device builds from this clustering (as
+        :func:`ldp_client.serde.cluster_model_from_proto` does from the message).
+
+        Centers give a :class:`~ldp_client.clusters.CenterModel`; otherwise the cell map is the
+        :class:`~ldp_client.clusters.CellClusterModel`. When both are set, the centers win.
+
+        Raises
+        ------
+        ProtocolError
+            Neither centers nor a cell map (a clustering that published nothing), or centers that
+            are not a whole number of ``dimension``-long rows.
+        """
+        if self.centers:
+            if not self.dimension or len(self.centers) % self.dimension:
+                raise ProtocolError(f"clustering.centers: {len(self.centers)} values are not a whole number of "
+                                    f"centers of dimension {self.dimension}")
+            return CenterModel(centers=self.center_rows())
+        if self.cell_map is not None and self.cell_map.cells:
+            return self.cell_map
+        raise ProtocolError("clustering: holds neither centers nor a cell map")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Result:
@@ -199,6 +222,22 @@ class Result:
         if not isinstance(self.diagnostics, MappingProxyType):
             object.__setattr__(self, "diagnostics", frozen_mapping(
                 {key: float(value) for key, value in self.diagnostics.items()}))
+
+    def label_model(self) -> ClusterModel:
+        """The labelling model of a finished campaign's clustering (:meth:`Clustering.label_model`).
+
+        Raises
+        ------
+        ProtocolError
+            The campaign is not ``FINISHED``, or it published no clustering or an empty one.
+        """
+        campaign = f"campaign {self.campaign_id!r}" if self.campaign_id else "the campaign"
+        if self.state != CampaignState.FINISHED:
+            raise ProtocolError(f"result.state: {campaign} is {CampaignState(self.state).name}, not FINISHED; "
+                                "only a finished campaign's clustering can label points")
+        if self.clustering is None:
+            raise ProtocolError(f"result.clustering: {campaign} published no clustering")
+        return self.clustering.label_model()
 
 
 @dataclass(frozen=True, kw_only=True)

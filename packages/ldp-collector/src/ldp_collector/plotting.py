@@ -4,7 +4,7 @@ Everything renders off-screen with matplotlib's Agg backend, so it works on serv
 display. Estimates are unbiased and therefore sometimes negative; the density maps show them
 clipped at zero (the raw values are in ``ldp-collector campaign show --json``).
 
-A grid clustering (``ldp.v1.CellClusterMap``, a ``GRID`` campaign's result) is drawn as its final
+A grid clustering (the :class:`~ldp_client.clusters.CellClusterModel` of a ``GRID`` campaign's result) is drawn as its final
 irregular grid: every cell's rectangle in the data's units
 (:func:`ldp_client.encoders.geometry.tree_cell_bounds`), filled with its cluster's colour, noise
 cells left transparent with a grey outline, over a scatter of (a subsample of) the points when
@@ -22,9 +22,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldp.v1 import campaigns_pb2
-from ldp_client.encoders.base import NumericDomain
-from ldp_client.encoders.geometry import TreeCell, tree_cell_bounds
+from ldp_client.clusters import CellClusterModel
+from ldp_client.encoders.geometry import tree_cell_bounds
 from ldp_client.errors import InvalidParameterError
+
+from .model import Estimates
 
 __all__ = [
     "MatplotlibMissingError",
@@ -67,7 +69,7 @@ def require_matplotlib() -> Any:
     return plt
 
 
-def estimates_grid(estimates: campaigns_pb2.Estimates, cells_per_dimension: Sequence[int]) -> NDArray[np.float64]:
+def estimates_grid(estimates: Estimates, cells_per_dimension: Sequence[int]) -> NDArray[np.float64]:
     """Estimated counts of a numeric histogram as an array of shape ``cells_per_dimension``.
 
     Cell indices are row-major with the last dimension fastest (the SDK's uniform-grid
@@ -143,7 +145,7 @@ def plot_density_comparison(truth: ArrayLike, estimate: ArrayLike, lower: Sequen
         plt.close(fig)
 
 
-def plot_estimates(estimates: campaigns_pb2.Estimates, config: campaigns_pb2.CampaignConfig,
+def plot_estimates(estimates: Estimates, config: campaigns_pb2.CampaignConfig,
                    out: str | os.PathLike[str], *, title: str = "") -> Path:
     """Plot a histogram campaign's estimates: a heat map (2-D numeric), or bars with 95% intervals
     (1-D numeric, categorical); writes a PNG.
@@ -191,38 +193,34 @@ def plot_estimates(estimates: campaigns_pb2.Estimates, config: campaigns_pb2.Cam
         plt.close(fig)
 
 
-def grid_cell_rectangles(cell_map: campaigns_pb2.CellClusterMap) -> NDArray[np.float64]:
+def grid_cell_rectangles(cell_map: CellClusterModel) -> NDArray[np.float64]:
     """Every cell of a 2-D grid clustering as ``(x0, y0, width, height)`` in the domain's units.
+
+    The model itself guarantees one label per cell and cells that partition the domain.
 
     Raises
     ------
     InvalidParameterError
-        The map is not two-dimensional, has no cells, or its labels do not match its cells.
+        The map is not two-dimensional.
     """
-    lower, upper = tuple(cell_map.domain.lower), tuple(cell_map.domain.upper)
-    if len(lower) != 2 or len(upper) != 2:
-        raise InvalidParameterError(f"grid clustering plots cover 2-D domains, this one has {len(lower)} dimensions")
-    if not cell_map.cells:
-        raise InvalidParameterError("the grid clustering has no cells to plot")
-    if len(cell_map.labels) != len(cell_map.cells):
-        raise InvalidParameterError(f"the grid clustering has {len(cell_map.labels)} labels for "
-                                    f"{len(cell_map.cells)} cells")
-    domain = NumericDomain(lower=lower, upper=upper)
+    domain = cell_map.domain
+    if domain.dimension != 2:
+        raise InvalidParameterError(f"grid clustering plots cover 2-D domains, this one has {domain.dimension} dimensions")
     out = np.empty((len(cell_map.cells), 4))
     for i, cell in enumerate(cell_map.cells):
-        (x0, y0), (x1, y1) = tree_cell_bounds(TreeCell(level=cell.level, morton_index=cell.morton_index), 2, domain)
+        (x0, y0), (x1, y1) = tree_cell_bounds(cell, 2, domain)
         out[i] = (x0, y0, x1 - x0, y1 - y0)
     return out
 
 
-def draw_grid_clustering(ax: Any, cell_map: campaigns_pb2.CellClusterMap, points: ArrayLike | None = None, *,
+def draw_grid_clustering(ax: Any, cell_map: CellClusterModel, points: ArrayLike | None = None, *,
                          max_points: int = DEFAULT_MAX_POINTS, seed: int = 0, legend: bool = True) -> None:
     """Draw a 2-D grid clustering on matplotlib axes ``ax`` (module docstring).
 
     Parameters
     ----------
     ax : matplotlib.axes.Axes
-    cell_map : ldp.v1.CellClusterMap
+    cell_map : CellClusterModel
         A grid campaign's ``result.clustering.cell_map``.
     points : array_like, shape (n, 2), optional
         The clustered points; at most ``max_points`` of them (a subsample seeded by ``seed``) are
@@ -266,7 +264,7 @@ def draw_grid_clustering(ax: Any, cell_map: campaigns_pb2.CellClusterMap, points
         ax.legend(handles=handles, fontsize=7, loc="best", framealpha=0.8)
 
 
-def plot_grid_clustering(cell_map: campaigns_pb2.CellClusterMap, out: str | os.PathLike[str], *,
+def plot_grid_clustering(cell_map: CellClusterModel, out: str | os.PathLike[str], *,
                          points: ArrayLike | None = None, title: str = "", max_points: int = DEFAULT_MAX_POINTS,
                          seed: int = 0) -> Path:
     """Plot a 2-D grid clustering (:func:`draw_grid_clustering`); writes a PNG.
@@ -274,7 +272,7 @@ def plot_grid_clustering(cell_map: campaigns_pb2.CellClusterMap, out: str | os.P
     Raises
     ------
     InvalidParameterError
-        Not a 2-D map, no cells, labels that do not match the cells, or points of the wrong shape.
+        Not a 2-D map, or points of the wrong shape.
     """
     plt = require_matplotlib()
     fig, ax = plt.subplots(figsize=(6.4, 5.4), layout="constrained")

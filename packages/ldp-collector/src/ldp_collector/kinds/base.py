@@ -4,7 +4,7 @@ A kind's parameters are a frozen :class:`KindParams` dataclass that mirrors its 
 message field for field; its one verb, ``resolve``, validates them against the campaign and fills
 the collector's defaults. An engine is a pure, server-side state machine: it turns a validated
 ``ldp.v1.CampaignConfig`` and the resolved parameters into the first :class:`~ldp_client.spec.RoundSpec`, and each closed round's reports into either
-the next round's spec (the *feedback*) or the final ``ldp.v1.Result``. It never touches gRPC or
+the next round's spec (the *feedback*) or the final :class:`~ldp_collector.model.Result`. It never touches gRPC or
 the database directly, so it is unit-testable with the in-process simulator.
 """
 
@@ -23,6 +23,7 @@ from ldp_client.errors import ProtocolError
 from ldp_client.spec import RoundSpec, Spec
 
 from ..errors import InvalidArgumentError
+from ..model import Estimates, Result
 from ..storage.base import AccumulateFn, StoredReport
 from .common import numeric_domain as checked_domain
 
@@ -40,11 +41,15 @@ class RoundPlan:
 
 @dataclass(frozen=True, kw_only=True)
 class RoundOutcome:
-    """What closing a round produced: estimates of the round, and either a next round or a result."""
+    """What closing a round produced: estimates of the round, and either a next round or a result.
 
-    estimates: campaigns_pb2.Estimates | None = None
+    The collector sets the ids, the finish time and the state of ``estimates`` and ``result``, and
+    copies ``diagnostics`` into the result.
+    """
+
+    estimates: Estimates | None = None
     next_round: RoundPlan | None = None
-    result: campaigns_pb2.Result | None = None
+    result: Result | None = None
     diagnostics: Mapping[str, float] = field(default_factory=dict)
 
 

@@ -63,6 +63,7 @@ from ..estimation.bitvector import (
     public_pivots,
     unpack_bit_payloads,
 )
+from ..model import CampaignState, Clustering, Result
 from .base import (
     K_PARAM,
     NUMERIC,
@@ -225,9 +226,7 @@ class BitVectorEngine(CampaignEngine):
         layout = layout_of(encoder)
         k = int(self.params.k)
         warnings: list[str] = []
-        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED)
-        clustering = result.clustering
-        clustering.dimension = layout.dimension
+        clustering = Clustering(dimension=layout.dimension)
         diagnostics = {
             "reports": float(n),
             "epsilon": float(mechanism.epsilon),
@@ -241,7 +240,6 @@ class BitVectorEngine(CampaignEngine):
         }
         if n == 0:
             warnings.append("the round received no reports: no clustering")
-            clustering.k = 0
         else:
             if n < k:
                 warnings.append(f"only {n} reports for k = {k} clusters: clustering into {n}")
@@ -254,14 +252,13 @@ class BitVectorEngine(CampaignEngine):
                                      rng=self._seed())
             keep = fit.sizes > 0
             centers = decode_centers(fit.centers[keep], layout)
-            clustering.k = len(centers)
-            clustering.centers.extend(centers.ravel().tolist())
-            clustering.weights.extend((fit.sizes[keep] / n).tolist())
+            clustering = replace(clustering, k=len(centers), centers=tuple(centers.ravel().tolist()),
+                                 weights=tuple((fit.sizes[keep] / n).tolist()))
             diagnostics["encoded_cost"] = fit.cost
             diagnostics["encoded_cost_per_report"] = fit.cost / n
             diagnostics["iterations"] = float(fit.iterations)
             diagnostics["clusters"] = float(len(centers))
-        result.warnings.extend(warnings)
+        result = Result(state=CampaignState.FINISHED, clustering=clustering, warnings=tuple(warnings))
         return RoundOutcome(result=result, diagnostics=diagnostics)
 
 

@@ -61,6 +61,7 @@ from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
 from ldp_client.budget import MAX_MECHANISM_EPSILON, equal_share
+from ldp_client.clusters import CellClusterModel
 from ldp_client.encoders.geometry import TreeCell, max_tree_level
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
@@ -83,6 +84,7 @@ from ..estimation.grid_clustering import (
     tree_level_step,
     uniform_cells,
 )
+from ..model import CampaignState, Clustering, Result
 from ..storage.base import AccumulateFn
 from .base import (
     NUMERIC,
@@ -99,7 +101,7 @@ from .base import (
     pack_state,
 )
 from .common import DEFAULT_CONFIDENCE, MAX_PAYLOAD_BITS, ProtoEnum
-from .histogram import aggregator_for, estimates_message, round_aggregators
+from .histogram import aggregator_for, frequency_estimates, round_aggregators
 
 __all__ = [
     "KIND",
@@ -512,7 +514,7 @@ class GridEngine(CampaignEngine):
                 tasks.append(GroupTask(groups=groups, components=(self._tree_component(lv),)))
             next_spec = self._spec(spec.round + 1, tasks)
             outcome_state = self._state(_PHASE_TREE, levels=levels, assignment=assignment)
-            return RoundOutcome(estimates=estimates_message(estimate, spec.tasks[0].components[0]),
+            return RoundOutcome(estimates=frequency_estimates(estimate, spec.tasks[0].components[0]),
                                 next_round=RoundPlan(spec=next_spec, engine_state=outcome_state),
                                 diagnostics=diagnostics)
         cells = uniform_cells(level0, d)
@@ -534,7 +536,7 @@ class GridEngine(CampaignEngine):
         spec = self._spec(round_, [GroupTask(groups=groups, components=(self._list_component(cells),))])
         state = self._state(_PHASE_ITERATE, iteration=iteration, cells=[[c.level, c.morton_index] for c in cells],
                             history=history, max_level=max_level, level0=level0)
-        return RoundOutcome(estimates=estimates_message(estimate, component),
+        return RoundOutcome(estimates=frequency_estimates(estimate, component),
                             next_round=RoundPlan(spec=spec, engine_state=state), diagnostics=diagnostics)
 
     def _to_aggregate(self, round_: int, cells: Sequence[TreeCell], *, leftover: list[int], level0: int,
@@ -553,7 +555,7 @@ class GridEngine(CampaignEngine):
         diagnostics["final_levels_min"] = float(min(c.level for c in cells))
         diagnostics["final_levels_max"] = float(max(c.level for c in cells))
         state = self._state(_PHASE_AGGREGATE, groups=list(groups), warnings=warnings, level0=level0, **state_extra)
-        return RoundOutcome(estimates=estimates_message(estimate, calibrate_component),
+        return RoundOutcome(estimates=frequency_estimates(estimate, calibrate_component),
                             next_round=RoundPlan(spec=spec, engine_state=state), diagnostics=diagnostics)
 
     def _close_tree(self, spec: RoundSpec, aggregators: dict[str, Any], state: dict[str, Any]) -> RoundOutcome:
@@ -689,22 +691,12 @@ class GridEngine(CampaignEngine):
             dense_count, core_count = int(agg.dense.sum()), int(agg.core.sum())
         if clusters == 0:
             warnings.append("no cluster was found: no cell is significantly denser than the uniform share")
-        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=warnings)
-        clustering = result.clustering
-        clustering.k = clusters
-        clustering.dimension = d
-        clustering.weights.extend(shares)
-        cell_map = clustering.cell_map
-        cell_map.domain.lower.extend(self.domain.lower)
-        cell_map.domain.upper.extend(self.domain.upper)
-        for cell in cells:
-            cell_map.cells.add(level=cell.level, morton_index=cell.morton_index)
-        cell_map.labels.extend(labels.tolist())
-        cell_map.densities.extend(densities.tolist())
-        cell_map.density_std_errors.extend(density_se.tolist())
         # The published estimates are the counts the densities come from (pooled over groups and priors).
-        estimates = estimates_message(_with_counts(estimate, counts, se, n) if n else estimate, component)
-        result.estimates.CopyFrom(estimates)
+        estimates = frequency_estimates(_with_counts(estimate, counts, se, n) if n else estimate, component)
+        cell_map = CellClusterModel(domain=self.domain, cells=tuple(cells), labels=tuple(labels.tolist()),
+                                    densities=tuple(densities.tolist()), density_std_errors=tuple(density_se.tolist()))
+        result = Result(state=CampaignState.FINISHED, estimates=estimates, warnings=tuple(warnings),
+                        clustering=Clustering(k=clusters, dimension=d, weights=tuple(shares), cell_map=cell_map))
         diagnostics = {
             "aggregation_reports": float(n), "final_cells": float(len(cells)), "clusters": float(clusters),
             "dense_cells": float(dense_count), "core_cells": float(core_count), "border_cells": float(borders),

@@ -45,7 +45,6 @@ from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.grid import GridTreeEncoder
 from ldp_client.errors import InvalidParameterError
-from ldp_client.serde import encoder_to_proto, mechanism_to_proto
 from ldp_client.spec import MAX_GROUPS, Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
@@ -59,6 +58,7 @@ from ..estimation.heavy_hitters import (
     level_params,
     next_candidates,
 )
+from ..model import CampaignState, Estimate, Estimates, HeavyHitter, Result
 from ..storage.base import AccumulateFn
 from .base import (
     CATEGORICAL,
@@ -259,18 +259,17 @@ class HeavyHitterEngine(CampaignEngine):
         final = outcome if outcome is not None and outcome.level == tree.levels else None
         z = NormalDist().inv_cdf(0.5 + DEFAULT_CONFIDENCE / 2.0)
         last = self.components[-1]
-        estimates = campaigns_pb2.Estimates(reports=reports.count, confidence=DEFAULT_CONFIDENCE,
-                                            warnings=list(warnings))
-        estimates.mechanism.CopyFrom(mechanism_to_proto(last.mechanism))
-        estimates.encoder.CopyFrom(encoder_to_proto(last.encoder))
-        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=list(warnings))
-        if final is not None:
-            for value, count, se in zip(final.survivors.tolist(), final.counts.tolist(), final.std_errors.tolist()):
-                estimates.estimates.add(value=value, count=count, std_error=se,
-                                        ci_lower=count - z * se, ci_upper=count + z * se)
-                result.heavy_hitters.add(value=value, count=count, std_error=se)
+        found = (list(zip(final.survivors.tolist(), final.counts.tolist(), final.std_errors.tolist()))
+                 if final is not None else [])
+        estimates = Estimates(
+            reports=reports.count, mechanism=last.mechanism, encoder=last.encoder, confidence=DEFAULT_CONFIDENCE,
+            estimates=tuple(Estimate(value=value, count=count, std_error=se, ci_lower=count - z * se,
+                                     ci_upper=count + z * se) for value, count, se in found),
+            warnings=tuple(warnings))
+        result = Result(state=CampaignState.FINISHED, estimates=estimates, warnings=tuple(warnings),
+                        heavy_hitters=tuple(HeavyHitter(value=value, count=count, std_error=se)
+                                            for value, count, se in found))
         diagnostics["heavy_hitters"] = float(len(result.heavy_hitters))
-        result.estimates.CopyFrom(estimates)
         return RoundOutcome(estimates=estimates, result=result, diagnostics=diagnostics)
 
 

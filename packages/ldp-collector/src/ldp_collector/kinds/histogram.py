@@ -73,7 +73,6 @@ from ldp_client.mechanisms import (
     sue,
 )
 from ldp_client.mechanisms.oracle_choice import frequency_oracle_candidates
-from ldp_client.serde import encoder_to_proto, mechanism_to_proto
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..defences import DEFAULT_ANOMALY_ALPHA, anomaly_flags, weight_excess
@@ -86,6 +85,7 @@ from ..estimation.accumulators import (
     make_accumulate_fn,
 )
 from ..estimation.frequency import MAX_DENSE_DOMAIN, FrequencyAggregator, FrequencyEstimate, make_aggregator
+from ..model import CampaignState, Estimate, Estimates, Result
 from ..storage.base import AccumulateFn
 from .base import (
     CATEGORICAL,
@@ -110,7 +110,7 @@ __all__ = [
     "HistogramParams",
     "aggregator_for",
     "default_cells_per_dimension",
-    "estimates_message",
+    "frequency_estimates",
     "frequency_oracle",
     "histogram_encoder",
     "round_aggregators",
@@ -199,9 +199,10 @@ def frequency_oracle(oracle: int, domain_size: int, epsilon: float, max_payload_
     return params
 
 
-def estimates_message(estimate: FrequencyEstimate, component: Component, *,
-                      values_offset: int = 0) -> campaigns_pb2.Estimates:
-    """``ldp.v1.Estimates`` of a frequency estimate (campaign id and round are set by the collector).
+def frequency_estimates(estimate: FrequencyEstimate, component: Component, *,
+                        values_offset: int = 0) -> Estimates:
+    """The published :class:`~ldp_collector.model.Estimates` of a frequency estimate (campaign id
+    and round are set by the collector).
 
     Parameters
     ----------
@@ -211,17 +212,13 @@ def estimates_message(estimate: FrequencyEstimate, component: Component, *,
     values_offset : int
         Added to every value (0: the values are the encoder's indices).
     """
-    message = campaigns_pb2.Estimates(
-        reports=estimate.n, confidence=estimate.confidence, warnings=list(estimate.warnings),
-        consistent=estimate.consistent)
-    message.mechanism.CopyFrom(mechanism_to_proto(component.mechanism))
-    message.encoder.CopyFrom(encoder_to_proto(component.encoder))
-    add = message.estimates.add
-    for value, count, se, low, high in zip(estimate.values.tolist(), estimate.counts.tolist(),
-                                           estimate.std_errors.tolist(), estimate.ci_lower.tolist(),
-                                           estimate.ci_upper.tolist()):
-        add(value=value + values_offset, count=count, std_error=se, ci_lower=low, ci_upper=high)
-    return message
+    return Estimates(
+        reports=estimate.n, mechanism=component.mechanism, encoder=component.encoder,
+        confidence=estimate.confidence, warnings=tuple(estimate.warnings), consistent=estimate.consistent,
+        estimates=tuple(Estimate(value=value + values_offset, count=count, std_error=se, ci_lower=low, ci_upper=high)
+                        for value, count, se, low, high in zip(
+                            estimate.values.tolist(), estimate.counts.tolist(), estimate.std_errors.tolist(),
+                            estimate.ci_lower.tolist(), estimate.ci_upper.tolist())))
 
 
 def round_aggregators(spec: RoundSpec, reports: RoundReports) -> dict[str, FrequencyAggregator]:
@@ -449,9 +446,8 @@ class HistogramEngine(CampaignEngine):
         implausible = self._weight_warnings(spec, reports)
         if self.params.consistency:
             estimate = estimate.with_consistency("norm_sub")
-        estimates = estimates_message(estimate, component)
-        estimates.warnings.extend(implausible)
-        estimates.warnings.extend(flags)
+        estimates = frequency_estimates(estimate, component)
+        estimates = replace(estimates, warnings=(*estimates.warnings, *implausible, *flags))
         mechanism = component.mechanism
         diagnostics = {
             "reports": float(estimate.n),
@@ -469,8 +465,7 @@ class HistogramEngine(CampaignEngine):
             if spec.round < self.windows:
                 return RoundOutcome(estimates=estimates, diagnostics=diagnostics,
                                     next_round=RoundPlan(spec=self._spec(spec.round + 1), engine_state=state))
-        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=list(estimates.warnings))
-        result.estimates.CopyFrom(estimates)
+        result = Result(state=CampaignState.FINISHED, estimates=estimates, warnings=estimates.warnings)
         return RoundOutcome(estimates=estimates, result=result, diagnostics=diagnostics)
 
     def _weight_warnings(self, spec: RoundSpec, reports: RoundReports) -> list[str]:

@@ -58,6 +58,7 @@ from ..errors import InvalidArgumentError
 from ..estimation.accumulators import decode_report_payloads
 from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_c_means
 from ..estimation.kmeans import weighted_kmeans
+from ..model import CampaignState, Clustering, Result
 from ..storage.base import StoredReport
 from .base import (
     K_PARAM,
@@ -262,19 +263,16 @@ class LaplaceEngine(CampaignEngine):
             "noise_std": math.sqrt(mechanism.noise_variance), "grid_bits": float(mechanism.grid_bits),
             "algorithm": float(p.algorithm), "k": float(k),
         }
-        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED)
-        clustering = result.clustering
-        clustering.dimension = d
         if n < k:
             warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters: no centers published"
                             if n else "the round received no reports: no centers published")
-            result.warnings.extend(warnings)
-            clustering.k = 0
+            result = Result(state=CampaignState.FINISHED, clustering=Clustering(dimension=d), warnings=tuple(warnings))
             return RoundOutcome(result=result, diagnostics=diagnostics)
         if n < 10 * k:
             warnings.append(f"only {n} reports for k = {k} clusters: the centers are unreliable")
         rng = np.random.default_rng(self._seed())
         cube = (np.zeros(d), np.ones(d))
+        fuzzifier = 0.0
         if fuzzy:
             distance: Distance = "mixed" if p.algorithm == LaplaceAlgorithm.MNFCM else "euclidean"
             fit = fuzzy_c_means(points, k, rng, distance=distance, fuzzifier=float(p.fuzzifier),
@@ -286,7 +284,7 @@ class LaplaceEngine(CampaignEngine):
             if not fit.converged:
                 warnings.append(f"{p.algorithm.name} stopped after {MAX_ITERATIONS} iterations "
                                 f"without converging")
-            clustering.fuzzifier = float(p.fuzzifier)
+            fuzzifier = float(p.fuzzifier)
         else:
             km = weighted_kmeans(points, k, rng, n_init=N_INIT, max_iter=MAX_ITERATIONS, tol=TOLERANCE)
             centers = np.clip(km.centers, 0.0, 1.0)
@@ -295,10 +293,9 @@ class LaplaceEngine(CampaignEngine):
         lower = np.asarray(self.domain.lower, dtype=np.float64)
         upper = np.asarray(self.domain.upper, dtype=np.float64)
         original = lower + centers * (upper - lower)
-        clustering.k = k
-        clustering.centers.extend(original.reshape(-1).tolist())
-        clustering.weights.extend(shares.tolist())
-        result.warnings.extend(warnings)
+        clustering = Clustering(k=k, dimension=d, centers=tuple(original.reshape(-1).tolist()),
+                                weights=tuple(shares.tolist()), fuzzifier=fuzzifier)
+        result = Result(state=CampaignState.FINISHED, clustering=clustering, warnings=tuple(warnings))
         return RoundOutcome(result=result, diagnostics=diagnostics)
 
 

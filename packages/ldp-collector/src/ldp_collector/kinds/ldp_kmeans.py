@@ -159,6 +159,7 @@ from ..estimation.accumulators import component_params_from_spec, decode_report_
 from ..estimation.frequency import GRRAggregator
 from ..estimation.kmeans import weighted_kmeans
 from ..estimation.vectors import vector_component, vector_estimates
+from ..model import CampaignState, Clustering, Estimates, Result
 from ..storage.base import AccumulateFn
 from .base import (
     K_PARAM,
@@ -175,7 +176,7 @@ from .base import (
     pack_state,
 )
 from .common import DEFAULT_CONFIDENCE, MAX_K, MIN_K, campaign_seed
-from .histogram import estimates_message
+from .histogram import frequency_estimates
 
 __all__ = [
     "KIND",
@@ -515,7 +516,9 @@ class LdpKmeansEngine(CampaignEngine):
             plan = RoundPlan(spec=outcome.next_round.spec, engine_state=msgpack.packb(next_state, use_bin_type=True))
             return replace(outcome, next_round=plan)
         if outcome.result is not None:  # the collector copies the diagnostics into the result
-            outcome.result.warnings[:0] = [str(w) for w in state.get("warnings", [])]
+            result = replace(outcome.result, warnings=(*(str(w) for w in state.get("warnings", [])),
+                                                       *outcome.result.warnings))
+            outcome = replace(outcome, result=result)
         return replace(outcome, diagnostics=carried)
 
     def _close_init(self, spec: RoundSpec, reports: RoundReports) -> RoundOutcome:
@@ -574,7 +577,7 @@ class LdpKmeansEngine(CampaignEngine):
             diagnostics[f"iteration_{iteration}_label_{j}_count"] = float(update.counts[j])
             diagnostics[f"iteration_{iteration}_label_{j}_std_error"] = float(update.count_std_errors[j])
         aggregator = GRRAggregator.from_counts(grr, np.bincount(labels, minlength=k).astype(np.int64), len(labels))
-        estimates = estimates_message(aggregator.estimate(DEFAULT_CONFIDENCE), label_component)
+        estimates = frequency_estimates(aggregator.estimate(DEFAULT_CONFIDENCE), label_component)
         if not final:
             next_spec = self._label_spec(spec.round + 1, update.centers)
             next_state = self._state(_PHASE_LABEL, iteration=iteration + 1, centers=update.centers.ravel().tolist(),
@@ -584,7 +587,7 @@ class LdpKmeansEngine(CampaignEngine):
         diagnostics["centers_reseeded"] = float(reseeded)
         return RoundOutcome(estimates=estimates, result=self._result(update, estimates), diagnostics=diagnostics)
 
-    def _result(self, update: LabelUpdate, estimates: campaigns_pb2.Estimates) -> campaigns_pb2.Result:
+    def _result(self, update: LabelUpdate, estimates: Estimates) -> Result:
         warnings: list[str] = []
         kept = int((~update.updated).sum())
         if kept:
@@ -592,14 +595,11 @@ class LdpKmeansEngine(CampaignEngine):
                             f"their estimated counts were not significantly positive")
         positive = np.maximum(update.counts, 0.0)
         weights = positive / positive.sum() if positive.sum() > 0 else np.full(self.k, 1.0 / self.k)
-        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=warnings)
-        clustering = result.clustering
-        clustering.k = self.k
-        clustering.dimension = self.dimension
-        clustering.centers.extend(self._to_original(update.centers).ravel().tolist())
-        clustering.weights.extend(weights.tolist())
-        result.estimates.CopyFrom(estimates)
-        return result
+        clustering = Clustering(k=self.k, dimension=self.dimension,
+                                centers=tuple(self._to_original(update.centers).ravel().tolist()),
+                                weights=tuple(weights.tolist()))
+        return Result(state=CampaignState.FINISHED, estimates=estimates, clustering=clustering,
+                      warnings=tuple(warnings))
 
 
 #: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).

@@ -69,6 +69,7 @@ from ..estimation.net_tree import (
     signal_to_noise,
 )
 from ..estimation.vector_sum import bucket_sums
+from ..model import CampaignState, Clustering, Result
 from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
 from .base import (
     K_PARAM,
@@ -366,13 +367,9 @@ class NetTreeEngine(CampaignEngine):
             "vector_variance": inner_variance,
             "center_error_floor": center_error_floor(max(n, 1), k, inner_variance),
         }
-        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED)
-        clustering = result.clustering
-        clustering.dimension = d
         if n < k:
             warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters: no centers published")
-            result.warnings.extend(warnings)
-            return RoundOutcome(result=result, diagnostics=diagnostics)
+            return RoundOutcome(result=self._no_centers(warnings), diagnostics=diagnostics)
         # A leaf's representative has per-coordinate noise sqrt(n M) / w: a node lighter than
         # VECTOR_Z sqrt(n M) would bring more noise than position; the mass floor n / (64 k) only
         # bounds the tree when the noise is small (the cap max_nodes_per_level bounds it anyway).
@@ -387,8 +384,7 @@ class NetTreeEngine(CampaignEngine):
             warnings.append(f"the tree did not reach depth {layout.levels}: the clusters are not detectable at this n "
                             f"and epsilon (signal-to-noise {diagnostics['signal_to_noise']:.2f}); no centers published")
             diagnostics["leaves"] = 0.0
-            result.warnings.extend(warnings)
-            return RoundOutcome(result=result, diagnostics=diagnostics)
+            return RoundOutcome(result=self._no_centers(warnings), diagnostics=diagnostics)
         kept_nodes, kept_counts = growth.nodes, growth.counts
         diagnostics["leaves"] = float(kept_nodes.size)
         sums = leaf_sums(kept_nodes)
@@ -426,12 +422,16 @@ class NetTreeEngine(CampaignEngine):
         lower = np.asarray(self.domain.lower, dtype=np.float64)
         upper = np.asarray(self.domain.upper, dtype=np.float64)
         original = lower + unit * (upper - lower)
-        clustering.k = int(original.shape[0])
-        clustering.centers.extend(original.reshape(-1).tolist())
-        clustering.weights.extend((fit_weights / fit_weights.sum()).tolist())
-        result.warnings.extend(warnings)
+        clustering = Clustering(k=int(original.shape[0]), dimension=d, centers=tuple(original.reshape(-1).tolist()),
+                                weights=tuple((fit_weights / fit_weights.sum()).tolist()))
         diagnostics["published_centers"] = float(original.shape[0])
+        result = Result(state=CampaignState.FINISHED, clustering=clustering, warnings=tuple(warnings))
         return RoundOutcome(result=result, diagnostics=diagnostics)
+
+    def _no_centers(self, warnings: list[str]) -> Result:
+        """A finished result that publishes no center (only the clustering's dimension)."""
+        return Result(state=CampaignState.FINISHED, clustering=Clustering(dimension=self.dimension),
+                      warnings=tuple(warnings))
 
     def _positions(self, nodes: NDArray[np.uint64], leaf_sums: NDArray[np.float64],
                    weights: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -77,6 +77,7 @@ from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
 from ..estimation.vector_sum import bucket_sums
+from ..model import CampaignState, Clustering, Result
 from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
 from .base import (
     K_PARAM,
@@ -505,20 +506,18 @@ class StemmerEngine(CampaignEngine):
 
     def _finish(self, centers: NDArray[np.float64], weights: NDArray[np.float64], diagnostics: dict[str, float],
                 warnings: list[str]) -> RoundOutcome:
-        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=warnings)
-        clustering = result.clustering
-        clustering.dimension = self.dimension
-        clustering.k = int(centers.shape[0])
-        clustering.centers.extend(self._to_original(centers).ravel().tolist())
         w = np.clip(weights, 0.0, None)
-        clustering.weights.extend((w / w.sum() if w.sum() > 0 else np.full(w.size, 1.0 / w.size)).tolist())
+        clustering = Clustering(
+            k=int(centers.shape[0]), dimension=self.dimension, centers=tuple(self._to_original(centers).ravel().tolist()),
+            weights=tuple((w / w.sum() if w.sum() > 0 else np.full(w.size, 1.0 / w.size)).tolist()))
+        result = Result(state=CampaignState.FINISHED, clustering=clustering, warnings=tuple(warnings))
         diagnostics["rounds"] = float(self.rounds)
         diagnostics["published_centers"] = float(centers.shape[0])
         return RoundOutcome(result=result, diagnostics=diagnostics)
 
     def _finish_empty(self, diagnostics: dict[str, float], warnings: list[str]) -> RoundOutcome:
-        result = campaigns_pb2.Result(state=campaigns_pb2.FINISHED, warnings=warnings)
-        result.clustering.dimension = self.dimension
+        result = Result(state=CampaignState.FINISHED, clustering=Clustering(dimension=self.dimension),
+                        warnings=tuple(warnings))
         return RoundOutcome(result=result, diagnostics=diagnostics)
 
 

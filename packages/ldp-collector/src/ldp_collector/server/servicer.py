@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections import Counter as _Counter
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TypeVar
 
@@ -29,7 +31,9 @@ from ..core import Collector
 from ..defences import EnrolmentAuthority, EnrolmentLimiter, peer_address
 from ..errors import CollectorError, FailedPreconditionError, OverloadedError
 from ..ingest import Assign
+from ..model import CampaignState
 from ..ratelimit import RateLimiter
+from ..serde import estimates_to_proto, result_to_proto
 from ..storage.base import Outcome
 from ..telemetry import CollectorMetrics
 from .interceptors import bearer_digest, bearer_token
@@ -37,7 +41,7 @@ from .status import Context, FieldError
 from .wire import count_messages, parse_request, submit_response
 from .worker_pool import WorkerPool
 
-__all__ = ["CollectorServicer", "OperatorServicer"]
+__all__ = ["CollectorServicer", "FinishedResults", "OperatorServicer"]
 
 _FINAL_STATES = (campaigns_pb2.FINISHED, campaigns_pb2.FAILED)
 _OUTCOME_NAMES = {Outcome.ACCEPTED: "accepted", Outcome.DUPLICATE: "duplicate", Outcome.REJECTED: "rejected"}
@@ -55,6 +59,44 @@ def _check_request_id(request_id: str, field_name: str = "request_id") -> None:
 def _check_batch_size(n: int, limit: int, field_name: str) -> None:
     if n > limit:
         raise FieldError(field_name, f"a batch holds at most {limit} reports, got {n}")
+
+
+class FinishedResults:
+    """``GetResult`` answers, converted to the wire once per finished campaign.
+
+    A finished campaign's result never changes, and every device of a clustering campaign asks for
+    it to label itself; reading it back from the store into the model (which validates a grid
+    clustering's cell map) and converting it again would cost far more than the answer's bytes.
+    The answers of finished campaigns are kept, least recently used first out, within
+    ``max_bytes`` of serialized answers; other states are read afresh on every call.
+    """
+
+    def __init__(self, collector: Collector, *, max_bytes: int = 64 * 2**20) -> None:
+        self._collector = collector
+        self._max_bytes = max_bytes
+        self._answers: OrderedDict[str, tuple[service_pb2.GetResultResponse, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def response(self, campaign_id: str) -> service_pb2.GetResultResponse:
+        """The ``GetResultResponse`` of ``campaign_id`` (``NotFoundError`` for an unknown campaign)."""
+        with self._lock:
+            cached = self._answers.get(campaign_id)
+            if cached is not None:
+                self._answers.move_to_end(campaign_id)
+                return cached[0]
+        result = self._collector.get_result(campaign_id)
+        answer = service_pb2.GetResultResponse(result=result_to_proto(result))
+        size = answer.ByteSize()
+        if result.state == CampaignState.FINISHED and size <= self._max_bytes:
+            with self._lock:
+                if campaign_id not in self._answers:
+                    self._answers[campaign_id] = (answer, size)
+                    self._bytes += size
+                while self._bytes > self._max_bytes:
+                    _, (_, dropped) = self._answers.popitem(last=False)
+                    self._bytes -= dropped
+        return answer
 
 
 class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
@@ -89,6 +131,7 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
         self._device_key_by_token = device_key_by_token
         self._authority = authority
         self._enrolment_limiter = enrolment_limiter
+        self._results = FinishedResults(collector)
 
     def _assign_for(self, context: Context) -> Assign | None:
         """The assignment function of the calling enrolled device, or ``None`` for other callers."""
@@ -210,7 +253,7 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
     async def GetResult(self, request: service_pb2.GetResultRequest,
                         context: Context) -> service_pb2.GetResultResponse:
         def job() -> service_pb2.GetResultResponse:
-            return service_pb2.GetResultResponse(result=self._collector.get_result(request.campaign_id))
+            return self._results.response(request.campaign_id)
 
         return await self._pool.run(job)
 
@@ -266,6 +309,7 @@ class OperatorServicer(service_pb2_grpc.OperatorServiceServicer):
         self._metrics = metrics
         self._poll = poll_interval
         self._stopping = stopping
+        self._results = FinishedResults(collector)
 
     async def CreateCampaign(self, request: service_pb2.CreateCampaignRequest,
                              context: Context) -> campaigns_pb2.Campaign:
@@ -293,12 +337,13 @@ class OperatorServicer(service_pb2_grpc.OperatorServiceServicer):
     async def GetEstimates(self, request: service_pb2.GetEstimatesRequest,
                            context: Context) -> campaigns_pb2.Estimates:
         return await self._pool.run(
-            lambda: self._collector.get_estimates(request.campaign_id, request.round, request.confidence))
+            lambda: estimates_to_proto(
+                self._collector.get_estimates(request.campaign_id, request.round, request.confidence)))
 
     async def GetResult(self, request: service_pb2.GetResultRequest,
                         context: Context) -> service_pb2.GetResultResponse:
         def job() -> service_pb2.GetResultResponse:
-            return service_pb2.GetResultResponse(result=self._collector.get_result(request.campaign_id))
+            return self._results.response(request.campaign_id)
 
         return await self._pool.run(job)
 

@@ -16,15 +16,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldp.v1 import campaigns_pb2
-from ldp_client.encoders.base import NumericDomain
-from ldp_client.encoders.geometry import TreeCell
-from ldp_client.encoders.grid import CellListEncoder
+from ldp_client.clusters import CellClusterModel
 from ldp_client.errors import InvalidParameterError
 from ldp_client.spec import RoundSpec
 
 from ..estimation.kmeans import assign
 from ..kinds import KINDS, Kind
+from ..model import Estimates, Result
 from .population import as_points
 from .runner import CampaignRun
 from .scores import evaluate_clustering as evaluate_labels
@@ -71,7 +69,7 @@ def histogram_truth(spec: RoundSpec, points: Any, group: int = 0, component_inde
     return np.bincount(values, minlength=size).astype(np.int64)
 
 
-def evaluate_histogram(estimates: campaigns_pb2.Estimates, truth: ArrayLike) -> dict[str, float]:
+def evaluate_histogram(estimates: Estimates, truth: ArrayLike) -> dict[str, float]:
     """Error of a histogram's estimates against the true counts.
 
     Returns
@@ -114,7 +112,7 @@ def evaluate_histogram(estimates: campaigns_pb2.Estimates, truth: ArrayLike) -> 
 
 # -- heavy hitters ---------------------------------------------------------------------
 
-def evaluate_heavy_hitters(result: campaigns_pb2.Result, truth: ArrayLike) -> dict[str, float]:
+def evaluate_heavy_hitters(result: Result, truth: ArrayLike) -> dict[str, float]:
     """The heavy hitters found against the true count of every value.
 
     Returns
@@ -157,15 +155,13 @@ def kmeans(points: ArrayLike, k: int, *, seed: int = 0, restarts: int = 3, itera
                             sample=sample).centers
 
 
-def cell_labels(cell_map: campaigns_pb2.CellClusterMap, points: NDArray[np.float64]) -> NDArray[np.int64]:
-    encoder = CellListEncoder(
-        domain=NumericDomain(lower=tuple(cell_map.domain.lower), upper=tuple(cell_map.domain.upper)),
-        cells=tuple(TreeCell(level=c.level, morton_index=c.morton_index) for c in cell_map.cells))
+def cell_labels(cell_map: CellClusterModel, points: NDArray[np.float64]) -> NDArray[np.int64]:
+    """Each point's cluster label in a grid clustering's cell map (``-1`` = noise)."""
     labels = np.asarray(cell_map.labels, dtype=np.int64)
-    return labels[np.fromiter((encoder.encode(tuple(p)) for p in points.tolist()), dtype=np.int64)]
+    return labels[np.fromiter((cell_map.cell_position(tuple(p)) for p in points.tolist()), dtype=np.int64)]
 
 
-def evaluate_clustering(result: campaigns_pb2.Result, points: ArrayLike, labels_true: ArrayLike | None, *,
+def evaluate_clustering(result: Result, points: ArrayLike, labels_true: ArrayLike | None, *,
                         k: int | None = None, seed: int = 0) -> dict[str, float]:
     """Scores of a clustering result on the true points.
 
@@ -179,6 +175,8 @@ def evaluate_clustering(result: campaigns_pb2.Result, points: ArrayLike, labels_
     """
     x = np.asarray(points, dtype=np.float64)
     clustering = result.clustering
+    if clustering is None:
+        raise InvalidParameterError("the result holds no clustering (neither centers nor a cell map)")
     centers = np.asarray(clustering.centers, dtype=np.float64)
     if centers.size:
         dim = int(clustering.dimension) or x.shape[1]
@@ -188,7 +186,7 @@ def evaluate_clustering(result: campaigns_pb2.Result, points: ArrayLike, labels_
         out = evaluate_labels(x, labels_true, predicted, centers=centers, reference_cost=reference)
         out["clusters"] = float(len(centers))
         return out
-    if clustering.HasField("cell_map") and clustering.cell_map.cells:
+    if clustering.cell_map is not None and clustering.cell_map.cells:
         out = evaluate_labels(x, labels_true, cell_labels(clustering.cell_map, x))
         out["clusters"] = float(len(set(clustering.cell_map.labels) - {-1}))
         return out
@@ -221,6 +219,8 @@ def evaluate_run(kind: Kind, run: CampaignRun, points: Any, x: NDArray[np.float6
         ``{"clustering": ...}`` of :func:`evaluate_clustering`.
     """
     if kind.cli.result == "histogram":
+        if run.result.estimates is None:
+            raise InvalidParameterError("the result holds no estimates")
         return {"errors": evaluate_histogram(run.result.estimates, histogram_truth(run.first_spec, points))}
     if kind.cli.result == "heavy_hitters":
         values = np.array([p[0] for p in as_points(points)], dtype=np.int64)

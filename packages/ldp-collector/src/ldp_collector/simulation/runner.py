@@ -29,7 +29,9 @@ from ldp_client.spec import RoundNotOpen, RoundSpec
 
 from ..core import Collector
 from ..errors import RoundNotOpenError
+from ..model import Result
 from ..operator import OperatorClient
+from ..serde import result_from_proto
 from ..storage.base import Outcome
 from .population import Mode, Population
 
@@ -87,7 +89,7 @@ class CollectorBackend(Protocol):
         """Close the open round ``round`` and run the server step."""
         ...
 
-    def get_result(self, campaign_id: str) -> campaigns_pb2.Result:
+    def get_result(self, campaign_id: str) -> Result:
         """The campaign's result."""
         ...
 
@@ -134,7 +136,7 @@ class InProcessCollector:
     def close_round(self, campaign_id: str, round: int) -> campaigns_pb2.Campaign:
         return self.collector.close_round(campaign_id, round)
 
-    def get_result(self, campaign_id: str) -> campaigns_pb2.Result:
+    def get_result(self, campaign_id: str) -> Result:
         return self.collector.get_result(campaign_id)
 
 
@@ -200,8 +202,8 @@ class RemoteCollector:
     def close_round(self, campaign_id: str, round: int) -> campaigns_pb2.Campaign:
         return self.operator.close_round(campaign_id, round)
 
-    def get_result(self, campaign_id: str) -> campaigns_pb2.Result:
-        return self.operator.get_result(campaign_id)
+    def get_result(self, campaign_id: str) -> Result:
+        return result_from_proto(self.operator.get_result(campaign_id))
 
 
 # -- campaign runs ---------------------------------------------------------------------------------
@@ -266,7 +268,8 @@ class CampaignRun:
     campaign_id : str
     campaign : ldp.v1.Campaign
         The campaign at the end (FINISHED).
-    result : ldp.v1.Result
+    result : Result
+        The campaign's published result (:class:`ldp_collector.model.Result`).
     first_spec : RoundSpec
         The spec of the first round (its encoders define the truth for evaluation).
     stats : SimulationStats
@@ -274,7 +277,7 @@ class CampaignRun:
 
     campaign_id: str
     campaign: campaigns_pb2.Campaign
-    result: campaigns_pb2.Result
+    result: Result
     first_spec: RoundSpec
     stats: SimulationStats
 
