@@ -29,7 +29,7 @@ The collector's center-publishing campaigns
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 __all__ = ["CENTER_CAMPAIGNS", "GRID_PROTOCOLS", "SUITES", "Block", "Bound", "Claim", "DatasetCase", "Suite", "epsilon_label", "get_suite"]
 
@@ -132,7 +132,18 @@ class Suite:
     table_metrics: tuple[str, ...] = ("cost_ratio", "ari", "f_measure", "cost_per_point")
     #: Metrics recorded in ``regressions.json``.
     regression_metrics: tuple[str, ...] = ("cost_ratio", "ari")
+    #: Seeds ``0 .. recording_seeds - 1`` of every block when ``--record-regressions`` writes this suite's
+    #: entries (``None``: the blocks' own seeds). A recorded tolerance is the distance from the median to
+    #: the worst seed (:func:`harness.runner.record_regressions`): the more seeds, the less likely a new
+    #: random stream (same distribution) fails a check -- ``benchmarks/README.md`` has the probability.
+    recording_seeds: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def with_seeds(self, count: int) -> Suite:
+        """This suite with every block run over seeds ``0 .. count - 1``."""
+        if count < 1:
+            raise ValueError(f"a suite needs at least one seed, got {count}")
+        return replace(self, blocks=tuple(replace(b, seeds=tuple(range(count))) for b in self.blocks))
 
 
 ALL_CENTRAL = ("dplloyd", "dpqt-kmeans", "improved-dp-kmeans")
@@ -236,6 +247,7 @@ SMOKE = Suite(
     + _paper_003_claims((S_LIKE.label,), (5000,)),
     bounds=(_floor_bound(_SMOKE_LABELS),),
     plot_epsilon=2.0,
+    recording_seeds=20,
 )
 
 _STANDARD_2D = (BLOBS_2D, MIXTURE_2D, MOONS)

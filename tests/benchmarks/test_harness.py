@@ -264,6 +264,49 @@ def test_regressions_record_and_detect(tmp_path: Path) -> None:
     assert not runner.check_regressions(suite, {}, path, complete=False)
 
 
+def _seeds_cell(protocol: str, **values: list[float]) -> Cell:
+    return Cell(protocol=protocol, dataset="d", n=10, epsilon="8", seeds=len(next(iter(values.values()))),
+                median={m: float(np.median(v)) for m, v in values.items()},
+                q1={m: float(np.quantile(v, 0.25)) for m, v in values.items()},
+                q3={m: float(np.quantile(v, 0.75)) for m, v in values.items()}, values=values, seconds=0.0)
+
+
+def test_a_recorded_tolerance_reaches_the_worst_seed(tmp_path: Path) -> None:
+    """Recorded over many seeds, a check fails only when the median is worse than every recorded seed."""
+    ari = [0.31, 0.37, 0.37, 0.42, 0.43, 0.44, 0.57, 1.0, 1.0, 1.0]  # skewed, as agc-iter on the circles
+    cost = [1.1, 1.2, 1.2, 1.3, 1.3, 1.4, 1.5, 1.6, 2.0, 4.0]
+    suite = _suite((), regression_metrics=("cost_ratio", "ari"))
+    path = tmp_path / "regressions.json"
+    assert runner.record_regressions(suite, {("p", "d", 10, "8"): _seeds_cell("p", ari=ari, cost_ratio=cost)},
+                                     path) == 2
+    entries = {e["metric"]: e for e in json.loads(path.read_text())["entries"]}
+    assert entries["ari"]["median"] == pytest.approx(0.435) and entries["ari"]["seeds"] == 10
+    assert entries["ari"]["tolerance"] == pytest.approx(0.435 - 0.31)  # not the IQR (0.51: the good tail)
+    assert entries["cost_ratio"]["tolerance"] == pytest.approx(4.0 - 1.35)
+    at_worst = {("p", "d", 10, "8"): _seeds_cell("p", ari=[0.31, 0.31, 0.9], cost_ratio=[4.0, 4.0, 1.0])}
+    assert all(c.passed for c in runner.check_regressions(suite, at_worst, path))
+    beyond = {("p", "d", 10, "8"): _seeds_cell("p", ari=[0.30, 0.30, 0.9], cost_ratio=[4.1, 4.1, 1.0])}
+    assert not any(c.passed for c in runner.check_regressions(suite, beyond, path))
+    # A tight cell keeps the floor: 0.02 for scores, 5% of the median for costs.
+    runner.record_regressions(suite, {("p", "d", 10, "8"): _seeds_cell("p", ari=[0.99] * 10, cost_ratio=[2.0] * 10)},
+                              path)
+    entries = {e["metric"]: e for e in json.loads(path.read_text())["entries"]}
+    assert entries["ari"]["tolerance"] == pytest.approx(0.02)
+    assert entries["cost_ratio"]["tolerance"] == pytest.approx(0.1)
+
+
+def test_the_smoke_suite_records_over_more_seeds_than_it_checks() -> None:
+    smoke = SUITES["smoke"]
+    assert smoke.recording_seeds is not None and smoke.recording_seeds >= 10
+    assert all(len(b.seeds) < smoke.recording_seeds for b in smoke.blocks)
+    recording = smoke.with_seeds(smoke.recording_seeds)
+    assert all(b.seeds == tuple(range(smoke.recording_seeds)) for b in recording.blocks)
+    assert [(b.protocols, b.datasets, b.epsilons, b.ns) for b in recording.blocks] == \
+        [(b.protocols, b.datasets, b.epsilons, b.ns) for b in smoke.blocks]
+    with pytest.raises(ValueError, match="at least one seed"):
+        smoke.with_seeds(0)
+
+
 def test_the_recorded_regressions_cover_the_smoke_suite() -> None:
     entries = json.loads(runner.REGRESSIONS_PATH.read_text())["entries"]
     smoke = {(e["protocol"], e["dataset"], e["n"], e["epsilon"], e["metric"]) for e in entries
@@ -318,6 +361,22 @@ def test_main_fails_loudly_on_a_regression(tiny_suite: Suite, tmp_path: Path, in
                         "--no-plots"]) == 1
     err = capsys.readouterr().err
     assert "SUITE TINY FAILED" in err and "dpqt-kmeans" in err and "cost_ratio" in err
+
+
+def test_main_records_over_the_suites_recording_seeds(tmp_path: Path, in_process: None,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "regressions.json"
+    monkeypatch.setattr(runner, "REGRESSIONS_PATH", path)
+    monkeypatch.setitem(SUITES, "tiny", _suite((Block(protocols=("kmeans++",), datasets=(TINY,), epsilons=(1.0,),
+                                                      ns=(200,), seeds=(0,)),), recording_seeds=4))
+    common = ["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path / "out"), "--quiet", "--no-plots"]
+    assert runner.main([*common, "--record-regressions"]) == 0
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"] == 4
+    assert {e["seeds"] for e in json.loads(path.read_text())["entries"]} == {4}
+    assert runner.main([*common, "--record-regressions", "--seeds", "3"]) == 0
+    assert {e["seeds"] for e in json.loads(path.read_text())["entries"]} == {3}
+    assert runner.main(common) == 0  # checking runs the blocks' own seeds
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"] == 1
 
 
 def test_main_fails_loudly_on_a_broken_run(tiny_suite: Suite, tmp_path: Path, in_process: None, broken: str,
