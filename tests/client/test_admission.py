@@ -3,7 +3,7 @@
 :meth:`Device.participate <ldp_client.device.Device.participate>` and the collector's population
 simulator both decide through these functions; the device-level behaviour is pinned in
 ``test_device.py`` and ``test_hostile_collector.py``, the simulator's agreement with the device in
-``tests/collector/test_simulate.py``.
+``tests/collector/simulation/test_simulate.py``.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from ldp_collector.storage import open_store
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 WORKERS = 2
 CHANNELS = 24
 BATCH = 50

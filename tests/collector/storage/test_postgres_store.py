@@ -338,7 +338,7 @@ def test_two_server_processes_over_one_database(postgres_url: str, tmp_path: Pat
     from ldp_client.report import Report
     from ldp_client.rng import SeededRng
 
-    from .test_server_crash import AUTH, CHANNEL_OPTIONS, RPC_TIMEOUT_S, ServerProcess, histogram_config
+    from ..server.test_server_crash import AUTH, CHANNEL_OPTIONS, RPC_TIMEOUT_S, ServerProcess, histogram_config
 
     servers = []
     for name in ("a", "b"):

@@ -24,7 +24,7 @@ from ldp_collector.server.lifecycle import RunningServer, start_server
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOKEN = "proto-only-operator-token-0123"
 
 CLIENT = r'''
