@@ -81,6 +81,9 @@ def test_refusals_the_model_can_hold_stay_with_the_common_checks() -> None:
         prepare_campaign(serde.config_from_proto(policy))
     with pytest.raises(InvalidArgumentError, match="campaign kind NOPE is not implemented yet"):
         prepare_campaign(CampaignConfig(kind="nope", epsilon=1.0, domain=Domain(categorical_size=4)))
+    with pytest.raises(InvalidArgumentError, match="a heavy_hitters campaign takes heavy_hitters parameters, got histogram"):
+        prepare_campaign(CampaignConfig(kind="heavy_hitters", epsilon=1.0, domain=Domain(categorical_size=4),
+                                        parameters=HistogramParams()))
 
 
 def test_campaign_round_trips(tmp_path: Path) -> None:

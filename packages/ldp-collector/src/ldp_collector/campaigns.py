@@ -165,9 +165,9 @@ def resolve_params(config: CampaignConfig) -> KindParams:
     """
     kind = kind_for(config.kind)
     params = config.parameters if config.parameters is not None else kind.params()
-    if not isinstance(params, kind.params):
-        raise InvalidArgumentError(
-            f"a {kind.name} campaign takes {kind.name} parameters, got {type(params).__name__}")
+    if not isinstance(params, kind.params):  # a model built in-process (serde refuses these on the wire)
+        got = next((other.name for other in KINDS.values() if isinstance(params, other.params)), type(params).__name__)
+        raise InvalidArgumentError(f"a {kind.name} campaign takes {kind.name} parameters, got {got}")
     return params.resolve(config)
 
 
