@@ -26,6 +26,7 @@ from typing import Any
 from ldp.v1 import campaigns_pb2, encoders_pb2
 from ldp_collector.core import Collector
 from ldp_collector.kinds import bitvector  # noqa: F401  (registers the engine)
+from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import numeric_bounds
@@ -53,7 +54,7 @@ def run_one(n: int, d: int, k: int, pivots: int, epsilon: float, seed: int, algo
         store = open_store(tmp)
         try:
             started = time.perf_counter()
-            run = run_campaign(Collector(store), cfg, x, seed=seed, mode="direct", quiet=True, batch_size=5000)
+            run = run_campaign(Collector(store), config_from_proto(cfg), x, seed=seed, mode="direct", quiet=True, batch_size=5000)
             wall = time.perf_counter() - started
         finally:
             store.close()

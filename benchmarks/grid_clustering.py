@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 from ldp.v1 import campaigns_pb2
 from ldp_collector.core import Collector
 from ldp_collector.kinds.grid import DEFAULT_MAX_CELLS, GridEngine
+from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import numeric_bounds
@@ -94,7 +95,7 @@ def run_grid(x: NDArray[np.float64], y: NDArray[np.int64] | None, epsilon: float
         store = open_store(data_dir)
         try:
             started = time.perf_counter()
-            run = run_campaign(Collector(store), config, x, seed=seed, mode="direct", quiet=True)
+            run = run_campaign(Collector(store), config_from_proto(config), x, seed=seed, mode="direct", quiet=True)
             wall = time.perf_counter() - started
         finally:
             store.close()

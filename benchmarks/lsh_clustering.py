@@ -49,6 +49,7 @@ from ldp_collector.estimation.kmeans import assign
 from ldp_collector.kinds.nettree import NetTreeEngine, noiseless_outcome
 from ldp_collector.kinds.stemmer import StemmerEngine
 from ldp_collector.kinds.stemmer import noiseless_outcome as stemmer_noiseless
+from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.population import numeric_bounds
 from ldp_collector.simulation.runner import run_campaign
@@ -113,7 +114,7 @@ def run_protocol(kind: str, x: NDArray[np.float64], y: NDArray[np.int64], k: int
     engine_cls = NetTreeEngine if kind == "nettree" else StemmerEngine
     started = time.perf_counter()
     if math.isinf(epsilon):
-        engine = prepare_campaign(config_for(kind, x, k, 1.0, campaign_id, **params)).engine
+        engine = prepare_campaign(config_from_proto(config_for(kind, x, k, 1.0, campaign_id, **params))).engine
         if isinstance(engine, NetTreeEngine):
             outcome = noiseless_outcome(engine, x)
         else:
@@ -127,7 +128,7 @@ def run_protocol(kind: str, x: NDArray[np.float64], y: NDArray[np.int64], k: int
         with tempfile.TemporaryDirectory(prefix=f"ldp-{kind}-bench-") as data_dir, _Timer(engine_cls) as timer:
             store = open_store(data_dir)
             try:
-                run = run_campaign(Collector(store), config, x, seed=seed, mode="direct", quiet=True)
+                run = run_campaign(Collector(store), config_from_proto(config), x, seed=seed, mode="direct", quiet=True)
             finally:
                 store.close()
         server = timer.seconds

@@ -66,6 +66,7 @@ from ldp_client.spec import RoundSpec
 from ldp_collector.core import Collector
 from ldp_collector.defences import EnrolmentAuthority, check_assignment
 from ldp_collector.model import Estimates
+from ldp_collector.serde import config_from_proto
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import Outcome
 
@@ -244,7 +245,7 @@ def run_scenario(collector: Collector, scenario: Scenario, share: float, args: a
         campaign_id=campaign_id, kind=campaigns_pb2.HISTOGRAM, epsilon=args.epsilon,
         domain=campaigns_pb2.Domain(categorical_size=domain),
         histogram=campaigns_pb2.HistogramParameters(oracle=_ORACLES[scenario.oracle], windows=2))
-    collector.create_campaign(config)
+    collector.create_campaign(config_from_proto(config))
     authority = EnrolmentAuthority(f"drill-secret-{args.seed:08d}-0123456789") if scenario.enrolled else None
     attacked = scenario.attack != "no attack"
     fakes = round(share * args.n / (1.0 - share)) if attacked else 0

@@ -14,7 +14,8 @@ and/or labels, plus diagnostics)::
 
         def run(self, x, k, epsilon, seed, via_grpc=False):
             with collector_backend(via_grpc) as backend:
-                run = run_campaign(backend, my_config(x, k, epsilon), x, seed=seed, mode="direct", quiet=True)
+                run = run_campaign(backend, config_from_proto(my_config(x, k, epsilon)), x, seed=seed, mode="direct",
+                                   quiet=True)
             return Clustering(centers=centers_of(run.result))
 
 LDP protocols talk to a collector through :func:`collector_backend`: the in-process simulator's

@@ -30,6 +30,7 @@ from ldp_client.rng import SeededRng
 from ldp_client.spec import ROUND_NOT_OPEN_REASON, RoundNotOpen, RoundSpec
 from ldp_collector.config import CollectorConfig
 from ldp_collector.core import ROUND_NOT_OPEN_RETRY_SECONDS, Collector
+from ldp_collector.serde import config_from_proto
 from ldp_collector.server.lifecycle import start_server
 from ldp_collector.storage import open_store
 
@@ -62,7 +63,7 @@ def interrupted_campaign(data_dir: Path) -> RoundSpec:
     store = open_store(data_dir)
     try:
         collector = Collector(store)
-        collector.create_campaign(two_window_histogram())
+        collector.create_campaign(config_from_proto(two_window_histogram()))
         spec, _ = collector.get_round_spec(CAMPAIGN)
         assert spec is not None
         collector.submit("r1", reports_for(spec, 40, seed=1))

@@ -24,6 +24,7 @@ from ldp_collector.cli_args import kind_values
 from ldp_collector.config import CollectorConfig
 from ldp_collector.kinds import KINDS, Kind
 from ldp_collector.kinds.base import NUMERIC, CliParam
+from ldp_collector.serde import kind_number
 from ldp_collector.server.lifecycle import RunningServer, start_server
 
 TOKEN = "cli-operator-token-0123456789abcdef"
@@ -695,7 +696,7 @@ def test_campaign_create_writes_every_flag_of_the_kind(kind: Kind) -> None:
     args = cli.build_parser().parse_args(argv)
     config = cli.build_campaign_config(kind.name, epsilon=args.epsilon, categories=args.categories, bounds=args.dims,
                                        **kind_values(args))
-    assert config.kind == kind.value and config.WhichOneof("parameters") == kind.name
+    assert config.kind == kind_number(kind.name) and config.WhichOneof("parameters") == kind.name
     params = getattr(config, kind.name)
     for field, value in expected.items():
         held = getattr(params, field)

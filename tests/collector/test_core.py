@@ -37,6 +37,7 @@ from ldp_collector.errors import (
 )
 from ldp_collector.kinds import KINDS, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.kinds.histogram import HistogramEngine
+from ldp_collector.serde import config_from_proto
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import (
     AccumulateFn,
@@ -258,11 +259,11 @@ def spec_of(collector: Collector, campaign_id: str) -> RoundSpec:
 def test_histogram_end_to_end_with_sdk_devices(store: ReportStore, oracle: int) -> None:
     clock = Clock()
     collector = Collector(store, clock=clock)
-    campaign = collector.create_campaign(histogram_config(oracle=oracle, min_reports_per_round=100))
+    campaign = collector.create_campaign(config_from_proto(histogram_config(oracle=oracle, min_reports_per_round=100)))
     assert campaign.state == campaigns_pb2.COLLECTING
     assert campaign.config.min_reports_per_round == 100
     assert campaign.config.budget_policy == campaigns_pb2.PARTITION
-    assert campaign.config.histogram.oracle != campaigns_pb2.FREQUENCY_ORACLE_UNSPECIFIED
+    assert campaign.config.parameters.oracle != campaigns_pb2.FREQUENCY_ORACLE_UNSPECIFIED
     assert campaign.current_round.round == 1 and campaign.current_round.kind == "histogram"
     spec = spec_of(collector, "hist-1")
 
@@ -280,13 +281,13 @@ def test_histogram_end_to_end_with_sdk_devices(store: ReportStore, oracle: int) 
     outcomes = submit_all(collector, reports)
     assert Counter(o for o, _ in outcomes) == {ACCEPTED: n}
 
-    event = collector.campaign_events("hist-1")
-    assert event.current_round_reports == n
-    assert event.campaign.rounds[0].open and event.campaign.rounds[0].reports == n
+    watched, current_round_reports = collector.campaign_events("hist-1")
+    assert current_round_reports == n
+    assert watched.rounds[0].open and watched.rounds[0].reports == n
 
     campaign = collector.close_round("hist-1", 1)
     assert campaign.state == campaigns_pb2.FINISHED, campaign.error
-    assert not campaign.HasField("current_round")
+    assert campaign.current_round is None
     assert [(r.round, r.open, r.reports) for r in campaign.rounds] == [(1, False, n)]
     assert collector.get_round_spec("hist-1") == (None, True)
 
@@ -315,8 +316,8 @@ def test_numeric_histogram_and_consistency(store: ReportStore) -> None:
         domain=campaigns_pb2.Domain(numeric=encoders_pb2.NumericDomain(lower=[0, 0], upper=[10, 10])))
     config.histogram.cells_per_dimension.append(4)
     config.histogram.consistency = True
-    campaign = collector.create_campaign(config)
-    assert list(campaign.config.histogram.cells_per_dimension) == [4, 4]
+    campaign = collector.create_campaign(config_from_proto(config))
+    assert list(campaign.config.parameters.cells_per_dimension) == [4, 4]
     spec = spec_of(collector, "grid-hist")
     # Points in two cells: (1, 1) -> cell 0 and (9, 6) -> row 3, column 2 -> cell 14.
     points = [(1.0, 1.0)] * 1500 + [(9.0, 6.0)] * 500
@@ -338,7 +339,7 @@ def test_numeric_histogram_and_consistency(store: ReportStore) -> None:
 
 def test_duplicates_and_replays_change_nothing(store: ReportStore) -> None:
     collector = Collector(store)
-    collector.create_campaign(histogram_config(oracle=campaigns_pb2.GRR))
+    collector.create_campaign(config_from_proto(histogram_config(oracle=campaigns_pb2.GRR)))
     spec = spec_of(collector, "hist-1")
     reports = simulated_reports(spec, true_values(200), seed=5)
     first = collector.submit("batch-a", reports[:100])
@@ -382,7 +383,7 @@ def _bad_reports(spec: RoundSpec) -> dict[str, Report | ProtocolError]:
 
 def test_rejected_reports_change_nothing(store: ReportStore) -> None:
     collector = Collector(store)
-    collector.create_campaign(histogram_config(oracle=campaigns_pb2.GRR))
+    collector.create_campaign(config_from_proto(histogram_config(oracle=campaigns_pb2.GRR)))
     spec = spec_of(collector, "hist-1")
     bad = _bad_reports(spec)
     outcomes = collector.submit("all-bad", list(bad.values()))
@@ -410,7 +411,7 @@ def test_rejected_reports_change_nothing(store: ReportStore) -> None:
 
 def test_implausible_unary_report_is_rejected(store: ReportStore) -> None:
     collector = Collector(store)
-    collector.create_campaign(histogram_config(size=1024, oracle=campaigns_pb2.OUE))
+    collector.create_campaign(config_from_proto(histogram_config(size=1024, oracle=campaigns_pb2.OUE)))
     spec = spec_of(collector, "hist-1")
     honest = simulated_reports(spec, [5] * 50, seed=11)
     all_ones = Report(report_id=b"\x01" * 16, campaign_id="hist-1", round=1, group=0, payloads=(b"\xff" * 128,))
@@ -422,7 +423,7 @@ def test_implausible_unary_report_is_rejected(store: ReportStore) -> None:
 
 def test_reports_for_finished_campaign_are_rejected(store: ReportStore) -> None:
     collector = Collector(store)
-    collector.create_campaign(histogram_config(oracle=campaigns_pb2.GRR))
+    collector.create_campaign(config_from_proto(histogram_config(oracle=campaigns_pb2.GRR)))
     spec = spec_of(collector, "hist-1")
     reports = simulated_reports(spec, true_values(20), seed=12)
     collector.submit("r1", reports[:10])
@@ -473,7 +474,7 @@ def test_create_campaign_validation(mutate: Any, message: str) -> None:
     config = histogram_config()
     mutate(config)
     with pytest.raises(InvalidArgumentError, match=message):
-        collector.create_campaign(config)
+        collector.create_campaign(config_from_proto(config))
     assert store.campaigns == {}
 
 
@@ -482,21 +483,21 @@ def test_create_campaign_defaults_and_ids() -> None:
     collector = Collector(store)
     config = histogram_config(campaign_id="")
     original = config.SerializeToString()
-    first = collector.create_campaign(config)
-    second = collector.create_campaign(config)
+    first = collector.create_campaign(config_from_proto(config))
+    second = collector.create_campaign(config_from_proto(config))
     assert config.SerializeToString() == original  # the input is not modified
     ids = {first.config.campaign_id, second.config.campaign_id}
     assert len(ids) == 2 and all(i.startswith("c-") and len(i) == 24 for i in ids)
     assert first.config.min_reports_per_round == 1
     with pytest.raises(AlreadyExistsError):
-        collector.create_campaign(histogram_config(campaign_id=first.config.campaign_id))
-    assert collector.get_campaign(first.config.campaign_id).created_at.seconds > 0
+        collector.create_campaign(config_from_proto(histogram_config(campaign_id=first.config.campaign_id)))
+    assert collector.get_campaign(first.config.campaign_id).created_at > 0
 
 
 def test_list_campaigns_pages() -> None:
     collector = Collector(MemoryStore())
     for i in range(7):
-        collector.create_campaign(histogram_config(campaign_id=f"c{i}"))
+        collector.create_campaign(config_from_proto(histogram_config(campaign_id=f"c{i}")))
     seen: list[str] = []
     token = ""
     pages = 0
@@ -528,7 +529,7 @@ def test_unknown_campaign_is_not_found() -> None:
 
 def test_close_round_preconditions(store: ReportStore) -> None:
     collector = Collector(store)
-    collector.create_campaign(histogram_config(oracle=campaigns_pb2.GRR, min_reports_per_round=10))
+    collector.create_campaign(config_from_proto(histogram_config(oracle=campaigns_pb2.GRR, min_reports_per_round=10)))
     spec = spec_of(collector, "hist-1")
     with pytest.raises(FailedPreconditionError, match="round 2 is not open; the open round of campaign hist-1 is 1"):
         collector.close_round("hist-1", 2)
@@ -552,7 +553,7 @@ def test_close_round_preconditions(store: ReportStore) -> None:
 
 def test_get_estimates_other_confidence(store: ReportStore) -> None:
     collector = Collector(store)
-    collector.create_campaign(histogram_config(oracle=campaigns_pb2.GRR))
+    collector.create_campaign(config_from_proto(histogram_config(oracle=campaigns_pb2.GRR)))
     spec = spec_of(collector, "hist-1")
     collector.submit("r", simulated_reports(spec, true_values(500), seed=4))
     collector.close_round("hist-1", 1)
@@ -568,7 +569,7 @@ def test_get_estimates_other_confidence(store: ReportStore) -> None:
 
 def test_auto_close_after_reports(store: ReportStore) -> None:
     collector = Collector(store)
-    collector.create_campaign(histogram_config(oracle=campaigns_pb2.GRR, close_after_reports=100))
+    collector.create_campaign(config_from_proto(histogram_config(oracle=campaigns_pb2.GRR, close_after_reports=100)))
     spec = spec_of(collector, "hist-1")
     reports = simulated_reports(spec, true_values(150), seed=6)
     collector.submit("a", reports[:99])
@@ -586,8 +587,8 @@ def test_tick_closes_rounds_after_their_duration(store: ReportStore) -> None:
     collector = Collector(store, clock=clock)
     config = histogram_config(oracle=campaigns_pb2.GRR, min_reports_per_round=5)
     config.round_duration.seconds = 3600
-    collector.create_campaign(config)
-    collector.create_campaign(histogram_config("other", oracle=campaigns_pb2.GRR))  # no deadline: never auto-closed
+    collector.create_campaign(config_from_proto(config))
+    collector.create_campaign(config_from_proto(histogram_config("other", oracle=campaigns_pb2.GRR)))  # no deadline: never auto-closed
     spec = spec_of(collector, "hist-1")
     assert spec.deadline == pytest.approx(clock.now + 3600)
     collector.submit("r", simulated_reports(spec, [1, 2, 3], seed=1))
@@ -611,7 +612,7 @@ def test_engine_failure_marks_campaign_failed_and_keeps_reports(store: ReportSto
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(KINDS, "histogram", replace(KINDS["histogram"], engine=_ExplodingEngine))
     collector = Collector(store)
-    collector.create_campaign(histogram_config(oracle=campaigns_pb2.GRR))
+    collector.create_campaign(config_from_proto(histogram_config(oracle=campaigns_pb2.GRR)))
     spec = spec_of(collector, "hist-1")
     collector.submit("r", simulated_reports(spec, [1, 2, 3], seed=1))
     campaign = collector.close_round("hist-1", 1)
@@ -643,7 +644,7 @@ def test_multi_round_campaign(store: ReportStore, monkeypatch: pytest.MonkeyPatc
     collector = Collector(store, clock=clock)
     config = histogram_config(oracle=campaigns_pb2.GRR)
     config.round_duration.seconds = 60
-    collector.create_campaign(config)
+    collector.create_campaign(config_from_proto(config))
     spec1 = spec_of(collector, "hist-1")
     collector.submit("r1", simulated_reports(spec1, true_values(100), seed=1))
     clock.now += 10
@@ -669,7 +670,7 @@ def windowed_campaign(collector: Collector, clock: Clock, store: ReportStore, wi
     process" that died in the server step (it won the close, then no process holds the step lock)."""
     config = histogram_config(oracle=campaigns_pb2.GRR)
     config.histogram.windows = windows
-    collector.create_campaign(config)
+    collector.create_campaign(config_from_proto(config))
     spec = spec_of(collector, "hist-1")
     collector.submit("r", simulated_reports(spec, true_values(50), seed=1))
     assert store.close_round("hist-1", 1, clock.now)
@@ -718,7 +719,7 @@ def test_interrupted_creation_is_repaired_by_tick() -> None:
     store = MemoryStore()
     clock = Clock()
     collector = Collector(store, clock=clock)
-    collector.create_campaign(histogram_config(oracle=campaigns_pb2.GRR))
+    collector.create_campaign(config_from_proto(histogram_config(oracle=campaigns_pb2.GRR)))
     # Simulate a crash between create_campaign and open_round.
     del store.rounds[("hist-1", 1)]
     with pytest.raises(CollectorError) as between:
@@ -744,7 +745,7 @@ def test_create_campaign_holds_the_cross_process_step_lock(tmp_path: Any) -> Non
 
     store = Watching(tmp_path / "ldp-data")
     try:
-        Collector(store).create_campaign(histogram_config(oracle=campaigns_pb2.GRR))
+        Collector(store).create_campaign(config_from_proto(histogram_config(oracle=campaigns_pb2.GRR)))
         assert held_while_opening == [True]
         with other.step_lock("hist-1") as free:
             assert free  # released once the first round is open
@@ -760,7 +761,7 @@ def test_create_campaign_holds_the_cross_process_step_lock(tmp_path: Any) -> Non
 
 def test_concurrent_submits_and_close_lose_no_acknowledged_report(store: ReportStore) -> None:
     collector = Collector(store)
-    collector.create_campaign(histogram_config(oracle=campaigns_pb2.GRR))
+    collector.create_campaign(config_from_proto(histogram_config(oracle=campaigns_pb2.GRR)))
     spec = spec_of(collector, "hist-1")
     per_thread = [simulated_reports(spec, true_values(400), seed=100 + t) for t in range(4)]
     accepted = Counter[int]()
@@ -797,8 +798,8 @@ def test_heavy_hitters_end_to_end(store: ReportStore) -> None:
     config = campaigns_pb2.CampaignConfig(
         campaign_id="hh-1", kind=campaigns_pb2.HEAVY_HITTERS, epsilon=4.0,
         domain=campaigns_pb2.Domain(categorical_size=2**12))
-    campaign = collector.create_campaign(config)
-    params = campaign.config.heavy_hitters
+    campaign = collector.create_campaign(config_from_proto(config))
+    params = campaign.config.parameters
     assert (params.value_bits, params.bits_per_level, params.max_candidates) == (12, 4, 64)
     assert params.false_positive_rate == pytest.approx(0.05)
     spec = spec_of(collector, "hh-1")

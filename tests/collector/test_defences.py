@@ -50,6 +50,7 @@ from ldp_collector.defences import (
 )
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import PLAUSIBILITY_DELTA, hamming_weight_limits
+from ldp_collector.serde import config_from_proto
 from ldp_collector.server.lifecycle import start_server
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import Outcome
@@ -155,10 +156,10 @@ def test_assigned_seeds_look_uniform() -> None:
 
 def _olh_collector(tmp_path: Path) -> tuple[Collector, RoundSpec]:
     collector = Collector(open_store(tmp_path / "data"))
-    collector.create_campaign(campaigns_pb2.CampaignConfig(
+    collector.create_campaign(config_from_proto(campaigns_pb2.CampaignConfig(
         campaign_id="olh", kind=campaigns_pb2.HISTOGRAM, epsilon=2.0,
         domain=campaigns_pb2.Domain(categorical_size=16),
-        histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.OLH)))
+        histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.OLH))))
     spec, _ = collector.get_round_spec("olh")
     assert spec is not None
     return collector, spec
@@ -302,10 +303,10 @@ def test_hamming_weight_limits_exact_binomial_tail(domain: int, epsilon: float, 
 
 def test_implausible_unary_report_is_rejected_and_stores_nothing(tmp_path: Path) -> None:
     collector = Collector(open_store(tmp_path / "data"))
-    collector.create_campaign(campaigns_pb2.CampaignConfig(
+    collector.create_campaign(config_from_proto(campaigns_pb2.CampaignConfig(
         campaign_id="oue", kind=campaigns_pb2.HISTOGRAM, epsilon=0.5,
         domain=campaigns_pb2.Domain(categorical_size=128),
-        histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.OUE)))
+        histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.OUE))))
     spec, _ = collector.get_round_spec("oue")
     assert spec is not None
     params = spec.tasks[0].components[0].mechanism
@@ -393,7 +394,7 @@ def test_windowed_histogram_flags_a_shift_and_not_a_stable_window(tmp_path: Path
         domain=campaigns_pb2.Domain(categorical_size=16),
         # the stable window falsely flags with P <= 1e-6
         histogram=campaigns_pb2.HistogramParameters(oracle=oracle, windows=3, anomaly_alpha=1e-6))  # type: ignore[arg-type]
-    collector.create_campaign(config)
+    collector.create_campaign(config_from_proto(config))
     n = 20_000
     populations = [_population(n, 16), _population(n, 16), _population(n, 16, boost=3, share=0.15)]
     for window, values in enumerate(populations, start=1):
@@ -428,7 +429,7 @@ def test_windowed_histogram_split_budget_and_bad_parameters(tmp_path: Path) -> N
         campaign_id="s", kind=campaigns_pb2.HISTOGRAM, epsilon=2.0, budget_policy=campaigns_pb2.SPLIT,
         domain=campaigns_pb2.Domain(categorical_size=8),
         histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.GRR, windows=4))
-    collector.create_campaign(config)
+    collector.create_campaign(config_from_proto(config))
     spec, _ = collector.get_round_spec("s")
     assert spec is not None
     assert spec.max_reports_per_device == 4
@@ -440,12 +441,12 @@ def test_windowed_histogram_split_budget_and_bad_parameters(tmp_path: Path) -> N
         bad.campaign_id = "bad"
         setattr(bad.histogram, field, value)
         with pytest.raises(InvalidArgumentError, match=f"histogram.{field}"):
-            collector.create_campaign(bad)
+            collector.create_campaign(config_from_proto(bad))
     one = campaigns_pb2.CampaignConfig()
     one.CopyFrom(config)
     one.campaign_id = "one"
     one.histogram.windows = 0  # 0 = one window
-    collector.create_campaign(one)
+    collector.create_campaign(config_from_proto(one))
     assert collector.get_round_spec("one")[0].tasks[0].epsilon == pytest.approx(2.0)  # type: ignore[union-attr]
 
 
@@ -640,10 +641,10 @@ def test_weight_excess_flags_fake_unary_reports_and_not_honest_ones(epsilon: flo
 
 def test_unpadded_fakes_show_in_the_round_warnings(tmp_path: Path) -> None:
     collector = Collector(open_store(tmp_path / "data"))
-    collector.create_campaign(campaigns_pb2.CampaignConfig(
+    collector.create_campaign(config_from_proto(campaigns_pb2.CampaignConfig(
         campaign_id="weights", kind=campaigns_pb2.HISTOGRAM, epsilon=1.0,
         domain=campaigns_pb2.Domain(categorical_size=128),
-        histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.OUE)))
+        histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.OUE))))
     spec, _ = collector.get_round_spec("weights")
     assert spec is not None
     reports = _window_reports(spec, [v % 128 for v in range(10_000)], seed=31)

@@ -48,6 +48,7 @@ from ldp_collector.estimation.accumulators import component_params_from_spec, ma
 from ldp_collector.ingest import RoundContext, StoredReportColumns, validate_batch
 from ldp_collector.kinds import KINDS, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.model import Result
+from ldp_collector.serde import config_from_proto
 from ldp_collector.server.wire import submit_response
 from ldp_collector.storage.base import AccumulateFn, CampaignRecord, Outcome, StoredReport
 from ldp_collector.storage.sqlite import SqliteReportStore
@@ -416,9 +417,9 @@ class _MixedEngine(CampaignEngine):
 def _collector(path: Path) -> Collector:
     collector = Collector(SqliteReportStore(path))
     for campaign_id in ("camp", "other", "gone"):
-        collector.create_campaign(campaigns_pb2.CampaignConfig(
+        collector.create_campaign(config_from_proto(campaigns_pb2.CampaignConfig(
             campaign_id=campaign_id, kind=campaigns_pb2.HISTOGRAM, epsilon=4.0,
-            domain=campaigns_pb2.Domain(categorical_size=6)))
+            domain=campaigns_pb2.Domain(categorical_size=6))))
     gone = Report(report_id=b"g" * 16, campaign_id="gone", round=ROUND, group=0, payloads=(1,))
     assert collector.submit("gone", [gone]) == [(Outcome.ACCEPTED, "")]
     collector.close_round("gone", ROUND)  # the engine finishes the campaign

@@ -19,10 +19,11 @@ from ldp_client.encoders.geometry import TreeCell
 from ldp_client.errors import ProtocolError
 from ldp_client.mechanisms import GRRParams
 from ldp_client.serde import cluster_model_from_proto, encoder_to_proto, mechanism_to_proto
-from ldp_collector.campaigns import FINISHED, timestamp
+from ldp_collector.campaigns import FINISHED
 from ldp_collector.core import Collector
 from ldp_collector.model import CampaignState, Clustering, Estimate, Estimates, HeavyHitter, Result
 from ldp_collector.serde import (
+    config_from_proto,
     estimates_from_bytes,
     estimates_from_proto,
     estimates_to_bytes,
@@ -31,6 +32,7 @@ from ldp_collector.serde import (
     result_from_proto,
     result_to_bytes,
     result_to_proto,
+    timestamp,
 )
 from ldp_collector.storage import open_store
 
@@ -156,7 +158,7 @@ def test_results_and_estimates_stored_by_the_message_code_path_still_read(tmp_pa
         collector = Collector(store)
         config = campaigns_pb2.CampaignConfig(campaign_id="c-1", kind=campaigns_pb2.HISTOGRAM, epsilon=1.5,
                                               domain=campaigns_pb2.Domain(categorical_size=4))
-        collector.create_campaign(config)
+        collector.create_campaign(config_from_proto(config))
         stored = _old_style_message()
         store.close_round("c-1", 1, NOW)
         store.set_round_estimates("c-1", 1, stored.estimates.SerializeToString())

@@ -47,6 +47,7 @@ from numpy.typing import ArrayLike
 from ldp.v1 import campaigns_pb2
 from ldp_collector.cli import build_campaign_config
 from ldp_collector.kinds import KINDS, Kind
+from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.runner import CollectorBackend, run_campaign
 
 from ._common import Box, Clustering, check_epsilon, check_k, check_points
@@ -120,7 +121,7 @@ def center_campaign(x: ArrayLike, k: int, epsilon: float, *, method: str, seed: 
         raise ValueError(f"{method} needs k >= 2 (the engines' lower bound), got {k}")
     d = points.shape[1]
     config = center_campaign_config(method, Box.of(points), k, epsilon)
-    run = run_campaign(backend, config, points, mode="direct", quiet=True,
+    run = run_campaign(backend, config_from_proto(config), points, mode="direct", quiet=True,
                        seed=population_seed(seed, points, epsilon, METHODS[method][1]))
     stats = run.stats
     if stats.accepted != stats.reports_sent:

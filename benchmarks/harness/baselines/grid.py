@@ -31,6 +31,7 @@ from ldp_client.clusters import CellClusterModel
 from ldp_collector.cli import build_campaign_config
 from ldp_collector.kinds import KINDS
 from ldp_collector.kinds.grid import DEFAULT_MAX_CELLS
+from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.runner import CollectorBackend, run_campaign
 
 from ._common import Box, Clustering, check_epsilon, check_points
@@ -82,7 +83,7 @@ def grid_clustering(x: ArrayLike, epsilon: float, *, variant: str, seed: int,
     box = Box.of(points)
     config = grid_config(box, epsilon, variant)
     # A tag no OUE floor grid uses (m >= 2): the grid campaigns' report ids differ from the floor's.
-    run = run_campaign(backend, config, points, mode="direct", quiet=True,
+    run = run_campaign(backend, config_from_proto(config), points, mode="direct", quiet=True,
                        seed=population_seed(seed, points, epsilon, -int(VARIANTS[variant])))
     stats = run.stats
     if stats.accepted != stats.reports_sent:

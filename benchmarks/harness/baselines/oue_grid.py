@@ -31,6 +31,7 @@ from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.grid import UniformGridEncoder
 from ldp_collector.cli import build_campaign_config
+from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.runner import CollectorBackend, run_campaign
 from ldp_collector.simulation.scores import reference_kmeans
 
@@ -132,7 +133,7 @@ def oue_grid_kmeans(x: ArrayLike, k: int, epsilon: float, *, seed: int, backend:
     else:
         if backend is None:
             raise ValueError("a finite epsilon runs a histogram campaign: pass a collector backend")
-        run = run_campaign(backend, histogram_config(box, m, epsilon), points,
+        run = run_campaign(backend, config_from_proto(histogram_config(box, m, epsilon)), points,
                            seed=population_seed(seed, points, epsilon, m), mode="direct", quiet=True)
         stats = run.stats
         if stats.accepted != stats.reports_sent:

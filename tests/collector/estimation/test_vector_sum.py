@@ -45,6 +45,7 @@ from ldp_collector.estimation.olh_hash import hash_values
 from ldp_collector.estimation.vector_sum import BucketSums, analytic_variance, bucket_sums, decode_signed
 from ldp_collector.kinds import KINDS, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.model import Result
+from ldp_collector.serde import config_from_proto
 from ldp_collector.storage.base import Outcome
 from ldp_collector.storage.sqlite import SqliteReportStore
 from support.stats import FALSE_FAILURE_RATE, chi2_sf
@@ -346,9 +347,9 @@ def test_reports_go_through_submit_storage_and_estimation(tmp_path: Path, monkey
     monkeypatch.setitem(KINDS, "histogram", replace(KINDS["histogram"], engine=_VectorEngine))
     collector = Collector(SqliteReportStore(tmp_path / "store"))
     try:
-        collector.create_campaign(campaigns_pb2.CampaignConfig(
+        collector.create_campaign(config_from_proto(campaigns_pb2.CampaignConfig(
             campaign_id="vec", kind=campaigns_pb2.HISTOGRAM, epsilon=4.0,
-            domain=campaigns_pb2.Domain(categorical_size=6)))
+            domain=campaigns_pb2.Domain(categorical_size=6))))
         spec, _ = collector.get_round_spec("vec")
         assert spec == _spec("vec")
         rng = SeededRng(77)

@@ -35,6 +35,7 @@ from ldp_collector.estimation.bitvector import (
 )
 from ldp_collector.kinds import bitvector as bitvector_engine
 from ldp_collector.kinds.bitvector import HALF_WIDTH_FACTOR
+from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import numeric_bounds
@@ -242,7 +243,7 @@ def test_dbscan_in_encoded_space_finds_separated_blobs_from_exact_bits() -> None
 ])
 def test_validation_names_the_field(config: campaigns_pb2.CampaignConfig, message: str) -> None:
     with pytest.raises(InvalidArgumentError) as info:
-        make_engine(config)
+        make_engine(config_from_proto(config))
     assert message in str(info.value)
 
 
@@ -251,12 +252,12 @@ def test_categorical_domain_is_rejected() -> None:
                                           domain=campaigns_pb2.Domain(categorical_size=10))
     config.bitvector.k = 3
     with pytest.raises(InvalidArgumentError, match="numeric domain"):
-        make_engine(config)
+        make_engine(config_from_proto(config))
 
 
 def test_defaults_and_round_spec() -> None:
-    prepared = prepare_campaign(bv_config(lower=(0.0, -1.0, 2.0), upper=(1.0, 1.0, 3.0), epsilon=3.0))
-    params = prepared.config.bitvector
+    prepared = prepare_campaign(config_from_proto(bv_config(lower=(0.0, -1.0, 2.0), upper=(1.0, 1.0, 3.0), epsilon=3.0)))
+    params = prepared.config.parameters
     assert params.pivots_per_attribute == bitvector_engine.DEFAULT_PIVOTS_PER_ATTRIBUTE
     assert params.algorithm == campaigns_pb2.BitVectorParameters.KMEANS
     spec = prepared.engine.first_round().spec
@@ -276,7 +277,7 @@ def _run(config: campaigns_pb2.CampaignConfig, x: np.ndarray, seed: int) -> Any:
     with tempfile.TemporaryDirectory() as tmp:
         store = open_store(tmp)
         try:
-            return run_campaign(Collector(store), config, x, seed=seed, mode="direct", quiet=True)
+            return run_campaign(Collector(store), config_from_proto(config), x, seed=seed, mode="direct", quiet=True)
         finally:
             store.close()
 

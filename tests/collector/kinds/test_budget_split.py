@@ -16,6 +16,7 @@ import pytest
 from ldp.v1 import campaigns_pb2
 from ldp_client.budget import exact_sum, sum_up
 from ldp_collector.campaigns import prepare_campaign
+from ldp_collector.serde import config_from_proto
 
 #: Campaign epsilons whose naive cuts overshoot in floating point for some engine (and a few that do not).
 EPSILONS = (0.3, 0.7, 0.9, 1.1, 2.9, 3.3, 8.0, 13.7, 19.9)
@@ -42,7 +43,7 @@ def test_grid_split(epsilon: float, variant: int, rounds: int) -> None:
     config.grid.variant = variant  # type: ignore[assignment]
     if variant == campaigns_pb2.GridParameters.ITERATIVE:
         config.grid.max_iterations = 3
-    engine = prepare_campaign(config).engine
+    engine = prepare_campaign(config_from_proto(config)).engine
     assert _fits([engine.plan.round_epsilon] * rounds, epsilon)  # type: ignore[attr-defined]
 
 
@@ -52,7 +53,7 @@ def test_histogram_windows_split(epsilon: float, windows: int) -> None:
     config = campaigns_pb2.CampaignConfig(kind=campaigns_pb2.HISTOGRAM, epsilon=epsilon, budget_policy=SPLIT)
     config.domain.categorical_size = 16
     config.histogram.windows = windows
-    engine = prepare_campaign(config).engine
+    engine = prepare_campaign(config_from_proto(config)).engine
     assert _fits([engine.component.mechanism.epsilon] * windows, epsilon)  # type: ignore[attr-defined]
 
 
@@ -62,7 +63,7 @@ def test_ldp_kmeans(epsilon: float, policy: int) -> None:
     config = _config(campaigns_pb2.LDP_KMEANS, epsilon, policy)
     config.ldp_kmeans.k = 3
     config.ldp_kmeans.iterations = 3
-    engine = prepare_campaign(config).engine
+    engine = prepare_campaign(config_from_proto(config)).engine
     plan = engine.plan  # type: ignore[attr-defined]
     # A round's label and vector are one task: the ledger charges their sum, rounded up (GroupTask.epsilon).
     label_round = sum_up([plan.label_epsilon, plan.label_vector_epsilon])
@@ -78,7 +79,7 @@ def test_ldp_kmeans(epsilon: float, policy: int) -> None:
 def test_nettree_components(epsilon: float) -> None:
     config = _config(campaigns_pb2.NETTREE, epsilon, PARTITION)
     config.nettree.k = 3
-    engine = prepare_campaign(config).engine
+    engine = prepare_campaign(config_from_proto(config)).engine
     assert _fits([engine.node_epsilon, engine.vector_epsilon], epsilon)  # type: ignore[attr-defined]
 
 
@@ -86,5 +87,5 @@ def test_nettree_components(epsilon: float) -> None:
 def test_stemmer_split(epsilon: float) -> None:
     config = _config(campaigns_pb2.STEMMER, epsilon, SPLIT)
     config.stemmer.k = 3
-    engine = prepare_campaign(config).engine
+    engine = prepare_campaign(config_from_proto(config)).engine
     assert _fits([engine.round_epsilon] * engine.rounds, epsilon)  # type: ignore[attr-defined]

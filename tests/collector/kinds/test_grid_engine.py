@@ -42,6 +42,7 @@ from ldp_collector.kinds.grid import (
     _pool_prior,
 )
 from ldp_collector.model import Result
+from ldp_collector.serde import config_from_proto, config_to_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import Population, numeric_bounds
@@ -76,7 +77,7 @@ def config_for(x: np.ndarray, **kwargs: Any) -> campaigns_pb2.CampaignConfig:
 
 
 def engine_for(config: campaigns_pb2.CampaignConfig) -> GridEngine:
-    engine = prepare_campaign(config).engine
+    engine = prepare_campaign(config_from_proto(config)).engine
     assert isinstance(engine, GridEngine)
     return engine
 
@@ -121,7 +122,7 @@ def campaign(name: str, n: int, seed: int, variant: int, policy: int = PARTITION
         store = open_store(tmp)
         try:
             backend = RecordingCollector(Collector(store), seed=seed)
-            run = run_campaign(backend, config, x, seed=seed, mode="direct", quiet=True)
+            run = run_campaign(backend, config_from_proto(config), x, seed=seed, mode="direct", quiet=True)
         finally:
             store.close()
     return run, dict(backend.specs)
@@ -179,18 +180,18 @@ def test_bad_parameters(top: dict[str, Any], grid: dict[str, Any], message: str)
     for key, value in grid.items():
         setattr(c.grid, key, value)
     with pytest.raises(InvalidArgumentError, match=message):
-        prepare_campaign(c)
+        prepare_campaign(config_from_proto(c))
 
 
 def test_bad_domain_and_parameter_kind() -> None:
     c = grid_config()
     categorical(c)
     with pytest.raises(InvalidArgumentError, match="grid campaign needs a numeric domain"):
-        prepare_campaign(c)
+        prepare_campaign(config_from_proto(c))
     c = grid_config()
     c.histogram.SetInParent()
     with pytest.raises(InvalidArgumentError, match="takes grid parameters"):
-        prepare_campaign(c)
+        prepare_campaign(config_from_proto(c))
 
 
 @pytest.mark.parametrize("policy,epsilon,variant,extra", [
@@ -207,8 +208,8 @@ def test_largest_epsilon_per_round_is_accepted(policy: int, epsilon: float, vari
 
 def test_defaults_are_filled_in() -> None:
     original = grid_config()
-    prepared = prepare_campaign(original)
-    p = prepared.config.grid
+    prepared = prepare_campaign(config_from_proto(original))
+    p = prepared.config.parameters
     assert p.variant == TREE and p.granularity == GRID.CONSISTENT
     assert p.max_cells == DEFAULT_MAX_CELLS == 4096
     assert p.initial_cells_per_dimension == 16  # finest level with at most 256 cells in 2-d
@@ -219,12 +220,12 @@ def test_defaults_are_filled_in() -> None:
     assert prepared.config.budget_policy == PARTITION
     assert original.grid.variant == GRID.VARIANT_UNSPECIFIED  # the input is not modified
     # The stored config round-trips to the same engine layout.
-    again = engine_for(prepared.config)
+    again = engine_for(config_to_proto(prepared.config))
     assert again.plan == engine_for(original).plan and again.config == prepared.config
     # UNIFORM keeps a zero refinement share; other dimensions get their own calibration grid.
-    assert prepare_campaign(grid_config(variant=UNIFORM)).config.grid.refinement_share == 0
-    assert prepare_campaign(grid_config((0, 0, 0), (1, 1, 1))).config.grid.initial_cells_per_dimension == 4
-    assert prepare_campaign(grid_config((0,), (1,))).config.grid.initial_cells_per_dimension == 256
+    assert prepare_campaign(config_from_proto(grid_config(variant=UNIFORM))).config.parameters.refinement_share == 0
+    assert prepare_campaign(config_from_proto(grid_config((0, 0, 0), (1, 1, 1)))).config.parameters.initial_cells_per_dimension == 4
+    assert prepare_campaign(config_from_proto(grid_config((0,), (1,)))).config.parameters.initial_cells_per_dimension == 256
 
 
 @pytest.mark.parametrize("variant,policy,weights,round_epsilon", [

@@ -25,6 +25,7 @@ from ldp_collector.estimation.heavy_hitters import level_params
 from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.kinds import KINDS
 from ldp_collector.kinds.heavy_hitters import HeavyHitterEngine, default_bits_per_level, prefix_domain
+from ldp_collector.serde import config_from_proto
 from support.round_reports import ListRoundReports
 
 
@@ -37,7 +38,7 @@ def config(size: int = 2**12, epsilon: float = 4.0, **params: Any) -> campaigns_
 
 
 def engine_for(c: campaigns_pb2.CampaignConfig) -> HeavyHitterEngine:
-    engine = prepare_campaign(c).engine
+    engine = prepare_campaign(config_from_proto(c)).engine
     assert isinstance(engine, HeavyHitterEngine)
     return engine
 
@@ -79,7 +80,7 @@ def test_registered_for_heavy_hitter_kind() -> None:
                                                         (2**32, 32, 4, 8), (1000, 10, 4, 3)])
 def test_defaults(size: int, bits: int, per_level: int, levels: int) -> None:
     engine = engine_for(config(size=size))
-    params = engine.config.heavy_hitters
+    params = engine.config.parameters
     assert (params.value_bits, params.bits_per_level, engine.tree.levels) == (bits, per_level, levels)
     assert params.false_positive_rate == pytest.approx(0.05) and params.max_candidates == 64
     assert default_bits_per_level(bits) == per_level
@@ -100,7 +101,7 @@ def test_bad_parameters(mutate: Any, message: str) -> None:
     c = config()
     mutate(c)
     with pytest.raises(InvalidArgumentError, match=message):
-        prepare_campaign(c)
+        prepare_campaign(config_from_proto(c))
 
 
 def test_first_round_has_one_group_per_level() -> None:

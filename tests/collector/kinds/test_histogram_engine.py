@@ -33,6 +33,7 @@ from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.kinds import KINDS
 from ldp_collector.kinds.histogram import HistogramEngine, default_cells_per_dimension, round_aggregators
+from ldp_collector.serde import config_from_proto
 from support.round_reports import ListRoundReports
 
 
@@ -45,7 +46,7 @@ def config(size: int = 8, epsilon: float = 2.0, oracle: int = 0, **fields: Any) 
 
 
 def engine_for(c: campaigns_pb2.CampaignConfig) -> HistogramEngine:
-    engine = prepare_campaign(c).engine
+    engine = prepare_campaign(config_from_proto(c)).engine
     assert isinstance(engine, HistogramEngine)
     return engine
 
@@ -97,7 +98,7 @@ def test_registered_for_histogram_kind() -> None:
 def test_oracle_chosen_by_variance_is_recorded(size: int, epsilon: float, oracle: int) -> None:
     engine = engine_for(config(size=size, epsilon=epsilon))
     assert engine.component.mechanism == choose_frequency_oracle(size, epsilon)
-    assert engine.config.histogram.oracle == oracle
+    assert engine.config.parameters.oracle == oracle
 
 
 def test_explicit_oracles_and_payload_cap() -> None:
@@ -105,7 +106,7 @@ def test_explicit_oracles_and_payload_cap() -> None:
     sue_engine = engine_for(config(oracle=campaigns_pb2.SUE))
     mech = sue_engine.component.mechanism
     assert isinstance(mech, UnaryEncodingParams) and mech.variant == UnaryVariant.SYMMETRIC
-    assert sue_engine.config.histogram.oracle == campaigns_pb2.SUE
+    assert sue_engine.config.parameters.oracle == campaigns_pb2.SUE
     assert isinstance(engine_for(config(oracle=campaigns_pb2.OLH)).component.mechanism, LocalHashingParams)
     capped = config(size=1024, epsilon=4.0)
     capped.histogram.max_payload_bits = 10
@@ -138,7 +139,7 @@ def test_numeric_grid_defaults(dimension: int, cells: list[int], expected: list[
                                                                        upper=[1.0] * dimension)))
     c.histogram.cells_per_dimension.extend(cells)
     engine = engine_for(c)
-    assert list(engine.config.histogram.cells_per_dimension) == expected
+    assert list(engine.config.parameters.cells_per_dimension) == expected
     encoder = engine.component.encoder
     assert isinstance(encoder, UniformGridEncoder) and list(encoder.cells_per_dimension) == expected
 
@@ -157,7 +158,7 @@ def test_bad_parameters(mutate: Any, message: str) -> None:
     c = config()
     mutate(c)
     with pytest.raises(InvalidArgumentError, match=message):
-        make_engine(c)
+        make_engine(config_from_proto(c))
 
 
 def test_bad_numeric_grid() -> None:
@@ -166,11 +167,11 @@ def test_bad_numeric_grid() -> None:
         domain=campaigns_pb2.Domain(numeric=encoders_pb2.NumericDomain(lower=[0, 0, 0], upper=[1, 1, 1])))
     c.histogram.cells_per_dimension.extend([2, 2])
     with pytest.raises(InvalidArgumentError, match="1 or 3 entries"):
-        make_engine(c)
+        make_engine(config_from_proto(c))
     del c.histogram.cells_per_dimension[:]
     c.histogram.cells_per_dimension.append(300)
     with pytest.raises(InvalidArgumentError, match="at most"):
-        make_engine(c)
+        make_engine(config_from_proto(c))
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from ldp.v1 import campaigns_pb2
 from ldp_collector.core import Collector
 from ldp_collector.kinds import KINDS, Kind, kind_for
 from ldp_collector.kinds.base import CATEGORICAL, NUMERIC
+from ldp_collector.serde import config_from_proto, config_to_proto, kind_name, kind_number
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.runner import InProcessCollector, run_campaign
@@ -38,12 +39,12 @@ def test_registry_agrees_with_the_wire() -> None:
     assert set(KINDS) == enum_names == oneof
     for name, kind in KINDS.items():
         assert kind.name == name
-        assert kind_for(kind.value) is kind
-        assert campaigns_pb2.CampaignKind.Name(kind.value).lower() == name
+        assert kind_for(name) is kind
+        assert campaigns_pb2.CampaignKind.Name(kind_number(name)).lower() == kind_name(kind_number(name)) == name
 
 
 def _config(kind: Kind, x: NDArray[np.float64]) -> campaigns_pb2.CampaignConfig:
-    config = campaigns_pb2.CampaignConfig(kind=kind.value, epsilon=4.0, campaign_id=f"contract-{kind.name}")
+    config = campaigns_pb2.CampaignConfig(kind=kind_number(kind.name), epsilon=4.0, campaign_id=f"contract-{kind.name}")
     if NUMERIC in kind.domains:
         config.domain.numeric.lower.extend(x.min(axis=0).tolist())
         config.domain.numeric.upper.extend(x.max(axis=0).tolist())
@@ -84,12 +85,12 @@ def test_life_cycle(name: str, tmp_path: Path) -> None:
         assert CATEGORICAL in kind.domains
         points = [(int(v),) for v in np.asarray(labels) * 7 % _CATEGORIES]
     backend = _RestartingCollector(tmp_path / "ldp-data")
-    run = run_campaign(backend, _config(kind, x), points, seed=3, mode="direct", quiet=True)
+    run = run_campaign(backend, config_from_proto(_config(kind, x)), points, seed=3, mode="direct", quiet=True)
 
     assert run.result.state == campaigns_pb2.FINISHED
     stored = backend.collector.get_campaign(run.campaign_id)
     assert stored.state == campaigns_pb2.FINISHED
-    assert stored.config.WhichOneof("parameters") == kind.name
+    assert config_to_proto(stored.config).WhichOneof("parameters") == kind.name
     if run.stats.rounds > 1:
         assert backend.restarts == 1, "a multi-round campaign restarts between its first two rounds"
     if kind.clustering:

@@ -23,6 +23,7 @@ from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.kinds import KINDS, Kind
 from ldp_collector.kinds.base import NUMERIC, KindParams
 from ldp_collector.kinds.histogram import HistogramEngine, HistogramParams
+from ldp_collector.serde import config_from_proto, kind_number
 
 _KINDS = list(KINDS)
 
@@ -33,7 +34,7 @@ def _message(kind: Kind) -> Any:
 
 def _config(kind: Kind, **fields: Any) -> campaigns_pb2.CampaignConfig:
     """A valid configuration of ``kind`` that sets no parameter but ``k``."""
-    config = campaigns_pb2.CampaignConfig(kind=kind.value, epsilon=2.0, campaign_id=f"params-{kind.name}", **fields)
+    config = campaigns_pb2.CampaignConfig(kind=kind_number(kind.name), epsilon=2.0, campaign_id=f"params-{kind.name}", **fields)
     if NUMERIC in kind.domains:
         config.domain.numeric.lower.extend([0.0, -1.0])
         config.domain.numeric.upper.extend([1.0, 1.0])
@@ -141,7 +142,7 @@ def test_unknown_enum_number_reaches_resolve() -> None:
     params = serde.params_from_proto("histogram", config)
     assert isinstance(params, HistogramParams) and params.oracle == 42 and str(params.oracle) == "42"
     with pytest.raises(InvalidArgumentError, match="histogram.oracle 42 is not a known frequency oracle"):
-        params.resolve(config)
+        params.resolve(serde.config_from_proto(config))
 
 
 @pytest.mark.parametrize("name", _KINDS)
@@ -149,14 +150,14 @@ def test_defaults_are_filled_in_one_place(name: str) -> None:
     """The stored configuration is exactly the input with ``resolve``'s parameters written back."""
     kind = KINDS[name]
     config = _config(kind)
-    prepared = prepare_campaign(config)
+    prepared = prepare_campaign(config_from_proto(config))
     resolved = (serde.params_from_proto(name, config) or kind.params()).resolve(prepared.config)
     expected = campaigns_pb2.CampaignConfig()
     expected.CopyFrom(config)
     expected.budget_policy = campaigns_pb2.PARTITION
     expected.min_reports_per_round = 1
     serde.params_to_proto(name, resolved, expected)
-    assert prepared.config.SerializeToString() == expected.SerializeToString()
+    assert serde.config_to_bytes(prepared.config) == expected.SerializeToString()
     assert prepared.engine.params == resolved
     # Resolving the stored parameters again changes nothing: a restart rebuilds the same engine.
     assert resolve_params(prepared.config) == resolved
@@ -171,9 +172,9 @@ def test_capped_olh_survives_a_restart() -> None:
     config.histogram.max_payload_bits = 37
     chosen = choose_frequency_oracle(1024, 4.0, 37)
     assert isinstance(chosen, LocalHashingParams) and chosen.hash_range == 32
-    prepared = prepare_campaign(config)
-    assert prepared.config.histogram.oracle == campaigns_pb2.OLH
-    stored = campaigns_pb2.CampaignConfig.FromString(prepared.config.SerializeToString())
-    for engine in (prepared.engine, make_engine(stored)):
+    prepared = prepare_campaign(config_from_proto(config))
+    assert prepared.config.parameters.oracle == campaigns_pb2.OLH
+    stored = campaigns_pb2.CampaignConfig.FromString(serde.config_to_bytes(prepared.config))
+    for engine in (prepared.engine, make_engine(config_from_proto(stored))):
         assert isinstance(engine, HistogramEngine)
         assert engine.component.mechanism == chosen

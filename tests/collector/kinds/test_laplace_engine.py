@@ -29,7 +29,7 @@ from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.kinds import KINDS
 from ldp_collector.kinds.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
-from ldp_collector.serde import result_to_proto
+from ldp_collector.serde import config_from_proto, result_to_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import numeric_bounds
@@ -55,7 +55,7 @@ def laplace_config(lower: Sequence[float] = (0.0, 0.0), upper: Sequence[float] =
 
 
 def engine_for(config: campaigns_pb2.CampaignConfig) -> LaplaceEngine:
-    engine = prepare_campaign(config).engine
+    engine = prepare_campaign(config_from_proto(config)).engine
     assert isinstance(engine, LaplaceEngine)
     return engine
 
@@ -74,11 +74,11 @@ def test_engine_is_registered() -> None:
 
 def test_defaults_are_filled_into_a_copy() -> None:
     config = laplace_config(k=3)
-    prepared = prepare_campaign(config)
-    p = prepared.config.laplace
+    prepared = prepare_campaign(config_from_proto(config))
+    p = prepared.config.parameters
     assert p.algorithm == MNFCM and p.fuzzifier == 2.0 and p.grid_bits == DEFAULT_GRID_BITS and p.k == 3
     assert config.laplace.algorithm == LAPLACE.ALGORITHM_UNSPECIFIED and config.laplace.fuzzifier == 0
-    kmeans = prepare_campaign(laplace_config(algorithm=KMEANS)).config.laplace
+    kmeans = prepare_campaign(config_from_proto(laplace_config(algorithm=KMEANS))).config.parameters
     assert kmeans.fuzzifier == 0 and kmeans.grid_bits == DEFAULT_GRID_BITS
 
 
@@ -94,7 +94,7 @@ def test_defaults_are_filled_into_a_copy() -> None:
 ], ids=["k0", "k257", "m1", "m-small", "m-huge", "m-kmeans", "grid-bits", "algorithm"])
 def test_invalid_parameters_name_the_field(config: campaigns_pb2.CampaignConfig, message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
-        prepare_campaign(config)
+        prepare_campaign(config_from_proto(config))
 
 
 def test_needs_a_numeric_domain() -> None:
@@ -102,20 +102,20 @@ def test_needs_a_numeric_domain() -> None:
                                           domain=campaigns_pb2.Domain(categorical_size=10))
     config.laplace.k = 2
     with pytest.raises(InvalidArgumentError, match="laplace campaign needs a numeric domain"):
-        prepare_campaign(config)
+        prepare_campaign(config_from_proto(config))
 
 
 def test_epsilon_above_twenty_is_refused() -> None:
     # The engine's own check (the shared checks may cap the campaign budget elsewhere).
     with pytest.raises(InvalidArgumentError, match=r"epsilon must be in \(0, 20\], got 25"):
-        make_engine(laplace_config(epsilon=25.0))
+        make_engine(config_from_proto(laplace_config(epsilon=25.0)))
 
 
 def test_other_kinds_parameters_are_refused() -> None:
     config = laplace_config()
     config.histogram.oracle = campaigns_pb2.GRR
     with pytest.raises(InvalidArgumentError, match="takes laplace parameters"):
-        prepare_campaign(config)
+        prepare_campaign(config_from_proto(config))
 
 
 def test_first_round_is_one_group_of_discrete_laplace_on_the_unit_cube() -> None:
@@ -248,7 +248,7 @@ def campaign(algorithm: int, epsilon: float, n: int = E2E_N, seed: int = E2E_SEE
     with tempfile.TemporaryDirectory() as tmp:
         store = open_store(tmp)
         try:
-            return run_campaign(Collector(store), config, x, seed=seed, mode="direct", quiet=True)
+            return run_campaign(Collector(store), config_from_proto(config), x, seed=seed, mode="direct", quiet=True)
         finally:
             store.close()
 

@@ -47,6 +47,7 @@ from ldp_collector.kinds.ldp_kmeans import (
     vector_component,
     vector_estimates,
 )
+from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import Population, numeric_bounds
@@ -73,7 +74,7 @@ def kmeans_config(lower: Sequence[float] = (0.0, 0.0), upper: Sequence[float] = 
 
 
 def engine_for(config: campaigns_pb2.CampaignConfig) -> LdpKmeansEngine:
-    engine = prepare_campaign(config).engine
+    engine = prepare_campaign(config_from_proto(config)).engine
     assert isinstance(engine, LdpKmeansEngine)
     return engine
 
@@ -116,7 +117,7 @@ def test_registered_for_the_ldp_kmeans_kind() -> None:
 def test_bad_parameters(top: dict[str, Any], params: dict[str, Any], message: str) -> None:
     params = {"k": 4, **params}
     with pytest.raises(InvalidArgumentError, match=message):
-        prepare_campaign(kmeans_config(**top, **params))
+        prepare_campaign(config_from_proto(kmeans_config(**top, **params)))
 
 
 def test_large_epsilon_is_fine_under_split() -> None:
@@ -129,15 +130,15 @@ def test_categorical_domain_is_rejected() -> None:
                                           domain=campaigns_pb2.Domain(categorical_size=16))
     config.ldp_kmeans.k = 4
     with pytest.raises(InvalidArgumentError, match="numeric domain"):
-        prepare_campaign(config)
+        prepare_campaign(config_from_proto(config))
 
 
 def test_defaults_are_filled_into_a_copy() -> None:
     config = kmeans_config()
-    prepared = prepare_campaign(config)
-    assert prepared.config.ldp_kmeans.iterations == DEFAULT_ITERATIONS == 5
-    assert prepared.config.ldp_kmeans.data_share == DEFAULT_DATA_SHARE == 0.5
-    assert prepared.config.ldp_kmeans.k == 4
+    prepared = prepare_campaign(config_from_proto(config))
+    assert prepared.config.parameters.iterations == DEFAULT_ITERATIONS == 5
+    assert prepared.config.parameters.data_share == DEFAULT_DATA_SHARE == 0.5
+    assert prepared.config.parameters.k == 4
     assert config.ldp_kmeans.iterations == 0 and config.ldp_kmeans.data_share == 0.0
 
 
@@ -212,8 +213,8 @@ def test_rounds_and_every_device_spends_exactly_epsilon(policy: int) -> None:
     x = blobs(3000, seed=1, centers=[(0.2, 0.2), (0.8, 0.7), (0.3, 0.8)])
     t, epsilon = 3, 2.5
     with tempfile.TemporaryDirectory() as tmp:
-        run = run_campaign(Collector(open_store(tmp)), kmeans_config(k=3, epsilon=epsilon, policy=policy,
-                                                                     iterations=t), x,
+        run = run_campaign(Collector(open_store(tmp)), config_from_proto(kmeans_config(k=3, epsilon=epsilon, policy=policy,
+                                                                     iterations=t)), x,
                            seed=5, mode="direct", quiet=True)
     assert run.stats.rounds == t + 1
     assert run.stats.epsilon_per_device == pytest.approx(epsilon, rel=1e-12)
@@ -477,7 +478,7 @@ def test_end_to_end_mixture() -> None:
     lower, upper = numeric_bounds(x)
     config = kmeans_config(lower, upper, k=4, epsilon=8.0, campaign_id="")
     with tempfile.TemporaryDirectory() as tmp:
-        run = run_campaign(Collector(open_store(tmp)), config, x, seed=1, mode="direct", quiet=True)
+        run = run_campaign(Collector(open_store(tmp)), config_from_proto(config), x, seed=1, mode="direct", quiet=True)
     scores = evaluate_clustering(run.result, x, labels, seed=1)
     centers = np.asarray(run.result.clustering.centers).reshape(4, 2)
     assert np.all(centers >= np.asarray(lower)) and np.all(centers <= np.asarray(upper))

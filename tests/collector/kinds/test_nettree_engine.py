@@ -33,6 +33,7 @@ from ldp_collector.kinds.nettree import (
     leaf_nodes,
     noiseless_outcome,
 )
+from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.runner import CampaignRun, run_campaign
@@ -54,7 +55,7 @@ def nettree_config(lower: Sequence[float], upper: Sequence[float], *, epsilon: f
 
 
 def engine_for(config: campaigns_pb2.CampaignConfig) -> NetTreeEngine:
-    engine = prepare_campaign(config).engine
+    engine = prepare_campaign(config_from_proto(config)).engine
     assert isinstance(engine, NetTreeEngine)
     return engine
 
@@ -65,15 +66,15 @@ def test_registered() -> None:
 
 def test_defaults_are_filled_in() -> None:
     high = engine_for(nettree_config([0.0] * 10, [1.0] * 10, k=8, campaign_id="nt-d10"))
-    p = high.config.nettree
+    p = high.config.parameters
     assert p.depth == DEFAULT_DEPTH and p.node_map == NT.SIMHASH and p.projection_dimension == 10
     assert p.bits_per_level == default_bits_per_level(8, DEFAULT_DEPTH) == 2
     assert p.max_nodes_per_level == 64 and p.node_share == DEFAULT_NODE_SHARE and p.false_positive_rate == 0.05
     assert high.projection is None  # d <= 16: no projection
     wide = engine_for(nettree_config([0.0] * 40, [1.0] * 40, k=8, campaign_id="nt-d40"))
-    assert wide.config.nettree.projection_dimension == 16 and wide.projection is not None
+    assert wide.config.parameters.projection_dimension == 16 and wide.projection is not None
     low = engine_for(nettree_config([0.0] * 2, [1.0] * 2, k=3, campaign_id="nt-d2"))
-    assert low.config.nettree.node_map == NT.SHIFTED_GRID and low.config.nettree.bits_per_level == 2
+    assert low.config.parameters.node_map == NT.SHIFTED_GRID and low.config.parameters.bits_per_level == 2
 
 
 @pytest.mark.parametrize(("params", "message"), [
@@ -147,7 +148,7 @@ def test_vector_shape_picks_the_smaller_variance() -> None:
 
 def run(config: campaigns_pb2.CampaignConfig, x: np.ndarray, seed: int = 1) -> CampaignRun:
     with tempfile.TemporaryDirectory() as tmp:
-        return run_campaign(Collector(open_store(tmp)), config, x, seed=seed, mode="direct", quiet=True)
+        return run_campaign(Collector(open_store(tmp)), config_from_proto(config), x, seed=seed, mode="direct", quiet=True)
 
 
 #: Measured ARI (fixed campaign ids and seeds): see each test; floors sit below the measured values.

@@ -31,6 +31,7 @@ from ldp_collector.kinds.stemmer import (
     StemmerEngine,
     noiseless_outcome,
 )
+from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.runner import CampaignRun, run_campaign
@@ -52,7 +53,7 @@ def stemmer_config(lower: Sequence[float], upper: Sequence[float], *, epsilon: f
 
 
 def engine_for(config: campaigns_pb2.CampaignConfig) -> StemmerEngine:
-    engine = prepare_campaign(config).engine
+    engine = prepare_campaign(config_from_proto(config)).engine
     assert isinstance(engine, StemmerEngine)
     return engine
 
@@ -60,7 +61,7 @@ def engine_for(config: campaigns_pb2.CampaignConfig) -> StemmerEngine:
 def test_registered_and_defaults() -> None:
     assert KINDS["stemmer"].engine is StemmerEngine
     engine = engine_for(stemmer_config([0.0] * 10, [1.0] * 10, k=8, campaign_id="st-def"))
-    p = engine.config.stemmer
+    p = engine.config.parameters
     assert p.projection_dimension == 4 and p.scales == DEFAULT_SCALES and p.repetitions == DEFAULT_REPETITIONS
     assert engine.lloyd and engine.rounds == 4 and not engine.split and p.lloyd_refinement
     assert engine.subgroups == DEFAULT_SCALES * DEFAULT_REPETITIONS
@@ -132,7 +133,7 @@ def test_split_every_device_reports_in_every_round() -> None:
 
 def run(config: campaigns_pb2.CampaignConfig, x: np.ndarray, seed: int = 1) -> CampaignRun:
     with tempfile.TemporaryDirectory() as tmp:
-        return run_campaign(Collector(open_store(tmp)), config, x, seed=seed, mode="direct", quiet=True)
+        return run_campaign(Collector(open_store(tmp)), config_from_proto(config), x, seed=seed, mode="direct", quiet=True)
 
 
 #: Measured ARI at these seeds (see the tests); the floors sit below.
@@ -168,7 +169,7 @@ def test_round_specs_carry_the_feedback() -> None:
     engine = engine_for(config)
     with tempfile.TemporaryDirectory() as tmp:
         backend = RecordingCollector(Collector(open_store(tmp)), seed=1)
-        outcome = run_campaign(backend, config, x, seed=1, mode="direct", quiet=True)
+        outcome = run_campaign(backend, config_from_proto(config), x, seed=1, mode="direct", quiet=True)
     assert outcome.result.state == campaigns_pb2.FINISHED
     assert sorted(backend.specs) == [1, 2, 3, 4]
     b, c, d = backend.specs[2], backend.specs[3], backend.specs[4]

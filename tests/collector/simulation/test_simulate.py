@@ -29,6 +29,7 @@ from ldp_client.report import Report
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector.core import Collector
 from ldp_collector.model import Clustering, Estimate, Estimates, Result
+from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import DATASETS, load_file, make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering, evaluate_histogram, histogram_truth, kmeans
 from ldp_collector.simulation.population import Population, numeric_bounds, simulate_round
@@ -303,7 +304,7 @@ def histogram_config(x: np.ndarray, cells: int, epsilon: float) -> campaigns_pb2
 
 def test_run_campaign_in_process_estimates_within_their_standard_errors(store: ReportStore) -> None:
     x, _ = make_dataset("moons", 20_000, seed=4)
-    run = run_campaign(Collector(store), histogram_config(x, 16, 2.0), x, seed=4, quiet=True)
+    run = run_campaign(Collector(store), config_from_proto(histogram_config(x, 16, 2.0)), x, seed=4, quiet=True)
     stats = run.stats
     assert (stats.devices, stats.rounds, stats.reports_sent, stats.accepted, stats.rejected) == (20_000, 1, 20_000,
                                                                                                  20_000, 0)
@@ -325,7 +326,7 @@ def test_run_campaign_direct_mode_and_small_batches(store: ReportStore) -> None:
     points = [i % CATEGORIES for i in range(3000)]
     config = campaigns_pb2.CampaignConfig(kind=campaigns_pb2.HISTOGRAM, epsilon=1.0)
     config.domain.categorical_size = CATEGORIES
-    run = run_campaign(InProcessCollector(Collector(store)), config, points, seed=2, mode="direct",
+    run = run_campaign(InProcessCollector(Collector(store)), config_from_proto(config), points, seed=2, mode="direct",
                        batch_size=250, quiet=True)
     assert run.stats.mode == "direct" and run.stats.accepted == 3000
     truth = histogram_truth(run.first_spec, points)
@@ -333,7 +334,7 @@ def test_run_campaign_direct_mode_and_small_batches(store: ReportStore) -> None:
     for e in run.result.estimates.estimates:
         assert abs(e.count - 500) <= 5 * e.std_error
     with pytest.raises(InvalidParameterError, match="batch_size"):
-        run_campaign(Collector(store), config, points, batch_size=0)
+        run_campaign(Collector(store), config_from_proto(config), points, batch_size=0)
 
 
 # -- evaluation ----------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import pytest
 
 from ldp_collector.errors import AlreadyExistsError, NotFoundError
+from ldp_collector.serde import config_from_proto
 from ldp_collector.storage import open_store
 from ldp_collector.storage.base import (
     CampaignRecord,
@@ -544,7 +545,7 @@ class ReportStoreContract:
         config = campaigns_pb2.CampaignConfig(
             kind=campaigns_pb2.HISTOGRAM, domain=campaigns_pb2.Domain(categorical_size=4), epsilon=1.0,
             histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.GRR))
-        cid = collector.create_campaign(config).config.campaign_id
+        cid = collector.create_campaign(config_from_proto(config)).config.campaign_id
         first = store.get_campaign(cid).current_round
         assert store.close_round(cid, first, now[0])  # a process closed the round and is still advancing
         running_elsewhere = store_factory()

@@ -17,6 +17,7 @@ import pytest
 from ldp.v1 import campaigns_pb2
 from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError, OverloadedError
+from ldp_collector.serde import config_from_proto
 from ldp_collector.storage import Outcome, SchemaVersionError, StoredReport, open_store
 from ldp_collector.storage.migrations import Migration
 from ldp_collector.storage.postgres import (
@@ -305,7 +306,7 @@ def test_collectors_over_separate_stores_share_campaign_state(postgres_url: str)
         config = campaigns_pb2.CampaignConfig(
             kind=campaigns_pb2.HISTOGRAM, domain=campaigns_pb2.Domain(categorical_size=8), epsilon=2.0,
             histogram=campaigns_pb2.HistogramParameters(oracle=campaigns_pb2.GRR))
-        created = a.create_campaign(config)
+        created = a.create_campaign(config_from_proto(config))
         cid = created.config.campaign_id
         assert b.get_campaign(cid).config.campaign_id == cid
         spec, finished = b.get_round_spec(cid)

@@ -57,7 +57,6 @@ from ldp.v1 import campaigns_pb2
 from ldp_client.errors import LdpError
 
 from . import __version__
-from .campaigns import kind_name
 from .cli_args import (
     POLICIES,
     UsageError,
@@ -77,6 +76,7 @@ from .cli_args import (
 from .cli_output import (
     cell_map_of,
     clustering_text,
+    kind_name,
     print_campaign,
     print_estimates,
     print_json,
@@ -89,7 +89,7 @@ from .config import ConfigError, load_config
 from .errors import CollectorError
 from .operator import KINDS, CampaignStateError, OperatorClient
 from .plotting import MatplotlibMissingError
-from .serde import estimates_from_proto, result_from_proto, result_to_proto
+from .serde import config_from_proto, estimates_from_proto, result_from_proto, result_to_proto
 from .simulation.datasets import DATASETS
 from .simulation.runner import SimulationError
 
@@ -244,7 +244,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
                                         title=f"campaign {args.campaign_id}: {clustering_text(result.clustering)}")
         else:
             estimates = estimates_from_proto(operator.get_estimates(args.campaign_id, args.round or 0))
-            path = plot_estimates(estimates, campaign.config, out)
+            path = plot_estimates(estimates, config_from_proto(campaign.config), out)
     sys.stdout.write(f"wrote {path}\n")
     return 0
 

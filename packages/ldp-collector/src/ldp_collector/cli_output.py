@@ -15,11 +15,18 @@ from ldp.v1 import campaigns_pb2
 from ldp_client.clusters import CellClusterModel
 from ldp_client.errors import InvalidParameterError
 
-from .campaigns import kind_name
 from .model import Clustering, Estimates, Result
 
-__all__ = ["clustering_text", "finite", "number_text", "print_campaign", "print_estimates", "print_json", "state_name",
+__all__ = ["clustering_text", "finite", "kind_name", "number_text", "print_campaign", "print_estimates", "print_json", "state_name",
            "timestamp_text", "to_dict"]
+
+
+def kind_name(kind: int) -> str:
+    """Lower-case display name of a ``CampaignKind`` (``"histogram"``), as in ``RoundSpec.kind``."""
+    try:
+        return campaigns_pb2.CampaignKind.Name(kind).lower()  # type: ignore[arg-type]
+    except ValueError:
+        return f"kind_{kind}"
 
 
 def to_dict(message: Message) -> dict[str, Any]:

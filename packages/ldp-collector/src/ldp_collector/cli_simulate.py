@@ -20,7 +20,6 @@ from typing import Any, TextIO
 import numpy as np
 from numpy.typing import NDArray
 
-from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.grid import UniformGridEncoder
 
@@ -40,6 +39,8 @@ from .cli_args import (
 from .cli_output import cell_map_of, clustering_text, estimates_of, finite, number_text, print_json
 from .kinds import KINDS, Kind
 from .kinds.base import NUMERIC
+from .model import CampaignConfig
+from .serde import config_from_proto
 from .simulation.datasets import DATASETS, load_file, make_dataset
 from .simulation.evaluation import CLUSTERING_KINDS, evaluate_run
 from .simulation.population import numeric_bounds
@@ -153,8 +154,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             raise UsageError(f"a {kind.name} simulation needs --cells (the grid whose cells are the values)")
         points, size = _value_points(x, lower, upper, cells)
         domain = {"categories": size}
-    config = build_campaign_config(kind.name, epsilon=args.epsilon, budget_policy=args.budget_policy, **domain,
-                                   **values)
+    # The flags build the wire's message (as ``campaign create`` sends it); the run takes the model.
+    config = config_from_proto(build_campaign_config(kind.name, epsilon=args.epsilon, budget_policy=args.budget_policy,
+                                                     **domain, **values))
     run = _run_simulation(args, config, points)
     parameters: dict[str, Any] = {
         "kind": kind.name, **data_info, "n": int(len(x)), "d": int(d), "epsilon": args.epsilon, "seed": args.seed,
@@ -208,7 +210,7 @@ def _plot_simulation(out: str, kind: Kind, run: CampaignRun, x: NDArray[np.float
     return plot_estimates(estimates_of(run.result), run.campaign.config, out, title=title)
 
 
-def _run_simulation(args: argparse.Namespace, config: campaigns_pb2.CampaignConfig, points: Any) -> CampaignRun:
+def _run_simulation(args: argparse.Namespace, config: CampaignConfig, points: Any) -> CampaignRun:
     common: dict[str, Any] = {"seed": args.seed, "mode": args.mode, "batch_size": args.batch_size,
                               "quiet": args.quiet or args.json}
     if args.collector is not None:

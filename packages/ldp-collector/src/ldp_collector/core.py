@@ -4,7 +4,8 @@
 errors to status codes (STYLE.md §10): it validates reports before storing them
 (:mod:`ldp_collector.ingest`), stores them idempotently through the
 :class:`~ldp_collector.storage.base.ReportStore`, runs the campaign engines when rounds close, and
-answers with ``ldp.v1`` messages. Errors are the domain errors of :mod:`ldp_collector.errors`.
+answers with :mod:`ldp_collector.model` values (the servicer converts them through
+:mod:`ldp_collector.serde`). Errors are the domain errors of :mod:`ldp_collector.errors`.
 
 Concurrency
 -----------
@@ -61,7 +62,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from statistics import NormalDist
 
-from ldp.v1 import campaigns_pb2, service_pb2
 from ldp_client.errors import ProtocolError
 from ldp_client.report import Report, ReportColumns
 from ldp_client.spec import RoundSpec
@@ -70,10 +70,8 @@ from .campaigns import (
     COLLECTING,
     FAILED,
     FINISHED,
-    campaign_to_proto,
-    duration_seconds,
+    campaign_of,
     make_engine,
-    parse_config,
     prepare_campaign,
     round_status,
 )
@@ -86,8 +84,15 @@ from .errors import (
 )
 from .ingest import Assign, RoundContext, StoredReportColumns, check_request_id, validate_batch
 from .kinds import CampaignEngine, RoundOutcome, RoundPlan, RoundReports
-from .model import CampaignState, Estimates, Result
-from .serde import estimates_from_bytes, estimates_to_bytes, result_from_bytes, result_to_bytes
+from .model import Campaign, CampaignConfig, CampaignState, Estimates, Result
+from .serde import (
+    config_from_bytes,
+    config_to_bytes,
+    estimates_from_bytes,
+    estimates_to_bytes,
+    result_from_bytes,
+    result_to_bytes,
+)
 from .storage.base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoredReport
 
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "ROUND_NOT_OPEN_RETRY_SECONDS", "Collector"]
@@ -239,7 +244,7 @@ class Collector:
         self._clock = clock
         self._lock = threading.Lock()
         self._locks: dict[str, _CampaignLocks] = {}
-        self._configs: dict[str, campaigns_pb2.CampaignConfig] = {}
+        self._configs: dict[str, CampaignConfig] = {}
         self._engines: dict[str, CampaignEngine] = {}
         self._specs: dict[tuple[str, int], RoundSpec] = {}
         self._accumulate: dict[tuple[str, int], AccumulateFn | None] = {}
@@ -268,11 +273,11 @@ class Collector:
             return False
         return True
 
-    def _config(self, record: CampaignRecord) -> campaigns_pb2.CampaignConfig:
+    def _config(self, record: CampaignRecord) -> CampaignConfig:
         with self._lock:
             config = self._configs.get(record.campaign_id)
         if config is None:
-            config = parse_config(record)
+            config = config_from_bytes(record.config, where=f"configuration of campaign {record.campaign_id}")
             with self._lock:
                 self._configs[record.campaign_id] = config
         return config
@@ -441,7 +446,7 @@ class Collector:
         return Result(campaign_id=campaign_id, state=CampaignState.COLLECTING)
 
     # -- operator side ---------------------------------------------------------------------------
-    def create_campaign(self, config: campaigns_pb2.CampaignConfig) -> campaigns_pb2.Campaign:
+    def create_campaign(self, config: CampaignConfig) -> Campaign:
         """Validate a configuration, store the campaign and open its first round.
 
         Raises
@@ -463,7 +468,7 @@ class Collector:
             now = self._clock()
             spec = self._checked_plan_spec(cid, plan, prepared.config, now, after_round=0)
             self._store.create_campaign(CampaignRecord(
-                campaign_id=cid, config=prepared.config.SerializeToString(), state=COLLECTING,
+                campaign_id=cid, config=config_to_bytes(prepared.config), state=COLLECTING,
                 current_round=spec.round, created_at=now, engine_state=plan.engine_state))
             with self._lock:
                 self._configs[cid] = prepared.config
@@ -472,7 +477,7 @@ class Collector:
         log.info("campaign created", extra={"campaign_id": cid, "kind": prepared.config.kind, "round": spec.round})
         return self.get_campaign(cid)
 
-    def list_campaigns(self, page_size: int = 0, page_token: str = "") -> tuple[list[campaigns_pb2.Campaign], str]:
+    def list_campaigns(self, page_size: int = 0, page_token: str = "") -> tuple[list[Campaign], str]:
         """One page of campaigns ordered by id.
 
         Parameters
@@ -484,7 +489,7 @@ class Collector:
 
         Returns
         -------
-        (list of ldp.v1.Campaign, str)
+        (list of Campaign, str)
             The page and the token of the next one (empty on the last page).
         """
         if page_size < 0:
@@ -492,11 +497,11 @@ class Collector:
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         after = _decode_page_token(page_token) if page_token else ""
         records = self._store.list_campaigns(size + 1, after)
-        campaigns = [self._campaign_message(r) for r in records[:size]]
+        campaigns = [self._campaign(r) for r in records[:size]]
         next_token = _encode_page_token(records[size - 1].campaign_id) if len(records) > size else ""
         return campaigns, next_token
 
-    def get_campaign(self, campaign_id: str) -> campaigns_pb2.Campaign:
+    def get_campaign(self, campaign_id: str) -> Campaign:
         """The campaign with its current round spec and the status of every round.
 
         Raises
@@ -504,9 +509,9 @@ class Collector:
         NotFoundError
             Unknown campaign.
         """
-        return self._campaign_message(self._store.get_campaign(campaign_id))
+        return self._campaign(self._store.get_campaign(campaign_id))
 
-    def _campaign_message(self, record: CampaignRecord) -> campaigns_pb2.Campaign:
+    def _campaign(self, record: CampaignRecord) -> Campaign:
         statuses = []
         current: RoundSpec | None = None
         for rr in self._store.list_rounds(record.campaign_id):
@@ -515,18 +520,25 @@ class Collector:
             statuses.append(round_status(rr, live))
             if rr.open and record.state == COLLECTING and rr.round == record.current_round:
                 current = self._spec(record.campaign_id, rr)
-        return campaign_to_proto(record, statuses, current)
+        return campaign_of(record, self._config(record), statuses, current)
 
-    def campaign_events(self, campaign_id: str) -> service_pb2.CampaignEvent:
-        """A progress snapshot (what ``WatchCampaign`` streams): the campaign and its current round's reports."""
+    def campaign_events(self, campaign_id: str) -> tuple[Campaign, int]:
+        """A progress snapshot (what ``WatchCampaign`` streams): the campaign and its current round's reports.
+
+        Returns
+        -------
+        (Campaign, int)
+            The campaign, and the reports of its current round (0 once it is not collecting).
+        """
         record = self._store.get_campaign(campaign_id)
-        event = service_pb2.CampaignEvent(campaign=self._campaign_message(record))
+        campaign = self._campaign(record)
+        reports = 0
         if record.state == COLLECTING:
             with contextlib.suppress(NotFoundError):
-                event.current_round_reports = self._store.count_reports(campaign_id, record.current_round)
-        return event
+                reports = self._store.count_reports(campaign_id, record.current_round)
+        return campaign, reports
 
-    def close_round(self, campaign_id: str, round: int) -> campaigns_pb2.Campaign:
+    def close_round(self, campaign_id: str, round: int) -> Campaign:
         """Close the open round ``round`` now and run the server step.
 
         Returns the campaign afterwards: in its next round, FINISHED with a result, or FAILED with
@@ -644,7 +656,8 @@ class Collector:
         count = self._store.count_reports(cid, rr.round)
         if count < config.min_reports_per_round:
             return False
-        expired = config.HasField("round_duration") and now >= rr.opened_at + duration_seconds(config.round_duration)
+        expired = (config.round_duration is not None
+                   and now >= rr.opened_at + config.round_duration.total_seconds)
         full = 0 < config.close_after_reports <= count
         if not (expired or full):
             return False
@@ -774,7 +787,7 @@ class Collector:
         log.warning("opened the first round of an interrupted campaign", extra={"campaign_id": campaign_id})
         return False
 
-    def _checked_plan_spec(self, campaign_id: str, plan: RoundPlan, config: campaigns_pb2.CampaignConfig,
+    def _checked_plan_spec(self, campaign_id: str, plan: RoundPlan, config: CampaignConfig,
                            now: float, *, after_round: int) -> RoundSpec:
         """The plan's spec with the round deadline set; engine mistakes raise ``RuntimeError``."""
         spec = plan.spec
@@ -782,8 +795,8 @@ class Collector:
             raise RuntimeError(
                 f"engine planned an invalid round for campaign {campaign_id}: it must be a RoundSpec of this "
                 f"campaign with a round number above {after_round}")
-        if config.HasField("round_duration"):
-            spec = dataclasses.replace(spec, deadline=now + duration_seconds(config.round_duration))
+        if config.round_duration is not None:
+            spec = dataclasses.replace(spec, deadline=now + config.round_duration.total_seconds)
         return spec
 
     def _advance(self, record: CampaignRecord, rr: RoundRecord) -> None:

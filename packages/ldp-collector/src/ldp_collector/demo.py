@@ -30,9 +30,11 @@ from typing import Any, TextIO
 import numpy as np
 from numpy.typing import NDArray
 
-from ldp.v1 import campaigns_pb2
+from ldp_client.encoders.base import NumericDomain
 
 from .config import CollectorConfig
+from .kinds.histogram import FrequencyOracle, HistogramParams
+from .model import CampaignConfig, Domain
 from .plotting import estimates_grid, plot_density_comparison, require_matplotlib
 from .server.lifecycle import start_server
 from .simulation.datasets import make_dataset
@@ -94,8 +96,8 @@ def _quiet_logs(level: int) -> Iterator[None]:
         root.setLevel(previous)
 
 
-def _oracle_name(config: campaigns_pb2.CampaignConfig) -> str:
-    return campaigns_pb2.FrequencyOracle.Name(config.histogram.oracle)
+def _oracle_name(config: CampaignConfig) -> str:
+    return FrequencyOracle(config.parameters.oracle).name
 
 
 def run_demo(*, n: int = DEFAULT_DEVICES, dataset: str = "moons", cells: int = 16, epsilon: float = 2.0,
@@ -135,11 +137,9 @@ def run_demo(*, n: int = DEFAULT_DEVICES, dataset: str = "moons", cells: int = 1
         require_matplotlib()
     x, _ = make_dataset(dataset, n, d=2 if dataset in ("blobs", "mixture") else None, seed=seed)
     lower, upper = numeric_bounds(x)
-    config = campaigns_pb2.CampaignConfig(kind=campaigns_pb2.HISTOGRAM, epsilon=epsilon,
-                                          description=f"ldp-collector demo: {dataset}, {n} devices")
-    config.domain.numeric.lower.extend(lower)
-    config.domain.numeric.upper.extend(upper)
-    config.histogram.cells_per_dimension.extend([cells, cells])
+    config = CampaignConfig(kind="histogram", epsilon=epsilon, description=f"ldp-collector demo: {dataset}, {n} devices",
+                            domain=Domain(numeric=NumericDomain(lower=lower, upper=upper)),
+                            parameters=HistogramParams(cells_per_dimension=(cells, cells)))
     token = secrets.token_urlsafe(24)
     with contextlib.ExitStack() as stack:
         if data_dir is None:

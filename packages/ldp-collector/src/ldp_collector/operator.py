@@ -18,6 +18,7 @@ from ldp.v1 import campaigns_pb2, service_pb2
 from ldp_client.errors import InvalidParameterError
 
 from .kinds import KINDS as REGISTERED_KINDS
+from .serde import kind_number
 
 if TYPE_CHECKING:
     import grpc
@@ -44,7 +45,7 @@ def kind_value(name: str) -> campaigns_pb2.CampaignKind.ValueType:
     """
     if name not in KINDS:
         raise InvalidParameterError(f"unknown campaign kind {name!r}; known kinds: {', '.join(KINDS)}")
-    return REGISTERED_KINDS[name].value
+    return kind_number(name)  # type: ignore[return-value]  # a CampaignKind number (the enum's ValueType is an int)
 
 
 

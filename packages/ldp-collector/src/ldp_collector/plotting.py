@@ -21,12 +21,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldp.v1 import campaigns_pb2
 from ldp_client.clusters import CellClusterModel
 from ldp_client.encoders.geometry import tree_cell_bounds
 from ldp_client.errors import InvalidParameterError
 
-from .model import Estimates
+from .model import CampaignConfig, Estimates
 
 __all__ = [
     "MatplotlibMissingError",
@@ -145,7 +144,7 @@ def plot_density_comparison(truth: ArrayLike, estimate: ArrayLike, lower: Sequen
         plt.close(fig)
 
 
-def plot_estimates(estimates: Estimates, config: campaigns_pb2.CampaignConfig,
+def plot_estimates(estimates: Estimates, config: CampaignConfig,
                    out: str | os.PathLike[str], *, title: str = "") -> Path:
     """Plot a histogram campaign's estimates: a heat map (2-D numeric), or bars with 95% intervals
     (1-D numeric, categorical); writes a PNG.
@@ -158,28 +157,28 @@ def plot_estimates(estimates: Estimates, config: campaigns_pb2.CampaignConfig,
     plt = require_matplotlib()
     if not estimates.estimates:
         raise InvalidParameterError("there are no estimates to plot")
-    domain = config.domain
+    numeric = config.domain.numeric
+    cells = list(config.parameters.cells_per_dimension) if numeric is not None else []
     fig, ax = plt.subplots(figsize=(7.0, 4.8), layout="constrained")
     try:
-        if domain.WhichOneof("domain") == "numeric" and len(domain.numeric.lower) == 2:
-            cells = list(config.histogram.cells_per_dimension)
+        if numeric is not None and numeric.dimension == 2:
             grid = estimates_grid(estimates, cells)
-            lower, upper = domain.numeric.lower, domain.numeric.upper
+            lower, upper = numeric.lower, numeric.upper
             image = ax.imshow(np.clip(grid, 0, None).T, origin="lower", aspect="auto", cmap="viridis",
                               extent=(lower[0], upper[0], lower[1], upper[1]))
             fig.colorbar(image, ax=ax, label="estimated devices per cell (clipped at 0)")
             ax.set_xlabel("x")
             ax.set_ylabel("y")
-        elif domain.WhichOneof("domain") == "numeric" and len(domain.numeric.lower) != 1:
-            raise InvalidParameterError(f"plots cover 1-D and 2-D numeric domains, this one has {len(domain.numeric.lower)} "
+        elif numeric is not None and numeric.dimension != 1:
+            raise InvalidParameterError(f"plots cover 1-D and 2-D numeric domains, this one has {numeric.dimension} "
                              "dimensions")
         else:
             values = np.array([e.value for e in estimates.estimates])
             counts = np.array([e.count for e in estimates.estimates])
             half = np.array([(e.ci_upper - e.ci_lower) / 2.0 for e in estimates.estimates])
-            if domain.WhichOneof("domain") == "numeric":
-                lo, hi = domain.numeric.lower[0], domain.numeric.upper[0]
-                width = (hi - lo) / max(int(config.histogram.cells_per_dimension[0]), 1)
+            if numeric is not None:
+                lo, hi = numeric.lower[0], numeric.upper[0]
+                width = (hi - lo) / max(int(cells[0]), 1)
                 x = lo + (values + 0.5) * width
                 ax.set_xlabel("value")
             else:

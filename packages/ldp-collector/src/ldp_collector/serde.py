@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from google.protobuf import timestamp_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf.message import DecodeError
 
 from ldp.v1 import campaigns_pb2
@@ -24,6 +24,8 @@ from ldp_client.serde import (
     encoder_to_proto,
     mechanism_from_proto,
     mechanism_to_proto,
+    round_spec_from_proto,
+    round_spec_to_proto,
     spec_from_proto,
     spec_to_proto,
 )
@@ -31,15 +33,27 @@ from ldp_client.serde import (
 from .errors import InvalidArgumentError
 from .kinds import KINDS
 from .kinds.base import KindParams
+from .kinds.common import numeric_domain
 from .model import (
+    Campaign,
+    CampaignConfig,
     Clustering,
+    Domain,
+    Duration,
     Estimate,
     Estimates,
     HeavyHitter,
     Result,
+    RoundStatus,
 )
 
 __all__ = [
+    "campaign_from_proto",
+    "campaign_to_proto",
+    "config_from_bytes",
+    "config_from_proto",
+    "config_to_bytes",
+    "config_to_proto",
     "estimates_from_bytes",
     "estimates_from_proto",
     "estimates_to_bytes",
@@ -122,6 +136,79 @@ def params_to_proto(kind_name: str, params: KindParams, config: campaigns_pb2.Ca
     message = getattr(config, kind_name)
     message.Clear()
     spec_to_proto(params, message, where=kind_name)
+
+
+# -- configurations ------------------------------------------------------------------------------
+
+def config_to_proto(config: CampaignConfig) -> campaigns_pb2.CampaignConfig:
+    """The ``ldp.v1.CampaignConfig`` of a model configuration.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A kind name the proto does not define.
+    """
+    message = campaigns_pb2.CampaignConfig(
+        campaign_id=config.campaign_id, kind=kind_number(config.kind),  # type: ignore[arg-type]
+        epsilon=config.epsilon, budget_policy=int(config.budget_policy),  # type: ignore[arg-type]
+        min_reports_per_round=config.min_reports_per_round, close_after_reports=config.close_after_reports,
+        description=config.description, labels=dict(config.labels))
+    domain = config.domain
+    if domain.numeric is not None:
+        message.domain.numeric.lower.extend(domain.numeric.lower)
+        message.domain.numeric.upper.extend(domain.numeric.upper)
+    elif domain.categorical_size:
+        message.domain.categorical_size = domain.categorical_size
+    if config.round_duration is not None:
+        message.round_duration.CopyFrom(duration_pb2.Duration(seconds=config.round_duration.seconds,
+                                                              nanos=config.round_duration.nanos))
+    if config.parameters is not None:
+        params_to_proto(config.kind, config.parameters, message)
+    return message
+
+
+def config_from_proto(message: campaigns_pb2.CampaignConfig) -> CampaignConfig:
+    """The model of an ``ldp.v1.CampaignConfig``.
+
+    Only what the model cannot hold is checked here; :func:`ldp_collector.campaigns.prepare_campaign`
+    checks the rest. A configuration without a kind carries no parameters (a kind's parameters
+    are read as that kind's; ``prepare_campaign`` refuses a configuration without a kind first).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Naming the field: a kind number the proto does not define, numeric bounds the SDK refuses
+        (``"domain.numeric: ..."``), parameters of another kind than ``kind``.
+    """
+    kind = kind_name(message.kind)
+    if message.domain.WhichOneof("domain") == "numeric":
+        domain = Domain(numeric=numeric_domain(message.domain.numeric.lower, message.domain.numeric.upper))
+    else:
+        domain = Domain(categorical_size=message.domain.categorical_size)
+    duration = None
+    if message.HasField("round_duration"):
+        duration = Duration(seconds=message.round_duration.seconds, nanos=message.round_duration.nanos)
+    return CampaignConfig(
+        campaign_id=message.campaign_id, kind=kind, domain=domain, epsilon=message.epsilon,
+        budget_policy=message.budget_policy, min_reports_per_round=message.min_reports_per_round,
+        close_after_reports=message.close_after_reports, round_duration=duration,
+        description=message.description, labels=dict(message.labels),
+        parameters=params_from_proto(kind, message) if kind in KINDS else None)
+
+
+def config_to_bytes(config: CampaignConfig) -> bytes:
+    """The stored form of a configuration: the serialized ``ldp.v1.CampaignConfig``."""
+    return config_to_proto(config).SerializeToString()
+
+
+def config_from_bytes(blob: bytes, *, where: str = "configuration") -> CampaignConfig:
+    """A stored configuration; ``RuntimeError`` when it is unreadable (the store is damaged)."""
+    message = campaigns_pb2.CampaignConfig()
+    try:
+        message.ParseFromString(blob)
+        return config_from_proto(message)
+    except (DecodeError, InvalidArgumentError) as exc:
+        raise RuntimeError(f"stored {where} is unreadable: {exc}") from exc
 
 
 # -- estimates and results -----------------------------------------------------------------------
@@ -228,3 +315,47 @@ def result_from_bytes(blob: bytes, *, where: str = "result") -> Result:
         return result_from_proto(message)
     except (DecodeError, ProtocolError) as exc:
         raise RuntimeError(f"stored {where} is unreadable: {exc}") from exc
+
+
+# -- campaigns -----------------------------------------------------------------------------------
+
+def _round_status_to_proto(status: RoundStatus) -> campaigns_pb2.RoundStatus:
+    message = campaigns_pb2.RoundStatus(round=status.round, open=status.open, reports=status.reports)
+    if status.opened_at is not None:
+        message.opened_at.CopyFrom(timestamp(status.opened_at))
+    if status.closed_at is not None:
+        message.closed_at.CopyFrom(timestamp(status.closed_at))
+    return message
+
+
+def campaign_to_proto(campaign: Campaign) -> campaigns_pb2.Campaign:
+    """The ``ldp.v1.Campaign`` of a model campaign."""
+    message = campaigns_pb2.Campaign(
+        config=config_to_proto(campaign.config), state=int(campaign.state),  # type: ignore[arg-type]
+        rounds=[_round_status_to_proto(r) for r in campaign.rounds], error=campaign.error)
+    if campaign.created_at is not None:
+        message.created_at.CopyFrom(timestamp(campaign.created_at))
+    if campaign.current_round is not None:
+        message.current_round.CopyFrom(round_spec_to_proto(campaign.current_round))
+    return message
+
+
+def campaign_from_proto(message: campaigns_pb2.Campaign) -> Campaign:
+    """The model of an ``ldp.v1.Campaign`` (what an operator client received).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A configuration the model cannot hold (:func:`config_from_proto`).
+    ProtocolError
+        A current round spec the SDK refuses.
+    """
+    return Campaign(
+        config=config_from_proto(message.config), state=message.state,
+        current_round=round_spec_from_proto(message.current_round) if message.HasField("current_round") else None,
+        rounds=tuple(RoundStatus(round=r.round, open=r.open, reports=r.reports,
+                                 opened_at=_seconds(r.opened_at) if r.HasField("opened_at") else None,
+                                 closed_at=_seconds(r.closed_at) if r.HasField("closed_at") else None)
+                     for r in message.rounds),
+        created_at=_seconds(message.created_at) if message.HasField("created_at") else None,
+        error=message.error)

@@ -3,7 +3,7 @@
 A kind's parameters are a frozen :class:`KindParams` dataclass that mirrors its ``ldp.v1.*Parameters``
 message field for field; its one verb, ``resolve``, validates them against the campaign and fills
 the collector's defaults. An engine is a pure, server-side state machine: it turns a validated
-``ldp.v1.CampaignConfig`` and the resolved parameters into the first :class:`~ldp_client.spec.RoundSpec`, and each closed round's reports into either
+:class:`~ldp_collector.model.CampaignConfig` and the resolved parameters into the first :class:`~ldp_client.spec.RoundSpec`, and each closed round's reports into either
 the next round's spec (the *feedback*) or the final :class:`~ldp_collector.model.Result`. It never touches gRPC or
 the database directly, so it is unit-testable with the in-process simulator.
 """
@@ -17,15 +17,13 @@ from typing import Any, Literal, Self
 
 import msgpack
 
-from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.errors import ProtocolError
 from ldp_client.spec import RoundSpec, Spec
 
 from ..errors import InvalidArgumentError
-from ..model import Estimates, Result
+from ..model import CampaignConfig, Estimates, Result
 from ..storage.base import AccumulateFn, StoredReport
-from .common import numeric_domain as checked_domain
 
 __all__ = ["CATEGORICAL", "NUMERIC", "CampaignEngine", "CliParam", "K_PARAM", "Kind", "KindCli", "KindParams", "RoundOutcome",
            "RoundPlan", "RoundReports", "load_state", "numeric_domain", "pack_state"]
@@ -78,7 +76,7 @@ class KindParams(Spec):
     so :mod:`ldp_collector.serde` converts them generically.
     """
 
-    def resolve(self, config: campaigns_pb2.CampaignConfig) -> Self:
+    def resolve(self, config: CampaignConfig) -> Self:
         """These parameters checked against the campaign, with every collector default filled in.
 
         The only place a kind validates its parameters and fills their defaults; the result is what
@@ -87,7 +85,7 @@ class KindParams(Spec):
 
         Parameters
         ----------
-        config : ldp.v1.CampaignConfig
+        config : CampaignConfig
             The campaign (epsilon, domain, budget policy), its shared fields already checked.
 
         Raises
@@ -104,14 +102,14 @@ class CampaignEngine(abc.ABC):
     Parameters
     ----------
     campaign_id : str
-    config : ldp.v1.CampaignConfig
+    config : CampaignConfig
         The validated configuration (its kind parameters already resolved).
     params : KindParams
         The kind's parameters as returned by their ``resolve``; engines read these, never the
-        configuration's ``parameters`` oneof.
+        configuration's ``parameters``.
     """
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: KindParams) -> None:
+    def __init__(self, campaign_id: str, config: CampaignConfig, params: KindParams) -> None:
         self.campaign_id = campaign_id
         self.config = config
         self.params = params
@@ -207,7 +205,7 @@ class KindCli:
         ``simulate``'s cells per dimension for ``d``-dimensional points when ``--cells`` is not
         given (``None``: the engine's default).
     report : callable or None
-        The final campaign's parameters ``simulate`` prints, from its ``CampaignConfig``.
+        The final campaign's parameters ``simulate`` prints, from its (resolved) configuration.
     plotted : bool
         ``simulate --plot`` draws the result (histogram estimates, or a clustering's cell map).
     """
@@ -216,7 +214,7 @@ class KindCli:
     params: tuple[CliParam, ...] = ()
     check: Callable[[Mapping[str, Any]], None] | None = None
     default_cells: Callable[[int], int | None] | None = None
-    report: Callable[[campaigns_pb2.CampaignConfig], dict[str, Any]] | None = None
+    report: Callable[[CampaignConfig], dict[str, Any]] | None = None
     plotted: bool = False
 
 
@@ -259,23 +257,18 @@ class Kind:
         if self.clustering != (self.cli.result == "clustering"):
             raise ValueError(f"kind {self.name}: a clustering kind's simulated result is a clustering, and only its")
 
-    @property
-    def value(self) -> campaigns_pb2.CampaignKind.ValueType:
-        """The kind's ``ldp.v1.CampaignKind`` value."""
-        return campaigns_pb2.CampaignKind.Value(self.name.upper())
 
-
-def numeric_domain(config: campaigns_pb2.CampaignConfig, kind: str) -> NumericDomain:
+def numeric_domain(config: CampaignConfig, kind: str) -> NumericDomain:
     """The campaign's numeric domain, for kinds whose devices hold points with public bounds.
 
     Raises
     ------
     InvalidArgumentError
-        A categorical (or missing) domain, or bounds the SDK refuses (``domain.numeric: ...``).
+        A categorical (or missing) domain.
     """
-    if config.domain.WhichOneof("domain") != "numeric":
+    if config.domain.numeric is None:
         raise InvalidArgumentError(f"a {kind} campaign needs a numeric domain (points with public bounds)")
-    return checked_domain(config.domain.numeric.lower, config.domain.numeric.upper)
+    return config.domain.numeric
 
 
 def pack_state(phase: str, **fields: Any) -> bytes:

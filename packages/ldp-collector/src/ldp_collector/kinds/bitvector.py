@@ -46,7 +46,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.bitvector import BitVectorEncoder
 from ldp_client.errors import InvalidParameterError
 from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
@@ -63,7 +62,7 @@ from ..estimation.bitvector import (
     public_pivots,
     unpack_bit_payloads,
 )
-from ..model import CampaignState, Clustering, Result
+from ..model import CampaignConfig, CampaignState, Clustering, Result
 from .base import (
     K_PARAM,
     NUMERIC,
@@ -141,7 +140,7 @@ class BitVectorParams(KindParams):
     pivots_per_attribute: int = 0
     algorithm: BitVectorAlgorithm = BitVectorAlgorithm.ALGORITHM_UNSPECIFIED
 
-    def resolve(self, config: campaigns_pb2.CampaignConfig) -> BitVectorParams:
+    def resolve(self, config: CampaignConfig) -> BitVectorParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
 
         Raises
@@ -187,7 +186,7 @@ class BitVectorEngine(CampaignEngine):
 
     params: BitVectorParams
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: BitVectorParams) -> None:
+    def __init__(self, campaign_id: str, config: CampaignConfig, params: BitVectorParams) -> None:
         super().__init__(campaign_id, config, params)
         domain = numeric_domain(config, "bitvector")
         layout = public_pivots(domain.lower, domain.upper, params.pivots_per_attribute, HALF_WIDTH_FACTOR)

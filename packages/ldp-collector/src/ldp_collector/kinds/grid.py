@@ -59,7 +59,6 @@ import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
-from ldp.v1 import campaigns_pb2
 from ldp_client.budget import MAX_MECHANISM_EPSILON, equal_share
 from ldp_client.clusters import CellClusterModel
 from ldp_client.encoders.geometry import TreeCell, max_tree_level
@@ -84,7 +83,7 @@ from ..estimation.grid_clustering import (
     tree_level_step,
     uniform_cells,
 )
-from ..model import CampaignState, Clustering, Result
+from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
 from ..storage.base import AccumulateFn
 from .base import (
     NUMERIC,
@@ -231,7 +230,7 @@ class GridParams(KindParams):
         """The dyadic level of the calibration grid (``initial_cells_per_dimension = 2^level``)."""
         return self.initial_cells_per_dimension.bit_length() - 1
 
-    def resolve(self, config: campaigns_pb2.CampaignConfig) -> GridParams:
+    def resolve(self, config: CampaignConfig) -> GridParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
 
         Raises
@@ -316,7 +315,7 @@ class GridEngine(CampaignEngine):
 
     params: GridParams
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: GridParams) -> None:
+    def __init__(self, campaign_id: str, config: CampaignConfig, params: GridParams) -> None:
         super().__init__(campaign_id, config, params)
         self.domain = numeric_domain(config, "grid")
         self.dimension = self.domain.dimension
@@ -334,11 +333,11 @@ class GridEngine(CampaignEngine):
             return int(self.params.max_iterations)
         return 0
 
-    def _plan(self, config: campaigns_pb2.CampaignConfig) -> GridPlan:
+    def _plan(self, config: CampaignConfig) -> GridPlan:
         p = self.params
         slots = self._refine_slots()
         epsilon = config.epsilon
-        if config.budget_policy == campaigns_pb2.SPLIT:
+        if config.budget_policy == BudgetPolicy.SPLIT:
             variant = p.variant
             if variant == GridVariant.TREE:
                 rounds, groups = 3, slots
@@ -390,7 +389,7 @@ class GridEngine(CampaignEngine):
                          max_reports_per_device=self._rounds_per_device(), kind="grid")
 
     def _rounds_per_device(self) -> int:
-        if self.config.budget_policy == campaigns_pb2.SPLIT:
+        if self.config.budget_policy == BudgetPolicy.SPLIT:
             slots = self._refine_slots()
             return 2 + (1 if self.params.variant == GridVariant.TREE else slots)
         return 1
@@ -465,7 +464,7 @@ class GridEngine(CampaignEngine):
         z = float(p.dense_threshold)
         r = dense_fraction(counts, se, max(n, 1), d, level, z=z) if n else 1.0
         total_weight = sum(plan.weights)
-        if self.config.budget_policy == campaigns_pb2.SPLIT:
+        if self.config.budget_policy == BudgetPolicy.SPLIT:
             population = float(n)
             aggregation_reports = float(n)
         else:
@@ -545,7 +544,7 @@ class GridEngine(CampaignEngine):
         plan = self.plan
         if len(cells) > self.params.max_cells:
             raise ProtocolError(f"the refined grid has {len(cells)} cells, more than max_cells {self.params.max_cells}")
-        if self.config.budget_policy == campaigns_pb2.SPLIT:
+        if self.config.budget_policy == BudgetPolicy.SPLIT:
             groups = plan.aggregate
         else:
             groups = tuple(sorted({*plan.aggregate, *leftover}))
@@ -644,7 +643,7 @@ class GridEngine(CampaignEngine):
                                       max_level=max_level)
             return out
         diagnostics["iterations"] = float(iteration + 1)
-        if self.config.budget_policy == campaigns_pb2.SPLIT:
+        if self.config.budget_policy == BudgetPolicy.SPLIT:
             leftover: list[int] = []
         else:
             leftover = [g for gs in self.plan.refine[iteration + 1:] for g in gs]
@@ -740,9 +739,6 @@ def _pool_prior(cells: Sequence[TreeCell], counts: NDArray[np.float64], se: NDAr
     return share * n, np.sqrt(var) * n, pooled
 
 
-_GRID = campaigns_pb2.GridParameters
-
-
 def _check_cli(given: Mapping[str, Any]) -> None:
     """The flags a variant takes (the engine's default variant is tree: say so when a flag needs another)."""
     variant = given.get("variant")
@@ -753,11 +749,12 @@ def _check_cli(given: Mapping[str, Any]) -> None:
         raise ValueError("--tree-height applies to the tree and iterative grid variants, not uniform")
 
 
-def _simulation_report(config: campaigns_pb2.CampaignConfig) -> dict[str, Any]:
-    return {"variant": _GRID.Variant.Name(config.grid.variant).lower(),
-            "granularity": _GRID.Granularity.Name(config.grid.granularity).lower(),
-            "budget_policy": campaigns_pb2.BudgetPolicy.Name(config.budget_policy or campaigns_pb2.PARTITION).lower(),
-            "initial_cells_per_dimension": config.grid.initial_cells_per_dimension}
+def _simulation_report(config: CampaignConfig) -> dict[str, Any]:
+    params: GridParams = config.parameters
+    return {"variant": GridVariant(params.variant).name.lower(),
+            "granularity": Granularity(params.granularity).name.lower(),
+            "budget_policy": BudgetPolicy(config.budget_policy or BudgetPolicy.PARTITION).name.lower(),
+            "initial_cells_per_dimension": params.initial_cells_per_dimension}
 
 
 #: Command line: the initial grid, the variant, the granularity rule or level, the tree height and
@@ -768,10 +765,11 @@ CLI = KindCli(
         CliParam(flag="--cells", field="initial_cells_per_dimension", type="cells", metavar="M[,M2...]",
                  numeric_only=True, help="the initial cells per dimension"),
         CliParam(flag="--variant", field="variant", type="choice",
-                 choices=(("uniform", _GRID.UNIFORM), ("tree", _GRID.TREE), ("iterative", _GRID.ITERATIVE)),
+                 choices=(("uniform", GridVariant.UNIFORM), ("tree", GridVariant.TREE),
+                          ("iterative", GridVariant.ITERATIVE)),
                  help="uniform (UGC, no feedback), tree (TreeAdaptive, default) or iterative (IterAdaptive)"),
         CliParam(flag="--granularity", field="granularity", type="choice",
-                 choices=(("paper", _GRID.PAPER), ("consistent", _GRID.CONSISTENT)),
+                 choices=(("paper", Granularity.PAPER), ("consistent", Granularity.CONSISTENT)),
                  help="cell side rule: paper (Theorem 1 as printed) or consistent (default)"),
         CliParam(flag="--granularity-level", field="granularity_level", type="uint32", metavar="LEVEL",
                  help="fix the grid's dyadic level (2^LEVEL cells per dimension) instead of the rule"),

@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.grid import GridTreeEncoder
 from ldp_client.errors import InvalidParameterError
@@ -58,7 +57,7 @@ from ..estimation.heavy_hitters import (
     level_params,
     next_candidates,
 )
-from ..model import CampaignState, Estimate, Estimates, HeavyHitter, Result
+from ..model import BudgetPolicy, CampaignConfig, CampaignState, Estimate, Estimates, HeavyHitter, Result
 from ..storage.base import AccumulateFn
 from .base import (
     CATEGORICAL,
@@ -130,7 +129,7 @@ class HeavyHitterParams(KindParams):
     false_positive_rate: float = 0.0
     max_candidates: int = 0
 
-    def resolve(self, config: campaigns_pb2.CampaignConfig) -> HeavyHitterParams:
+    def resolve(self, config: CampaignConfig) -> HeavyHitterParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
 
         Raises
@@ -138,10 +137,10 @@ class HeavyHitterParams(KindParams):
         InvalidArgumentError
             A numeric domain, the SPLIT budget policy, epsilon above 20, or parameters out of range.
         """
-        if config.domain.WhichOneof("domain") != "categorical_size":
+        if config.domain.which != "categorical_size":
             raise InvalidArgumentError(
                 "a heavy-hitter campaign needs a categorical domain (values are integers in [0, categorical_size))")
-        if config.budget_policy == campaigns_pb2.SPLIT:
+        if config.budget_policy == BudgetPolicy.SPLIT:
             raise InvalidArgumentError(
                 "heavy-hitter campaigns support the PARTITION budget policy only (all levels report in one round)")
         check_report_epsilon(config.epsilon, "a heavy-hitter device")
@@ -192,7 +191,7 @@ class HeavyHitterEngine(CampaignEngine):
 
     params: HeavyHitterParams
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: HeavyHitterParams) -> None:
+    def __init__(self, campaign_id: str, config: CampaignConfig, params: HeavyHitterParams) -> None:
         super().__init__(campaign_id, config, params)
         try:
             self.tree = HeavyHitterConfig(
@@ -279,8 +278,9 @@ def _simulation_cells(d: int) -> int:
     return 32 if d <= 2 else 4
 
 
-def _simulation_report(config: campaigns_pb2.CampaignConfig) -> dict[str, Any]:
-    return {"value_bits": config.heavy_hitters.value_bits}
+def _simulation_report(config: CampaignConfig) -> dict[str, Any]:
+    params: HeavyHitterParams = config.parameters
+    return {"value_bits": params.value_bits}
 
 
 #: Command line: the value bits, the prefix bits per level, the false-positive rate and the candidates kept.

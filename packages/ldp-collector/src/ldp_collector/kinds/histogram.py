@@ -56,7 +56,6 @@ import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
-from ldp.v1 import campaigns_pb2
 from ldp_client.budget import equal_share
 from ldp_client.encoders.base import Encoder
 from ldp_client.encoders.categorical import CategoricalEncoder
@@ -85,7 +84,7 @@ from ..estimation.accumulators import (
     make_accumulate_fn,
 )
 from ..estimation.frequency import MAX_DENSE_DOMAIN, FrequencyAggregator, FrequencyEstimate, make_aggregator
-from ..model import CampaignState, Estimate, Estimates, Result
+from ..model import BudgetPolicy, CampaignConfig, CampaignState, Estimate, Estimates, Result
 from ..storage.base import AccumulateFn
 from .base import (
     CATEGORICAL,
@@ -99,7 +98,7 @@ from .base import (
     RoundPlan,
     RoundReports,
 )
-from .common import DEFAULT_CONFIDENCE, ProtoEnum, check_report_epsilon, numeric_domain
+from .common import DEFAULT_CONFIDENCE, ProtoEnum, check_report_epsilon
 
 __all__ = [
     "KIND",
@@ -295,7 +294,7 @@ class HistogramParams(KindParams):
     windows: int = 0
     anomaly_alpha: float = 0.0
 
-    def resolve(self, config: campaigns_pb2.CampaignConfig) -> HistogramParams:
+    def resolve(self, config: CampaignConfig) -> HistogramParams:
         """The parameters with the chosen oracle and grid recorded (see :meth:`KindParams.resolve`).
 
         Raises
@@ -332,14 +331,14 @@ class HistogramParams(KindParams):
         # The oracle actually chosen, so that the stored configuration names it (and gives it back).
         return replace(self, cells_per_dimension=cells, oracle=_ORACLE_OF_MECHANISM[_mechanism_name(mechanism)])
 
-    def _grid_cells(self, config: campaigns_pb2.CampaignConfig) -> tuple[int, ...]:
+    def _grid_cells(self, config: CampaignConfig) -> tuple[int, ...]:
         """The grid's cells per dimension, one entry per dimension (``()`` for a categorical domain)."""
-        domain = config.domain
-        if domain.WhichOneof("domain") == "categorical_size":
+        numeric = config.domain.numeric
+        if numeric is None:
             if self.cells_per_dimension:
                 raise InvalidArgumentError("histogram.cells_per_dimension applies to numeric domains only")
             return ()
-        d = numeric_domain(domain.numeric.lower, domain.numeric.upper).dimension
+        d = numeric.dimension
         cells = list(self.cells_per_dimension)
         if not cells:
             cells = [default_cells_per_dimension(d)] * d
@@ -359,23 +358,22 @@ class HistogramParams(KindParams):
         """Windows of the campaign (``windows``, 0 meaning 1)."""
         return max(1, self.windows)
 
-    def split(self, config: campaigns_pb2.CampaignConfig) -> bool:
+    def split(self, config: CampaignConfig) -> bool:
         """Each window spends epsilon / W (several windows under the SPLIT policy)."""
-        return self.window_count > 1 and config.budget_policy == campaigns_pb2.SPLIT
+        return self.window_count > 1 and config.budget_policy == BudgetPolicy.SPLIT
 
-    def mechanism(self, config: campaigns_pb2.CampaignConfig, size: int) -> MechanismParams:
+    def mechanism(self, config: CampaignConfig, size: int) -> MechanismParams:
         """The oracle of one window over ``size`` values (:func:`frequency_oracle`)."""
         epsilon = config.epsilon
         return frequency_oracle(self.oracle, size, equal_share(epsilon, self.window_count) if self.split(config)
                                 else epsilon, self.max_payload_bits)
 
 
-def histogram_encoder(config: campaigns_pb2.CampaignConfig, cells: Sequence[int]) -> Encoder:
+def histogram_encoder(config: CampaignConfig, cells: Sequence[int]) -> Encoder:
     """The campaign's encoder: the value itself, or its cell of a uniform grid of ``cells`` per dimension."""
-    domain = config.domain
-    if domain.WhichOneof("domain") == "categorical_size":
-        return CategoricalEncoder(domain_size=domain.categorical_size)
-    numeric = numeric_domain(domain.numeric.lower, domain.numeric.upper)
+    numeric = config.domain.numeric
+    if numeric is None:
+        return CategoricalEncoder(domain_size=config.domain.categorical_size)
     try:
         return UniformGridEncoder(domain=numeric, cells_per_dimension=tuple(cells))
     except InvalidParameterError as exc:
@@ -397,7 +395,7 @@ class HistogramEngine(CampaignEngine):
 
     params: HistogramParams
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: HistogramParams) -> None:
+    def __init__(self, campaign_id: str, config: CampaignConfig, params: HistogramParams) -> None:
         super().__init__(campaign_id, config, params)
         self.windows = params.window_count
         self.anomaly_alpha = params.anomaly_alpha or DEFAULT_ANOMALY_ALPHA
@@ -528,9 +526,9 @@ def _simulation_cells(d: int) -> int | None:
     return 16 if d == 2 else None
 
 
-def _simulation_report(config: campaigns_pb2.CampaignConfig) -> dict[str, Any]:
-    return {"cells": list(config.histogram.cells_per_dimension),
-            "oracle": campaigns_pb2.FrequencyOracle.Name(config.histogram.oracle)}
+def _simulation_report(config: CampaignConfig) -> dict[str, Any]:
+    params: HistogramParams = config.parameters
+    return {"cells": list(params.cells_per_dimension), "oracle": FrequencyOracle(params.oracle).name}
 
 
 #: Command line: the grid of a numeric domain, the frequency oracle, the payload cap, consistency
@@ -541,8 +539,8 @@ CLI = KindCli(
         CliParam(flag="--cells", field="cells_per_dimension", type="cells", metavar="M[,M2...]", numeric_only=True,
                  help="grid cells per dimension"),
         CliParam(flag="--oracle", field="oracle", type="choice", help="frequency oracle (default auto)",
-                 choices=(("auto", campaigns_pb2.FREQUENCY_ORACLE_UNSPECIFIED), ("grr", campaigns_pb2.GRR),
-                          ("sue", campaigns_pb2.SUE), ("oue", campaigns_pb2.OUE), ("olh", campaigns_pb2.OLH))),
+                 choices=(("auto", FrequencyOracle.FREQUENCY_ORACLE_UNSPECIFIED), ("grr", FrequencyOracle.GRR),
+                          ("sue", FrequencyOracle.SUE), ("oue", FrequencyOracle.OUE), ("olh", FrequencyOracle.OLH))),
         CliParam(flag="--max-payload-bits", field="max_payload_bits", type="uint32", help="bit cap per report"),
         CliParam(flag="--consistency", field="consistency", type="switch", help="non-negative estimates summing to n"),
         CliParam(flag="--windows", field="windows", type="uint32",

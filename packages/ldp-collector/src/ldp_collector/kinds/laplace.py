@@ -47,7 +47,6 @@ import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
-from ldp.v1 import campaigns_pb2
 from ldp_client.encoders.vectors import UnitCubeEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms.discrete_laplace import MAX_GRID_BITS, DiscreteLaplaceParams
@@ -58,7 +57,7 @@ from ..errors import InvalidArgumentError
 from ..estimation.accumulators import decode_report_payloads
 from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_c_means
 from ..estimation.kmeans import weighted_kmeans
-from ..model import CampaignState, Clustering, Result
+from ..model import CampaignConfig, CampaignState, Clustering, Result
 from ..storage.base import StoredReport
 from .base import (
     K_PARAM,
@@ -162,7 +161,7 @@ class LaplaceParams(KindParams):
     fuzzifier: float = 0.0
     grid_bits: int = 0
 
-    def resolve(self, config: campaigns_pb2.CampaignConfig) -> LaplaceParams:
+    def resolve(self, config: CampaignConfig) -> LaplaceParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
 
         Raises
@@ -216,7 +215,7 @@ class LaplaceEngine(CampaignEngine):
 
     params: LaplaceParams
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: LaplaceParams) -> None:
+    def __init__(self, campaign_id: str, config: CampaignConfig, params: LaplaceParams) -> None:
         super().__init__(campaign_id, config, params)
         self.domain = numeric_domain(config, "laplace")
         self.dimension = self.domain.dimension

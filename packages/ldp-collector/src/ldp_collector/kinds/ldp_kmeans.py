@@ -147,7 +147,6 @@ import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
-from ldp.v1 import campaigns_pb2
 from ldp_client.budget import MAX_MECHANISM_EPSILON, split_epsilon
 from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
@@ -159,7 +158,7 @@ from ..estimation.accumulators import component_params_from_spec, decode_report_
 from ..estimation.frequency import GRRAggregator
 from ..estimation.kmeans import weighted_kmeans
 from ..estimation.vectors import vector_component, vector_estimates
-from ..model import CampaignState, Clustering, Estimates, Result
+from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Estimates, Result
 from ..storage.base import AccumulateFn
 from .base import (
     K_PARAM,
@@ -358,7 +357,7 @@ class LdpKmeansParams(KindParams):
     iterations: int = 0
     data_share: float = 0.0
 
-    def resolve(self, config: campaigns_pb2.CampaignConfig) -> LdpKmeansParams:
+    def resolve(self, config: CampaignConfig) -> LdpKmeansParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
 
         Raises
@@ -398,7 +397,7 @@ class LdpKmeansEngine(CampaignEngine):
 
     params: LdpKmeansParams
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: LdpKmeansParams) -> None:
+    def __init__(self, campaign_id: str, config: CampaignConfig, params: LdpKmeansParams) -> None:
         super().__init__(campaign_id, config, params)
         self.domain = numeric_domain(config, "ldp_kmeans")
         self.k = params.k
@@ -414,9 +413,9 @@ class LdpKmeansEngine(CampaignEngine):
         self._lower = np.asarray(self.domain.lower, dtype=np.float64)
         self._width = np.asarray(self.domain.upper, dtype=np.float64) - self._lower
 
-    def _plan(self, config: campaigns_pb2.CampaignConfig) -> LdpKmeansPlan:
+    def _plan(self, config: CampaignConfig) -> LdpKmeansPlan:
         epsilon, share, t = config.epsilon, self.params.data_share, self.iterations
-        if config.budget_policy == campaigns_pb2.SPLIT:
+        if config.budget_policy == BudgetPolicy.SPLIT:
             # What each round charges first (the ledger charges a round's label and vector together,
             # their sum rounded up), then each label round's charge cut into its label and its vector.
             vector_weight, label_weight = share / (t + 1), (1.0 - share) / t

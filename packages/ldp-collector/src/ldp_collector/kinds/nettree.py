@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldp.v1 import campaigns_pb2
 from ldp_client.budget import split_epsilon
 from ldp_client.encoders.base import Encoder
 from ldp_client.encoders.bucketed import BucketedVectorEncoder
@@ -69,7 +68,7 @@ from ..estimation.net_tree import (
     signal_to_noise,
 )
 from ..estimation.vector_sum import bucket_sums
-from ..model import CampaignState, Clustering, Result
+from ..model import CampaignConfig, CampaignState, Clustering, Result
 from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
 from .base import (
     K_PARAM,
@@ -172,7 +171,7 @@ class NetTreeParams(KindParams):
     node_share: float = 0.0
     false_positive_rate: float = 0.0
 
-    def resolve(self, config: campaigns_pb2.CampaignConfig) -> NetTreeParams:
+    def resolve(self, config: CampaignConfig) -> NetTreeParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
 
         Raises
@@ -247,7 +246,7 @@ class NetTreeEngine(CampaignEngine):
 
     params: NetTreeParams
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: NetTreeParams) -> None:
+    def __init__(self, campaign_id: str, config: CampaignConfig, params: NetTreeParams) -> None:
         super().__init__(campaign_id, config, params)
         self.domain = numeric_domain(config, "nettree")
         d = self.dimension = self.domain.dimension

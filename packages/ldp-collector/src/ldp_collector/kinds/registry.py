@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import importlib
 
-from ldp.v1 import campaigns_pb2
-
 from ..errors import InvalidArgumentError
 from .base import Kind
 
@@ -40,19 +38,15 @@ def _load() -> dict[str, Kind]:
 KINDS: dict[str, Kind] = _load()
 
 
-def kind_for(value: int) -> Kind:
-    """The kind of an ``ldp.v1.CampaignKind`` value.
+def kind_for(name: str) -> Kind:
+    """The kind named ``name`` (``"histogram"``; the wire's numbers are :mod:`ldp_collector.serde`'s business).
 
     Raises
     ------
     InvalidArgumentError
-        A value without a registered kind (``"campaign kind GRID is not implemented yet"``).
+        A name without a registered kind (``"campaign kind GRID is not implemented yet"``).
     """
     try:
-        name = campaigns_pb2.CampaignKind.Name(value)  # type: ignore[arg-type]
-    except ValueError:
-        raise InvalidArgumentError(f"kind {value} is not a known campaign kind") from None
-    try:
-        return KINDS[name.lower()]
+        return KINDS[name]
     except KeyError:
-        raise InvalidArgumentError(f"campaign kind {name} is not implemented yet") from None
+        raise InvalidArgumentError(f"campaign kind {name.upper()} is not implemented yet") from None

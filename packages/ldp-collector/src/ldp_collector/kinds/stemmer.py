@@ -59,7 +59,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldp.v1 import campaigns_pb2
 from ldp_client.budget import MAX_MECHANISM_EPSILON, equal_share
 from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.lsh import ShiftedGridEncoder
@@ -77,7 +76,7 @@ from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
 from ..estimation.vector_sum import bucket_sums
-from ..model import CampaignState, Clustering, Result
+from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
 from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
 from .base import (
     K_PARAM,
@@ -142,7 +141,7 @@ class StemmerParams(KindParams):
     threshold_z: float = 0.0
     lloyd_refinement: bool | None = None
 
-    def resolve(self, config: campaigns_pb2.CampaignConfig) -> StemmerParams:
+    def resolve(self, config: CampaignConfig) -> StemmerParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
 
         Raises
@@ -191,13 +190,13 @@ class StemmerEngine(CampaignEngine):
 
     params: StemmerParams
 
-    def __init__(self, campaign_id: str, config: campaigns_pb2.CampaignConfig, params: StemmerParams) -> None:
+    def __init__(self, campaign_id: str, config: CampaignConfig, params: StemmerParams) -> None:
         super().__init__(campaign_id, config, params)
         self.domain = numeric_domain(config, "stemmer")
         d = self.dimension = self.domain.dimension
         p = params
         self.lloyd = bool(p.lloyd_refinement)
-        self.split = config.budget_policy == campaigns_pb2.SPLIT
+        self.split = config.budget_policy == BudgetPolicy.SPLIT
         self.rounds = 4 if self.lloyd else 3
         epsilon = config.epsilon
         self.round_epsilon = equal_share(epsilon, self.rounds) if self.split else epsilon

@@ -33,7 +33,7 @@ from ..errors import CollectorError, FailedPreconditionError, OverloadedError
 from ..ingest import Assign
 from ..model import CampaignState
 from ..ratelimit import RateLimiter
-from ..serde import estimates_to_proto, result_to_proto
+from ..serde import campaign_to_proto, config_from_proto, estimates_to_proto, result_to_proto
 from ..storage.base import Outcome
 from ..telemetry import CollectorMetrics
 from .interceptors import bearer_digest, bearer_token
@@ -283,7 +283,7 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
             campaign = self._collector.get_campaign(campaign_id)
         except CollectorError:
             return "unknown"
-        kind = campaigns_pb2.CampaignKind.Name(campaign.config.kind).lower()
+        kind = campaign.config.kind
         self._kinds[campaign_id] = kind
         return kind
 
@@ -315,22 +315,25 @@ class OperatorServicer(service_pb2_grpc.OperatorServiceServicer):
                              context: Context) -> campaigns_pb2.Campaign:
         if not request.HasField("config"):
             raise FieldError("config", "config is required")
-        return await self._pool.run(lambda: self._collector.create_campaign(request.config))
+        return await self._pool.run(
+            lambda: campaign_to_proto(self._collector.create_campaign(config_from_proto(request.config))))
 
     async def ListCampaigns(self, request: service_pb2.ListCampaignsRequest,
                             context: Context) -> service_pb2.ListCampaignsResponse:
         def job() -> service_pb2.ListCampaignsResponse:
             campaigns, next_token = self._collector.list_campaigns(request.page_size, request.page_token)
-            return service_pb2.ListCampaignsResponse(campaigns=campaigns, next_page_token=next_token)
+            return service_pb2.ListCampaignsResponse(campaigns=[campaign_to_proto(c) for c in campaigns],
+                                                     next_page_token=next_token)
 
         return await self._pool.run(job)
 
     async def GetCampaign(self, request: service_pb2.GetCampaignRequest,
                           context: Context) -> campaigns_pb2.Campaign:
-        return await self._pool.run(lambda: self._collector.get_campaign(request.campaign_id))
+        return await self._pool.run(lambda: campaign_to_proto(self._collector.get_campaign(request.campaign_id)))
 
     async def CloseRound(self, request: service_pb2.CloseRoundRequest, context: Context) -> campaigns_pb2.Campaign:
-        campaign = await self._pool.run(lambda: self._collector.close_round(request.campaign_id, request.round))
+        campaign = await self._pool.run(
+            lambda: campaign_to_proto(self._collector.close_round(request.campaign_id, request.round)))
         self._metrics.rounds_closed.labels(trigger="operator").inc()
         return campaign
 
@@ -355,8 +358,7 @@ class OperatorServicer(service_pb2_grpc.OperatorServiceServicer):
         self._metrics.watch_streams.inc()
         try:
             while True:
-                event = await self._pool.run(lambda: self._collector.campaign_events(request.campaign_id),
-                                             shed=False)
+                event = await self._pool.run(lambda: self._campaign_event(request.campaign_id), shed=False)
                 key = event.SerializeToString(deterministic=True)
                 if key != last:
                     last = key
@@ -367,4 +369,8 @@ class OperatorServicer(service_pb2_grpc.OperatorServiceServicer):
                     await asyncio.wait_for(self._stopping.wait(), timeout=self._poll)
         finally:
             self._metrics.watch_streams.dec()
+
+    def _campaign_event(self, campaign_id: str) -> service_pb2.CampaignEvent:
+        campaign, reports = self._collector.campaign_events(campaign_id)
+        return service_pb2.CampaignEvent(campaign=campaign_to_proto(campaign), current_round_reports=reports)
 

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
 
-from ldp.v1 import campaigns_pb2
 from ldp_client.device import DevicePolicy
 from ldp_client.errors import InvalidParameterError
 from ldp_client.report import REPORT_ID_BYTES, Report
@@ -29,9 +28,9 @@ from ldp_client.spec import RoundNotOpen, RoundSpec
 
 from ..core import Collector
 from ..errors import RoundNotOpenError
-from ..model import Result
+from ..model import Campaign, CampaignConfig, CampaignState, Result
 from ..operator import OperatorClient
-from ..serde import result_from_proto
+from ..serde import campaign_from_proto, config_to_proto, result_from_proto
 from ..storage.base import Outcome
 from .population import Mode, Population
 
@@ -69,11 +68,11 @@ class SubmitCounts:
 class CollectorBackend(Protocol):
     """What :func:`run_campaign` needs from a collector (in-process or over gRPC)."""
 
-    def create_campaign(self, config: campaigns_pb2.CampaignConfig) -> campaigns_pb2.Campaign:
+    def create_campaign(self, config: CampaignConfig) -> Campaign:
         """Create a campaign and open its first round."""
         ...
 
-    def get_campaign(self, campaign_id: str) -> campaigns_pb2.Campaign:
+    def get_campaign(self, campaign_id: str) -> Campaign:
         """The campaign's state."""
         ...
 
@@ -85,7 +84,7 @@ class CollectorBackend(Protocol):
         """Submit one batch of reports."""
         ...
 
-    def close_round(self, campaign_id: str, round: int) -> campaigns_pb2.Campaign:
+    def close_round(self, campaign_id: str, round: int) -> Campaign:
         """Close the open round ``round`` and run the server step."""
         ...
 
@@ -117,10 +116,10 @@ class InProcessCollector:
         self.collector = collector
         self._rng = SeededRng(seed ^ 0x5EED)
 
-    def create_campaign(self, config: campaigns_pb2.CampaignConfig) -> campaigns_pb2.Campaign:
+    def create_campaign(self, config: CampaignConfig) -> Campaign:
         return self.collector.create_campaign(config)
 
-    def get_campaign(self, campaign_id: str) -> campaigns_pb2.Campaign:
+    def get_campaign(self, campaign_id: str) -> Campaign:
         return self.collector.get_campaign(campaign_id)
 
     def get_round_spec(self, campaign_id: str) -> tuple[RoundSpec | None, bool]:
@@ -133,7 +132,7 @@ class InProcessCollector:
         request_id = self._rng.token_bytes(REPORT_ID_BYTES).hex()
         return _counts([(int(o), r) for o, r in self.collector.submit(request_id, list(reports))])
 
-    def close_round(self, campaign_id: str, round: int) -> campaigns_pb2.Campaign:
+    def close_round(self, campaign_id: str, round: int) -> Campaign:
         return self.collector.close_round(campaign_id, round)
 
     def get_result(self, campaign_id: str) -> Result:
@@ -181,11 +180,11 @@ class RemoteCollector:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def create_campaign(self, config: campaigns_pb2.CampaignConfig) -> campaigns_pb2.Campaign:
-        return self.operator.create_campaign(config)
+    def create_campaign(self, config: CampaignConfig) -> Campaign:
+        return campaign_from_proto(self.operator.create_campaign(config_to_proto(config)))
 
-    def get_campaign(self, campaign_id: str) -> campaigns_pb2.Campaign:
-        return self.operator.get_campaign(campaign_id)
+    def get_campaign(self, campaign_id: str) -> Campaign:
+        return campaign_from_proto(self.operator.get_campaign(campaign_id))
 
     def get_round_spec(self, campaign_id: str) -> tuple[RoundSpec | None, bool]:
         spec = self.device.poll_round_spec(campaign_id)  # between two rounds: RoundNotOpen, at once
@@ -193,14 +192,14 @@ class RemoteCollector:
             return None, False
         if spec is not None:
             return spec, False
-        return None, self.operator.get_campaign(campaign_id).state != campaigns_pb2.COLLECTING
+        return None, self.get_campaign(campaign_id).state != CampaignState.COLLECTING
 
     def submit(self, reports: Sequence[Report]) -> SubmitCounts:
         submit = self.device.submit_packed if self._packed else self.device.submit
         return _counts([(int(o.status), o.reason) for o in submit(reports)])
 
-    def close_round(self, campaign_id: str, round: int) -> campaigns_pb2.Campaign:
-        return self.operator.close_round(campaign_id, round)
+    def close_round(self, campaign_id: str, round: int) -> Campaign:
+        return campaign_from_proto(self.operator.close_round(campaign_id, round))
 
     def get_result(self, campaign_id: str) -> Result:
         return result_from_proto(self.operator.get_result(campaign_id))
@@ -266,7 +265,7 @@ class CampaignRun:
     Attributes
     ----------
     campaign_id : str
-    campaign : ldp.v1.Campaign
+    campaign : Campaign
         The campaign at the end (FINISHED).
     result : Result
         The campaign's published result (:class:`ldp_collector.model.Result`).
@@ -276,7 +275,7 @@ class CampaignRun:
     """
 
     campaign_id: str
-    campaign: campaigns_pb2.Campaign
+    campaign: Campaign
     result: Result
     first_spec: RoundSpec
     stats: SimulationStats
@@ -301,13 +300,14 @@ def _wait_for_round(backend: CollectorBackend, campaign_id: str, timeout: float,
 def _close_if_open(backend: CollectorBackend, campaign_id: str, round: int) -> None:
     """Close ``round`` unless the collector already did (``close_after_reports``, a deadline)."""
     campaign = backend.get_campaign(campaign_id)
-    if campaign.state != campaigns_pb2.COLLECTING or campaign.current_round.round != round:
+    current = campaign.current_round
+    if campaign.state != CampaignState.COLLECTING or current is None or current.round != round:
         return
     if any(r.round == round and r.open for r in campaign.rounds):
         backend.close_round(campaign_id, round)
 
 
-def run_campaign(collector: Collector | CollectorBackend, config: campaigns_pb2.CampaignConfig, points: Any, *,
+def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig, points: Any, *,
                  seed: int = 0, policy: DevicePolicy | None = None, mode: Mode = "auto", batch_size: int = 1000,
                  quiet: bool = False, max_rounds: int = 64, round_timeout_s: float = 60.0) -> CampaignRun:
     """Create a campaign, let a simulated population play every round, and return the result.
@@ -317,7 +317,7 @@ def run_campaign(collector: Collector | CollectorBackend, config: campaigns_pb2.
     collector : Collector or CollectorBackend
         An in-process :class:`~ldp_collector.core.Collector` (wrapped in
         :class:`InProcessCollector`), a :class:`RemoteCollector`, or another backend.
-    config : ldp.v1.CampaignConfig
+    config : CampaignConfig
     points : numpy.ndarray or sequence
         One point per device (see :class:`Population`).
     seed : int
@@ -381,7 +381,7 @@ def run_campaign(collector: Collector | CollectorBackend, config: campaigns_pb2.
                 bar.update(stop - start)
         _close_if_open(backend, campaign_id, spec.round)
     campaign = backend.get_campaign(campaign_id)
-    if campaign.state == campaigns_pb2.FAILED:
+    if campaign.state == CampaignState.FAILED:
         raise SimulationError(f"campaign {campaign_id} failed: {campaign.error or 'no reason given'}")
     if first_spec is None:
         raise SimulationError(f"campaign {campaign_id} finished before any round was played")
