@@ -19,17 +19,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .budget import UNIT, fits
 from .errors import BudgetExhaustedError, ProtocolError
 
 if TYPE_CHECKING:
-    from .device import DevicePolicy
     from .rng import Rng
     from .spec import GroupTask, RoundSpec
 
-__all__ = ["Admission", "Caps", "admit", "check_budget", "pick_group"]
+__all__ = ["Admission", "Caps", "PolicyLimits", "admit", "check_budget", "pick_group"]
+
+
+class PolicyLimits(Protocol):
+    """The limits of a device's policy that admission reads (:class:`ldp_client.device.DevicePolicy`
+    has them; this module does not import it, so that ``device`` depends on ``admission`` only)."""
+
+    @property
+    def max_epsilon_per_campaign(self) -> float: ...
+
+    @property
+    def max_epsilon_total(self) -> float: ...
+
+    @property
+    def max_reports_per_campaign(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,7 +64,7 @@ class Caps:
     reports: int
 
     @classmethod
-    def of(cls, spec: RoundSpec, policy: DevicePolicy) -> Caps:
+    def of(cls, spec: RoundSpec, policy: PolicyLimits) -> Caps:
         """The caps binding a device with ``policy`` in ``spec``'s campaign."""
         return cls(campaign_epsilon=min(spec.campaign_epsilon, policy.max_epsilon_per_campaign),
                    total_epsilon=policy.max_epsilon_total,
@@ -122,7 +135,7 @@ def check_budget(epsilon: float, caps: Caps, *, spent: int, spent_total: int, re
         raise BudgetExhaustedError("campaign reports", reports, 1, caps.reports)
 
 
-def admit(spec: RoundSpec, policy: DevicePolicy, *, group: int | None, spent: int, spent_total: int, reports: int,
+def admit(spec: RoundSpec, policy: PolicyLimits, *, group: int | None, spent: int, spent_total: int, reports: int,
           group_rng: Callable[[], Rng]) -> Admission:
     """The device's group and task in ``spec``'s round, once its caps allow one more report.
 
@@ -132,7 +145,7 @@ def admit(spec: RoundSpec, policy: DevicePolicy, *, group: int | None, spent: in
     Parameters
     ----------
     spec : RoundSpec
-    policy : DevicePolicy
+    policy : PolicyLimits
     group : int or None
         The device's recorded group in the campaign; ``None`` draws one (:func:`pick_group`), which
         the caller records when it keeps the outcome (the device does when its group sits out the
