@@ -68,7 +68,7 @@ class RoundReports(abc.ABC):
         """The round's accumulator blobs (as kept by the engine's ``accumulate_fn``)."""
 
 
-class KindParams(Spec):
+class KindParams(Spec, abc.ABC):
     """Base of a kind's parameters: a frozen ``kw_only`` dataclass mirroring its ``ldp.v1.*Parameters``.
 
     Field names, proto enums (as :class:`~ldp_collector.kinds.common.ProtoEnum`), tuples for
@@ -76,6 +76,7 @@ class KindParams(Spec):
     so :mod:`ldp_collector.serde` converts them generically.
     """
 
+    @abc.abstractmethod
     def resolve(self, config: CampaignConfig) -> Self:
         """These parameters checked against the campaign, with every collector default filled in.
 
@@ -93,7 +94,6 @@ class KindParams(Spec):
         InvalidArgumentError
             Naming the field at fault and its allowed range.
         """
-        raise NotImplementedError(f"{type(self).__name__} does not implement resolve")
 
 
 class CampaignEngine(abc.ABC):
