@@ -183,6 +183,25 @@ def test_bad_parameters(top: dict[str, Any], grid: dict[str, Any], message: str)
         prepare_campaign(config_from_proto(c))
 
 
+
+@pytest.mark.parametrize(("d", "max_cells", "message"), [
+    # More dimensions than any grid resolves: the limit is named, not an empty interval.
+    (30, 0, r"a grid campaign resolves at most 20 dimensions.*2\^30 cells.*got d = 30"),
+    (21, 2**20, r"at most 20 dimensions"),
+    # Within the limit but above the default: the message says it is the default and what to set.
+    (13, 0, r"grid.max_cells \(default 4096\) is below the 8192 cells.*set grid.max_cells in \[8192, 1048576\]"),
+    (13, 4096, r"grid.max_cells must be in \[8192, 1048576\] in dimension 13, got 4096"),
+])
+def test_dimension_beyond_the_grid_names_the_limit(d: int, max_cells: int, message: str) -> None:
+    c = grid_config((0.0,) * d, (1.0,) * d, max_cells=max_cells)
+    with pytest.raises(InvalidArgumentError, match=message):
+        prepare_campaign(config_from_proto(c))
+
+
+def test_the_largest_dimension_the_grid_resolves_is_accepted() -> None:
+    prepared = prepare_campaign(config_from_proto(grid_config((0.0,) * 20, (1.0,) * 20, max_cells=2**20)))
+    assert prepared.config.parameters.max_cells == 2**20
+
 def test_bad_domain_and_parameter_kind() -> None:
     c = grid_config()
     categorical(c)

@@ -111,6 +111,8 @@ __all__ = [
     "DEFAULT_DENSE_Z",
     "DEFAULT_MAX_CELLS",
     "DEFAULT_MAX_ITERATIONS",
+    "MAX_GRID_CELLS",
+    "MAX_GRID_DIMENSION",
     "DEFAULT_REFINEMENT_SHARE",
     "MAX_TREE_LEVELS",
     "GridEngine",
@@ -127,6 +129,10 @@ DEFAULT_REFINEMENT_SHARE = 0.4
 DEFAULT_DENSE_Z = 2.0
 DEFAULT_CORE_Z = 3.0
 DEFAULT_MAX_CELLS = 4096
+#: Largest grid, in cells. Its coarsest grid (2 cells per dimension) bounds the dimension a grid
+#: campaign resolves: ``MAX_GRID_DIMENSION`` = log2 of it.
+MAX_GRID_CELLS = 2**20
+MAX_GRID_DIMENSION = MAX_GRID_CELLS.bit_length() - 1
 DEFAULT_MAX_ITERATIONS = 3
 #: Calibration grid: the finest level with at most this many cells.
 DEFAULT_CALIBRATION_CELLS = 256
@@ -242,9 +248,19 @@ class GridParams(KindParams):
         d = numeric_domain(config, "grid").dimension
         variant = self.variant or GridVariant.TREE
         granularity = self.granularity or Granularity.CONSISTENT
+        if d > MAX_GRID_DIMENSION:
+            raise InvalidArgumentError(
+                f"a grid campaign resolves at most {MAX_GRID_DIMENSION} dimensions: its coarsest grid (2 cells per "
+                f"dimension) has 2^{d} cells, more than the largest grid ({MAX_GRID_CELLS} cells); got d = {d} "
+                f"(a nettree or stemmer campaign projects the points to fewer dimensions)")
+        if not self.max_cells and 2**d > DEFAULT_MAX_CELLS:
+            raise InvalidArgumentError(
+                f"grid.max_cells (default {DEFAULT_MAX_CELLS}) is below the {2**d} cells of the coarsest grid in "
+                f"dimension {d}: set grid.max_cells in [{2**d}, {MAX_GRID_CELLS}]")
         max_cells = self.max_cells or DEFAULT_MAX_CELLS
-        if not 2**d <= max_cells <= 2**20:
-            raise InvalidArgumentError(f"grid.max_cells must be in [{2**d}, {2**20}] in dimension {d}, got {max_cells}")
+        if not 2**d <= max_cells <= MAX_GRID_CELLS:
+            raise InvalidArgumentError(
+                f"grid.max_cells must be in [{2**d}, {MAX_GRID_CELLS}] in dimension {d}, got {max_cells}")
         top_level = replace(self, max_cells=max_cells).top_level(d)
         m0 = self.initial_cells_per_dimension or 2 ** max(1, int(math.floor(math.log2(DEFAULT_CALIBRATION_CELLS) / d
                                                                             + 1e-12)))
