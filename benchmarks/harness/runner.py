@@ -57,6 +57,7 @@ from . import adapters
 from .suites import Bound, Claim, DatasetCase, Suite, epsilon_label, get_suite
 
 __all__ = [
+    "HEADLINE_SEEDS",
     "METHOD_SEED_OFFSET",
     "Cell",
     "CheckResult",
@@ -320,7 +321,7 @@ def run_suite(suite: Suite, *, jobs: int = 1, via_grpc: bool = False, protocols:
 
 @dataclass(frozen=True, kw_only=True)
 class Cell:
-    """Every seed of one (protocol, dataset, n, epsilon): per metric the median and quartiles."""
+    """Every seed of one (protocol, dataset, n, epsilon): per metric the median, quartiles and every seed's value."""
 
     protocol: str
     dataset: str
@@ -336,6 +337,22 @@ class Cell:
     @property
     def key(self) -> tuple[str, str, int, str]:
         return self.protocol, self.dataset, self.n, self.epsilon
+
+    def tail(self, metric: str) -> tuple[str, float]:
+        """The 10th-percentile seed on the bad side of ``metric``, as ``(percentile label, value)``.
+
+        ``("p10", v)`` for scores (higher is better), ``("p90", v)`` for costs and ratios: the value of
+        an observed seed (no interpolation), so a figure shows how bad one seed in ten gets, not only
+        the median. Over fewer than 10 seeds it is the worst seed.
+        """
+        values = self.values[metric]
+        if metric in _LOWER_IS_BETTER:
+            return "p90", float(np.quantile(values, 0.9, method="higher"))
+        return "p10", float(np.quantile(values, 0.1, method="lower"))
+
+
+#: Seeds a headline figure needs (a median over at least this many, with its 10th-percentile seed).
+HEADLINE_SEEDS = 10
 
 
 def aggregate(records: Sequence[RunRecord]) -> dict[tuple[str, str, int, str], Cell]:

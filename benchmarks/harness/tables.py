@@ -1,20 +1,24 @@
-"""Markdown tables of a suite run: per data set the median [interquartile range] of every metric,
-the paper claims, the bounds and the regression checks."""
+"""Markdown tables of a suite run: per data set the median of every metric with its 10th-percentile
+seed (:func:`cell_text`), the paper claims, the bounds and the regression checks."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from . import adapters
+from .runner import HEADLINE_SEEDS, Cell, CheckResult
 from .suites import Suite
 
-if TYPE_CHECKING:
-    from .runner import Cell, CheckResult
+__all__ = ["CELL_LEGEND", "FEW_SEEDS_MARK", "cell_text", "checks_table", "claims_summary", "claims_table", "format_value",
+           "pivot_table", "results_table", "suite_report", "summary_report"]
 
-__all__ = ["checks_table", "claims_summary", "claims_table", "format_value", "pivot_table", "results_table",
-           "suite_report", "summary_report"]
+#: Marks a cell over fewer than :data:`~harness.runner.HEADLINE_SEEDS` seeds (not a headline figure).
+FEW_SEEDS_MARK = "†"
+#: How every table says what a cell is.
+CELL_LEGEND = (f"Each cell: median over seeds (p10 v) = the 10th-percentile seed's value on the bad side (p10 for "
+               f"scores, p90 for costs and ratios); {FEW_SEEDS_MARK} = fewer than {HEADLINE_SEEDS} seeds, not a "
+               "headline figure.")
 
 _METRIC_TITLES = {
     "cost_ratio": "cost / k-means", "ari": "ARI", "nmi": "NMI", "f_measure": "F", "cost_per_point": "NICV (cost/n)",
@@ -33,6 +37,13 @@ def format_value(value: float) -> str:
     return f"{value:.3g}"
 
 
+def cell_text(cell: Cell, metric: str) -> str:
+    """``"0.912 (p10 0.801)"``: the median and the 10th-percentile seed, marked when under 10 seeds."""
+    label, tail = cell.tail(metric)
+    mark = f" {FEW_SEEDS_MARK}" if cell.seeds < HEADLINE_SEEDS else ""
+    return f"{format_value(cell.median[metric])} ({label} {format_value(tail)}){mark}"
+
+
 def _epsilon_order(label: str) -> float:
     if label == "-":
         return -1.0
@@ -45,7 +56,7 @@ def _protocol_order(name: str) -> tuple[int, str]:
 
 
 def results_table(cells: Sequence[Cell], metrics: Sequence[str]) -> str:
-    """One Markdown table: a row per (protocol, n, epsilon), a column per metric (median [Q1, Q3])."""
+    """One Markdown table: a row per (protocol, n, epsilon), a column per metric (:func:`cell_text`)."""
     present = [m for m in metrics if any(m in c.median for c in cells)]
     head = ["protocol", "privacy", "n", "ε", "seeds"] + [_METRIC_TITLES.get(m, m) for m in present] + ["s/run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
@@ -56,9 +67,7 @@ def results_table(cells: Sequence[Cell], metrics: Sequence[str]) -> str:
             if m not in c.median:
                 row.append("")
                 continue
-            med, q1, q3 = c.median[m], c.q1[m], c.q3[m]
-            row.append(format_value(med) if c.seeds == 1 else f"{format_value(med)} [{format_value(q1)}, "
-                                                                f"{format_value(q3)}]")
+            row.append(cell_text(c, m))
         row.append(f"{c.seconds:.2f}")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -99,7 +108,7 @@ def suite_report(suite: Suite, cells: dict[tuple[str, str, int, str], Cell], che
     parts = [f"## Suite `{suite.name}`", "", suite.description, "",
              f"{runs} runs in {wall:.1f} s with {jobs} worker process(es)"
              f"{', collector-backed protocols over gRPC' if via_grpc else ', in-process collector'}. "
-             "Each cell: median [Q1, Q3] over seeds. cost / k-means = k-means cost of the released centers on the "
+             f"{CELL_LEGEND} cost / k-means = k-means cost of the released centers on the "
              "true points over the best of 10 non-private k-means++ runs; NICV (cost/n) = that cost per point; "
              "F = clustering F-measure; ε = - : no privacy budget; ε = ∞ : the documented no-noise bypass.", ""]
     for dataset_label in sorted({c.dataset for c in cells.values()}):
@@ -110,7 +119,7 @@ def suite_report(suite: Suite, cells: dict[tuple[str, str, int, str], Cell], che
 
 
 def pivot_table(cells: Sequence[Cell], metric: str) -> str:
-    """One data set and n: a row per protocol, a column per epsilon, each cell median [Q1, Q3] of ``metric``."""
+    """One data set and n: a row per protocol, a column per epsilon, each cell :func:`cell_text` of ``metric``."""
     present = [c for c in cells if metric in c.median]
     if not present:
         return ""
@@ -122,13 +131,7 @@ def pivot_table(cells: Sequence[Cell], metric: str) -> str:
         row = [protocol]
         for e in epsilons:
             cell = next((c for c in present if c.protocol == protocol and c.epsilon == e), None)
-            if cell is None:
-                row.append("")
-            elif cell.seeds == 1:
-                row.append(format_value(cell.median[metric]))
-            else:
-                row.append(f"{format_value(cell.median[metric])} [{format_value(cell.q1[metric])}, "
-                           f"{format_value(cell.q3[metric])}]")
+            row.append("" if cell is None else cell_text(cell, metric))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -156,8 +159,8 @@ def summary_report(suite: Suite, cells: dict[tuple[str, str, int, str], Cell], c
     """The compact report (``summary.md``): per data set and n, protocols x epsilon pivots of the cost
     ratio and the ARI, then the claims summary and the checks."""
     parts = [f"## Suite `{suite.name}`: summary", "",
-             f"{runs} runs in {wall:.1f} s with {jobs} worker process(es). Median [Q1, Q3] over seeds; "
-             "the full table is `table.md`.", ""]
+             f"{runs} runs in {wall:.1f} s with {jobs} worker process(es). {CELL_LEGEND} "
+             "The full table is `table.md`.", ""]
     for dataset_label in sorted({c.dataset for c in cells.values()}):
         for n in sorted({c.n for c in cells.values() if c.dataset == dataset_label}):
             subset = [c for c in cells.values() if c.dataset == dataset_label and c.n == n]

@@ -307,6 +307,22 @@ def test_the_smoke_suite_records_over_more_seeds_than_it_checks() -> None:
         smoke.with_seeds(0)
 
 
+def test_a_table_cell_is_the_median_with_its_10th_percentile_seed() -> None:
+    from harness import tables
+
+    ari = [0.1, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.95, 0.99, 1.0]  # 11 seeds: p10 is the 2nd lowest seed
+    cost = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 9.0]  # p90: the 2nd highest
+    many = _seeds_cell("p", ari=ari, cost_ratio=cost)
+    assert many.tail("ari") == ("p10", 0.5) and many.tail("cost_ratio") == ("p90", 1.9)
+    assert tables.cell_text(many, "ari") == "0.85 (p10 0.5)"
+    assert tables.cell_text(many, "cost_ratio") == "1.5 (p90 1.9)"
+    few = _seeds_cell("p", ari=[0.2, 0.9, 1.0])
+    assert tables.cell_text(few, "ari") == "0.9 (p10 0.2) †"  # under 10 seeds: the worst seed, marked
+    table = tables.pivot_table([few], "ari")
+    assert "0.9 (p10 0.2) †" in table and "[" not in table
+    assert "p10" in tables.CELL_LEGEND and "fewer than 10 seeds" in tables.CELL_LEGEND
+
+
 def test_the_recorded_regressions_cover_the_smoke_suite() -> None:
     entries = json.loads(runner.REGRESSIONS_PATH.read_text())["entries"]
     smoke = {(e["protocol"], e["dataset"], e["n"], e["epsilon"], e["metric"]) for e in entries
@@ -345,7 +361,8 @@ def test_main_writes_everything_and_passes(tiny_suite: Suite, tmp_path: Path, in
     assert all(c["passed"] for c in results["checks"])
     assert any(c["kind"] == "regression" for c in results["checks"])
     table = (tmp_path / "out" / "table.md").read_text()
-    assert "| dpqt-kmeans | central-dp |" in table and "[" in table
+    assert "| dpqt-kmeans | central-dp |" in table and "(p10 " in table and "(p90 " in table
+    assert "† = fewer than 10 seeds" in table
     plots = sorted(p.name for p in (tmp_path / "out" / "plots").glob("*.png"))
     assert any(p.endswith("_clusters.png") for p in plots)
 
