@@ -86,9 +86,10 @@ def claims_table(checks: Sequence[CheckResult]) -> str:
 
 
 def checks_table(checks: Sequence[CheckResult]) -> str:
-    """Bounds, regressions and failed runs: counts, and every failure in full."""
+    """Bounds, regressions, failed runs and the densest-region sanity check: counts, and every failure in full."""
     lines = []
-    for kind, title in (("bound", "acceptance bounds"), ("regression", "regressions.json"), ("run", "runs")):
+    for kind, title in (("bound", "acceptance bounds"), ("regression", "regressions.json"), ("run", "runs"),
+                        ("densest", "densest true cell in a cluster, 2-D runs (reported only)")):
         subset = [c for c in checks if c.kind == kind]
         failed = [c for c in subset if not c.passed]
         if kind == "run":
@@ -98,7 +99,8 @@ def checks_table(checks: Sequence[CheckResult]) -> str:
         if kind == "bound":
             lines += [f"  - {'ok' if c.passed else 'FAILED'}: {c.detail}" for c in subset]
         else:
-            lines += [f"  - FAILED: {c.detail.splitlines()[0]}" for c in failed]
+            verdict = "violated" if kind == "densest" else "FAILED"
+            lines += [f"  - {verdict}: {c.detail.splitlines()[0]}" for c in failed]
     return "\n".join(lines)
 
 

@@ -323,6 +323,43 @@ def test_a_table_cell_is_the_median_with_its_10th_percentile_seed() -> None:
     assert "p10" in tables.CELL_LEGEND and "fewer than 10 seeds" in tables.CELL_LEGEND
 
 
+def test_the_densest_true_region_must_be_in_a_cluster() -> None:
+    from ldp_client.clusters import CellClusterModel
+    from ldp_client.encoders import NumericDomain, TreeCell
+
+    rng = np.random.default_rng(0)
+    x = np.vstack([rng.uniform(0.0, 1.0, size=(200, 2)), rng.normal(0.8, 0.01, size=(300, 2))])
+    dense = np.abs(x - 0.8).max(axis=1) < 0.05
+    labels = np.zeros(len(x), dtype=np.int64)
+    assert runner.densest_region_clustered(x, Clustering(centers=None, labels=labels)) is True
+    labels[dense] = -1  # the densest region called noise
+    assert runner.densest_region_clustered(x, Clustering(centers=None, labels=labels)) is False
+    assert runner.densest_region_clustered(x, Clustering(centers=np.array([[0.1, 0.1]]))) is True
+    assert runner.densest_region_clustered(np.zeros((5, 3)), Clustering(centers=np.zeros((1, 3)))) is None
+    # A cell map: the top cell is the densest of its own cells (not the 32 x 32 grid's).
+    cells = tuple(TreeCell(level=1, morton_index=i) for i in range(4))
+    domain = NumericDomain(lower=(0.0, 0.0), upper=(1.0, 1.0))
+    top = CellClusterModel(domain=domain, cells=cells, labels=(0, 0, 0, 0)).cell_position([0.8, 0.8])
+    clustered = CellClusterModel(domain=domain, cells=cells, labels=tuple(1 if i == top else -1 for i in range(4)))
+    noise = CellClusterModel(domain=domain, cells=cells, labels=tuple(-1 if i == top else 1 for i in range(4)))
+    assert runner.densest_region_clustered(x, Clustering(centers=None, labels=labels, cell_map=clustered)) is True
+    assert runner.densest_region_clustered(x, Clustering(centers=None, labels=labels, cell_map=noise)) is False
+
+
+def test_densest_region_violations_are_reported_not_failed() -> None:
+    from harness import tables
+
+    def record(seed: int, clustered: bool | None) -> RunRecord:
+        return RunRecord(protocol="ugc", dataset="moons", n=10, d=2, k=2, epsilon="8", seed=seed, via_grpc=False,
+                         seconds=0.0, densest_region_clustered=clustered)
+
+    checks = runner.check_densest_regions([record(0, True), record(1, False), record(2, None)])
+    assert [(c.kind, c.passed, c.required) for c in checks] == [("densest", True, False), ("densest", False, False)]
+    text = tables.checks_table(checks)
+    assert "densest true cell in a cluster, 2-D runs (reported only): 1 of 2 passed" in text
+    assert "violated: ugc / moons / n=10 / eps=8 / seed=1" in text
+
+
 def test_the_recorded_regressions_cover_the_smoke_suite() -> None:
     entries = json.loads(runner.REGRESSIONS_PATH.read_text())["entries"]
     smoke = {(e["protocol"], e["dataset"], e["n"], e["epsilon"], e["metric"]) for e in entries
@@ -360,6 +397,8 @@ def test_main_writes_everything_and_passes(tiny_suite: Suite, tmp_path: Path, in
     assert results["runs"] == 2 + 4 + 4
     assert all(c["passed"] for c in results["checks"])
     assert any(c["kind"] == "regression" for c in results["checks"])
+    assert sum(c["kind"] == "densest" for c in results["checks"]) == results["runs"]  # every run is 2-D
+    assert all(isinstance(r["densest_region_clustered"], bool) for r in results["records"])
     table = (tmp_path / "out" / "table.md").read_text()
     assert "| dpqt-kmeans | central-dp |" in table and "(p10 " in table and "(p90 " in table
     assert "† = fewer than 10 seeds" in table
