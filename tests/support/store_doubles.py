@@ -6,8 +6,34 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ldp_collector.storage import AccumulateFn, StoredReport
+
+S = TypeVar("S")
+
+
+def open_concurrently(open_one: Callable[[], S], n: int = 4) -> list[S]:
+    """Open ``n`` stores at once from ``n`` threads released by one barrier (they race to create the
+    schema); every open must succeed. The caller closes them."""
+    stores: list[S] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(n)
+
+    def opener() -> None:
+        try:
+            barrier.wait()
+            stores.append(open_one())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=opener) for _ in range(n)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == [] and len(stores) == n, errors
+    return stores
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:

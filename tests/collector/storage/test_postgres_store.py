@@ -27,7 +27,7 @@ from ldp_collector.storage.postgres import (
     redact_url,
 )
 from support.postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
-from support.store_doubles import Columns, Gate
+from support.store_doubles import Columns, Gate, open_concurrently
 
 from .store_contract import (
     A,
@@ -118,25 +118,8 @@ def test_migrations_are_transactional_and_each_applied_once(postgres_url: str) -
 
 
 def test_concurrent_openers_share_one_schema(postgres_url: str) -> None:  # noqa: F811
-    stores: list[PostgresReportStore] = []
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
-
-    def opener() -> None:
-        try:
-            barrier.wait()
-            stores.append(PostgresReportStore(postgres_url))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    workers = [threading.Thread(target=opener) for _ in range(4)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    for s in stores:
+    for s in open_concurrently(lambda: PostgresReportStore(postgres_url)):
         s.close()
-    assert errors == [] and len(stores) == 4
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(1,)]
 

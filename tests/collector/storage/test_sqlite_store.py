@@ -19,7 +19,7 @@ from ldp_collector.storage import (
 )
 from ldp_collector.storage.group_commit import ColumnarReports
 from ldp_collector.storage.migrations import LATEST_VERSION, SQLITE_MIGRATIONS, Migration, apply_migrations
-from support.store_doubles import Columns, Gate, wait_until
+from support.store_doubles import Columns, Gate, open_concurrently, wait_until
 
 from .store_contract import (
     A,
@@ -111,25 +111,8 @@ def test_migrations_are_dense_and_each_applied_once(tmp_path: Path) -> None:
 
 
 def test_concurrent_openers_share_one_schema(data_dir: Path) -> None:
-    stores: list[SqliteReportStore] = []
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
-
-    def opener() -> None:
-        try:
-            barrier.wait()
-            stores.append(SqliteReportStore(data_dir))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    workers = [threading.Thread(target=opener) for _ in range(4)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    for s in stores:
+    for s in open_concurrently(lambda: SqliteReportStore(data_dir)):
         s.close()
-    assert errors == [] and len(stores) == 4
 
 
 # -- open_store ----------------------------------------------------------------------------------------
