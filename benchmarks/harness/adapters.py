@@ -26,7 +26,7 @@ default, or with ``via_grpc`` a real collector reached over gRPC
 worker processes (:func:`configure_remote`); used alone, an adapter starts its own.
 
 Collector-backed protocols: the OUE grid floor (a ``HISTOGRAM`` campaign), the grid clustering
-campaigns (``GRID``, AGCluster): ``ugc``, ``agc-tree`` and ``agc-iter``, and the center-publishing
+campaigns (``GRID``, AGCluster): ``ugc``, ``agc-tree`` and ``agc-iter``, the non-paper ``grid-density``, and the center-publishing
 campaigns (:mod:`harness.baselines.center_campaigns`): ``kcluster`` (``BITVECTOR``), ``mnfcm`` and
 ``fcm-laplace`` (``LAPLACE``), ``ldp-kmeans``, ``nettree`` and ``stemmer``
 (each its own kind).
@@ -395,6 +395,14 @@ class IterativeAdaptiveGridClustering(_GridClustering):
     name = "agc-iter"
     description = "LDP grid clustering with feedback, merge/split rounds (AGCluster IterAdaptive, papers/002)"
     variant = "iterative"
+
+
+@register_adapter
+class DensityGridClustering(_GridClustering):
+    name = "grid-density"
+    description = ("LDP grid clustering, noise-derived density modes on one uniform grid (the grid kind's DENSITY "
+                   "variant; not in papers/002)")
+    variant = "density"
 
 
 class _CenterCampaign(ProtocolAdapter):

@@ -53,9 +53,9 @@ from support.round_reports import ListRoundReports
 from support.stats import Z_UNBIASED, chi2_sf
 
 GRID = campaigns_pb2.GridParameters
-UNIFORM, TREE, ITERATIVE = int(GRID.UNIFORM), int(GRID.TREE), int(GRID.ITERATIVE)
+UNIFORM, TREE, ITERATIVE, DENSITY = int(GRID.UNIFORM), int(GRID.TREE), int(GRID.ITERATIVE), int(GRID.DENSITY)
 PARTITION, SPLIT = int(campaigns_pb2.PARTITION), int(campaigns_pb2.SPLIT)
-VARIANTS: dict[str, int] = {"uniform": UNIFORM, "tree": TREE, "iterative": ITERATIVE}
+VARIANTS: dict[str, int] = {"uniform": UNIFORM, "tree": TREE, "iterative": ITERATIVE, "density": DENSITY}
 
 
 def grid_config(lower: Sequence[float] = (0.0, 0.0), upper: Sequence[float] = (1.0, 1.0), *,
@@ -159,6 +159,7 @@ def categorical(c: campaigns_pb2.CampaignConfig) -> None:
     ({}, {"refinement_share": 1.0}, "refinement_share"),
     ({}, {"calibration_share": 0.5, "refinement_share": 0.45}, r"calibration_share \+ grid.refinement_share"),
     ({}, {"variant": UNIFORM, "refinement_share": 0.3}, "refinement_share must be 0 for the UNIFORM"),
+    ({}, {"variant": DENSITY, "refinement_share": 0.3}, "refinement_share must be 0 for the DENSITY"),
     ({}, {"initial_cells_per_dimension": 3}, "initial_cells_per_dimension"),
     ({}, {"initial_cells_per_dimension": 12}, "initial_cells_per_dimension"),
     ({}, {"initial_cells_per_dimension": 1}, "initial_cells_per_dimension"),
@@ -254,6 +255,8 @@ def test_defaults_are_filled_in() -> None:
     (TREE, SPLIT, (1, 1, 1), 4.0 / 3),
     (ITERATIVE, SPLIT, (1,), 4.0 / 5),
     (UNIFORM, SPLIT, (1,), 2.0),
+    (DENSITY, PARTITION, (2000, 8000), 4.0),
+    (DENSITY, SPLIT, (1,), 2.0),
 ])
 def test_group_layout(variant: int, policy: int, weights: tuple[int, ...], round_epsilon: float) -> None:
     engine = engine_for(grid_config(variant=variant, policy=policy))
@@ -272,7 +275,8 @@ def test_group_layout(variant: int, policy: int, weights: tuple[int, ...], round
 # budget and rounds through the collector
 # --------------------------------------------------------------------------------------------------
 
-ROUNDS: dict[int, tuple[int, int]] = {UNIFORM: (2, 2), TREE: (3, 3), ITERATIVE: (3, DEFAULT_MAX_ITERATIONS + 2)}
+ROUNDS: dict[int, tuple[int, int]] = {UNIFORM: (2, 2), TREE: (3, 3), ITERATIVE: (3, DEFAULT_MAX_ITERATIONS + 2),
+                                      DENSITY: (2, 2)}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
@@ -301,7 +305,7 @@ def test_partition_every_device_reports_once_and_weights_never_change(variant: i
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
 def test_split_every_device_reports_every_round_with_epsilon_over_r(variant: int) -> None:
     run, specs = campaign("moons", 3000, 6, variant, SPLIT)
-    r = {int(UNIFORM): 2, int(TREE): 3, int(ITERATIVE): DEFAULT_MAX_ITERATIONS + 2}[variant]
+    r = {int(UNIFORM): 2, int(TREE): 3, int(ITERATIVE): DEFAULT_MAX_ITERATIONS + 2, int(DENSITY): 2}[variant]
     rounds = run.stats.rounds
     low, high = ROUNDS[variant]
     assert low <= rounds <= high
@@ -502,13 +506,17 @@ E2E_N, E2E_SEED = 20_000, 1
 ARI_FLOORS: dict[tuple[str, int], float] = {
     ("moons", UNIFORM): 0.9, ("moons", TREE): 0.2, ("moons", ITERATIVE): 0.2,
     ("circles", UNIFORM): 0.1, ("circles", TREE): 0.1, ("circles", ITERATIVE): 0.05,
+    # DENSITY, seeds 0..9: moons .972 .913 .986 1.000 .977 .996 .996 .787 1.000 .999,
+    # circles .586 .594 .566 .686 .576 .569 .569 .632 .708 .592 (the outer ring is thin at this n).
+    ("moons", DENSITY): 0.75, ("circles", DENSITY): 0.5,
 }
 
 
 @pytest.mark.parametrize("name,variant", list(ARI_FLOORS), ids=[f"{n}-{v}" for n, v in
                                                                (("moons", "uniform"), ("moons", "tree"),
                                                                 ("moons", "iterative"), ("circles", "uniform"),
-                                                                ("circles", "tree"), ("circles", "iterative"))])
+                                                                ("circles", "tree"), ("circles", "iterative"),
+                                                                ("moons", "density"), ("circles", "density"))])
 def test_end_to_end_clustering(name: str, variant: int) -> None:
     run, specs = campaign(name, E2E_N, E2E_SEED, variant)
     x, labels = dataset(name, E2E_N, E2E_SEED)
@@ -552,14 +560,18 @@ def test_end_to_end_clustering(name: str, variant: int) -> None:
     assert diag["final_cells"] == len(cells) and diag["clusters"] == k
     assert diag["aggregation_reports"] == result.estimates.reports
     assert 0 < diag["dense_share"] <= 1
-    assert diag["granularity_level"] == level_for_side(diag["granularity_consistent"], 2, max_level=6)
+    if variant == DENSITY:  # the level the noise affords, not the consistent side
+        assert 1 <= diag["occupied_calibration_cells"] <= 256 and 1 <= diag["granularity_level"] <= 6
+        assert diag["modes"] >= diag["clusters"] and diag["dense_z"] > 0
+    else:
+        assert diag["granularity_level"] == level_for_side(diag["granularity_consistent"], 2, max_level=6)
     assert diag["granularity_paper"] < 1e-3  # Theorem 1 as printed: absurdly fine, unused by default
     assert diag["population_estimate"] == pytest.approx(E2E_N, rel=0.1)
     if variant == TREE:
         assert "tree_height" in diag and f"tree_level_{int(diag['granularity_level'])}_candidates" in diag
     if variant == ITERATIVE:
         assert 1 <= diag["iterations"] <= DEFAULT_MAX_ITERATIONS and "iteration_1_cells" in diag
-    if variant == UNIFORM:
+    if variant in (UNIFORM, DENSITY):
         assert {c.level for c in cells} == {int(diag["granularity_level"])}
 
 

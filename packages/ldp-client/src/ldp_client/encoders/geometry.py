@@ -71,6 +71,7 @@ __all__ = [
     "max_tree_level",
     "morton_decode",
     "morton_encode",
+    "neighbor_offsets",
     "same_level_neighbors",
     "tree_ancestor",
     "tree_cell_bounds",
@@ -432,7 +433,7 @@ def _neighbor_indices(cell: TreeCell, dimension: int, faces_only: bool) -> list[
     coords = tree_coordinates(cell, dimension)
     top = (1 << cell.level) - 1
     out = []
-    for offset in _offsets(dimension, faces_only):
+    for offset in neighbor_offsets(dimension, faces_only):
         moved = [c + o for c, o in zip(coords, offset)]
         if all(0 <= c <= top for c in moved):
             out.append(morton_encode(moved))
@@ -440,7 +441,9 @@ def _neighbor_indices(cell: TreeCell, dimension: int, faces_only: bool) -> list[
 
 
 @functools.cache
-def _offsets(dimension: int, faces_only: bool) -> tuple[tuple[int, ...], ...]:
+def neighbor_offsets(dimension: int, faces_only: bool) -> tuple[tuple[int, ...], ...]:
+    """Coordinate offsets of the touching cells of one level: the ``3^d - 1`` of the surrounding
+    block, or the ``2 d`` face neighbours with ``faces_only``."""
     if faces_only:
         out = []
         for j in range(dimension):

@@ -12,6 +12,12 @@ Phases (each a round; every RoundSpec is computed from the previous round's repo
     2. **Refine** (groups B), by ``variant``:
 
        * ``UNIFORM`` (UGC, no refinement): no B round; the grid is the uniform level ``L0``.
+       * ``DENSITY`` (not in the paper): no B round; the grid is the uniform level at which the
+         typical occupied cell is resolved after smoothing
+         (:func:`~ldp_collector.estimation.density_clustering.snr_level`), and the aggregation
+         is :func:`~ldp_collector.estimation.density_clustering.cluster_density` (smoothing, a
+         dense test with false-discovery-rate control, significant modes, border cells) instead of
+         the paper's Algorithm 4.
        * ``TREE`` (TreeAdaptive, default): one round in which subgroup ``i`` reports its cell at
          tree level ``L0 + i`` (levels ``L0 .. H``; ``H`` from Theorem 3's range, capped at
          :data:`MAX_TREE_LEVELS` levels), each with the variance-optimal frequency oracle for
@@ -61,7 +67,7 @@ from numpy.typing import NDArray
 
 from ldp_client.budget import MAX_MECHANISM_EPSILON, equal_share
 from ldp_client.clusters import CellClusterModel
-from ldp_client.encoders.geometry import TreeCell, max_tree_level
+from ldp_client.encoders.geometry import TreeCell, max_tree_level, tree_coordinates
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms import MechanismParams, choose_frequency_oracle
@@ -69,6 +75,7 @@ from ldp_client.spec import MAX_GROUPS, Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, make_accumulate_fn
+from ..estimation.density_clustering import DensityClustering, cluster_density, snr_level
 from ..estimation.frequency import FrequencyEstimate
 from ..estimation.grid_clustering import (
     aggregate_cells,
@@ -172,6 +179,7 @@ class GridVariant(ProtoEnum):
     UNIFORM = 1  # UGC: no feedback
     TREE = 2  # TreeAdaptive
     ITERATIVE = 3  # IterAdaptive
+    DENSITY = 4  # not in the paper: noise-derived density modes on one uniform grid
 
 
 class Granularity(ProtoEnum):
@@ -203,7 +211,7 @@ class GridParams(KindParams):
     calibration_share : float
         PARTITION: share of the devices in the calibration group (0 = 0.2).
     refinement_share : float
-        PARTITION: share of the devices in the refinement groups (0 = 0.4; UNIFORM: 0).
+        PARTITION: share of the devices in the refinement groups (0 = 0.4; UNIFORM and DENSITY: 0).
     dense_threshold : float
         Significance of the dense-cell test, in (0, 10] standard errors (0 = 2).
     max_cells : int
@@ -285,10 +293,11 @@ class GridParams(KindParams):
                 ("dense_threshold", self.dense_threshold, DEFAULT_DENSE_Z)))
         calibration_share = self.calibration_share or DEFAULT_CALIBRATION_SHARE
         refinement_share = self.refinement_share
-        if refinement_share == 0 and variant != GridVariant.UNIFORM:
+        refines = variant in (GridVariant.TREE, GridVariant.ITERATIVE)
+        if refinement_share == 0 and refines:
             refinement_share = DEFAULT_REFINEMENT_SHARE
-        if variant == GridVariant.UNIFORM and refinement_share:
-            raise InvalidArgumentError("grid.refinement_share must be 0 for the UNIFORM variant (no refinement)")
+        if not refines and refinement_share:
+            raise InvalidArgumentError(f"grid.refinement_share must be 0 for the {variant.name} variant (no refinement)")
         for name, value in (("calibration_share", calibration_share), ("refinement_share", refinement_share)):
             if not (math.isfinite(value) and 0 <= value < 1):
                 raise InvalidArgumentError(f"grid.{name} must be in (0, 1), got {value:g}")
@@ -505,6 +514,21 @@ class GridEngine(CampaignEngine):
             "tree_height_low": float(low), "tree_height_high": float(high) if math.isfinite(high) else -1.0,
         }
         variant = p.variant
+        if variant == GridVariant.DENSITY:
+            if not p.granularity_level:
+                aggregation_se = math.sqrt(aggregation_reports * variance)
+                calibration_se = float(np.median(se)) if n and len(se) else 0.0
+                if calibration_se > 0:
+                    level0, occupied = snr_level(counts, calibration_se, level, d, aggregation_reports, aggregation_se,
+                                                 min_level=1, max_level=self.top_level)
+                    diagnostics["occupied_calibration_cells"] = float(occupied)
+                else:
+                    level0 = level
+                diagnostics["granularity_level"] = float(level0)
+            cells = uniform_cells(level0, d)
+            return self._to_aggregate(spec.round + 1, cells, leftover=[], level0=level0, diagnostics=diagnostics,
+                                      warnings=warnings, estimate=estimate,
+                                      calibrate_component=spec.tasks[0].components[0], state_extra={})
         if variant == GridVariant.UNIFORM or level0 >= self.top_level and \
                 variant == GridVariant.TREE:
             if variant != GridVariant.UNIFORM:
@@ -684,7 +708,7 @@ class GridEngine(CampaignEngine):
         pooled_cells = 0
         if n and state.get("prior"):
             counts, se, pooled_cells = _pool_prior(cells, counts, se, n, state["prior"])
-        adjacency = touching(cells, d)
+        density_diagnostics: dict[str, float] = {}
         if n == 0:
             labels = np.full(len(cells), -1, dtype=np.int64)
             densities = np.zeros(len(cells))
@@ -692,6 +716,12 @@ class GridEngine(CampaignEngine):
             clusters, borders, shares = 0, 0, tuple[float, ...]()
             dense_count = core_count = 0
             warnings.append("the aggregation round received no reports: every cell is noise")
+        elif p.variant == GridVariant.DENSITY:
+            labels, densities, density_se, dense, found = _density_aggregation(cells, counts, se, n, d)
+            clusters, borders, shares = found.clusters, found.border_cells, found.cluster_shares
+            dense_count, core_count = int(dense.sum()), 0
+            density_diagnostics = {"dense_z": float(found.dense_z), "modes": float(found.modes),
+                                   "smoothed_count_std_error": float(found.smoothed_std_error)}
         else:
             agg = aggregate_cells(cells, counts, se, n, d, z_dense=float(p.dense_threshold),
                                   z_core=float(p.core_threshold), border=not p.no_border_cells,
@@ -700,7 +730,7 @@ class GridEngine(CampaignEngine):
                                   region_priors={int(index): (float(p_) * n, float(v) * n * n)
                                                  for _, index, p_, v in state.get("region_prior", [])},
                                   min_cluster_z=NormalDist().inv_cdf(1.0 - CLUSTER_FALSE_POSITIVE_RATE / len(cells)),
-                                  adjacency=adjacency)
+                                  adjacency=touching(cells, d))
             labels, densities, density_se = agg.labels, agg.densities, agg.density_std_errors
             clusters, borders, shares = agg.clusters, agg.border_cells, agg.cluster_shares
             dense_count, core_count = int(agg.dense.sum()), int(agg.core.sum())
@@ -718,9 +748,31 @@ class GridEngine(CampaignEngine):
             "noise_cells": float(int((labels < 0).sum())), "cells_pooled_with_refinement": float(pooled_cells),
             "count_std_error": float(se.max()) if len(se) else 0.0,
             "epsilon_per_report": float(self.plan.round_epsilon),
-            "variant": float(p.variant), "granularity_rule": float(p.granularity),
+            "variant": float(p.variant), "granularity_rule": float(p.granularity), **density_diagnostics,
         }
         return RoundOutcome(estimates=estimates, result=result, diagnostics=diagnostics)
+
+
+def _density_aggregation(cells: Sequence[TreeCell], counts: NDArray[np.float64], se: NDArray[np.float64], n: int,
+                         d: int) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.float64],
+                                          NDArray[np.bool_], DensityClustering]:
+    """The DENSITY aggregation of a uniform grid's cells (in any order): labels, the smoothed relative
+    densities and their standard errors, the dense cells, and the clustering."""
+    level = cells[0].level
+    m = 1 << level
+    coords = np.array([tree_coordinates(c, d) for c in cells], dtype=np.int64).reshape(len(cells), d)
+    if len(cells) != m**d or any(c.level != level for c in cells):
+        raise ProtocolError("the DENSITY aggregation needs the whole uniform grid of one level")
+    position = tuple(coords.T)
+    grid = np.zeros((m,) * d, dtype=np.float64)
+    grid[position] = counts
+    # The oracle's count error is the same for every cell up to the small signal term: the
+    # largest keeps every test conservative.
+    found = cluster_density(grid, float(se.max()), float(n))
+    volume = math.ldexp(1.0, -level * d)
+    densities = found.smoothed[position] / (n * volume)
+    density_se = np.full(len(cells), found.smoothed_std_error / (n * volume))
+    return found.labels[position], densities, density_se, found.dense[position], found
 
 
 def _with_counts(estimate: FrequencyEstimate, counts: NDArray[np.float64], se: NDArray[np.float64],
@@ -761,8 +813,8 @@ def _check_cli(given: Mapping[str, Any]) -> None:
     if "max_iterations" in given and variant != "iterative":
         raise ValueError(f"--max-iterations applies to the iterative grid variant (--variant iterative), "
                          f"not {variant or 'tree (the default)'}")
-    if "tree_height" in given and variant == "uniform":
-        raise ValueError("--tree-height applies to the tree and iterative grid variants, not uniform")
+    if "tree_height" in given and variant in ("uniform", "density"):
+        raise ValueError(f"--tree-height applies to the tree and iterative grid variants, not {variant}")
 
 
 def _simulation_report(config: CampaignConfig) -> dict[str, Any]:
@@ -782,8 +834,9 @@ CLI = KindCli(
                  numeric_only=True, help="the initial cells per dimension"),
         CliParam(flag="--variant", field="variant", type="choice",
                  choices=(("uniform", GridVariant.UNIFORM), ("tree", GridVariant.TREE),
-                          ("iterative", GridVariant.ITERATIVE)),
-                 help="uniform (UGC, no feedback), tree (TreeAdaptive, default) or iterative (IterAdaptive)"),
+                          ("iterative", GridVariant.ITERATIVE), ("density", GridVariant.DENSITY)),
+                 help="uniform (UGC, no feedback), tree (TreeAdaptive, default), iterative (IterAdaptive) or "
+                      "density (noise-derived density modes, not in the paper)"),
         CliParam(flag="--granularity", field="granularity", type="choice",
                  choices=(("paper", Granularity.PAPER), ("consistent", Granularity.CONSISTENT)),
                  help="cell side rule: paper (Theorem 1 as printed) or consistent (default)"),

@@ -236,6 +236,10 @@ class GridParameters(_message.Message):
         """TreeAdaptive"""
         ITERATIVE: GridParameters._Variant.ValueType  # 3
         """IterAdaptive"""
+        DENSITY: GridParameters._Variant.ValueType  # 4
+        """Not in the paper: one uniform grid at the level the noise affords, smoothed, with dense
+        cells, modes and clusters all tested against the estimate's standard error.
+        """
 
     class Variant(_Variant, metaclass=_VariantEnumTypeWrapper): ...
     VARIANT_UNSPECIFIED: GridParameters.Variant.ValueType  # 0
@@ -245,6 +249,10 @@ class GridParameters(_message.Message):
     """TreeAdaptive"""
     ITERATIVE: GridParameters.Variant.ValueType  # 3
     """IterAdaptive"""
+    DENSITY: GridParameters.Variant.ValueType  # 4
+    """Not in the paper: one uniform grid at the level the noise affords, smoothed, with dense
+    cells, modes and clusters all tested against the estimate's standard error.
+    """
 
     class _Granularity:
         ValueType = _typing.NewType("ValueType", _builtins.int)
