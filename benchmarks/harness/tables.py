@@ -99,8 +99,8 @@ def checks_table(checks: Sequence[CheckResult]) -> str:
         if kind == "bound":
             lines += [f"  - {'ok' if c.passed else 'FAILED'}: {c.detail}" for c in subset]
         else:
-            verdict = "violated" if kind == "densest" else "FAILED"
-            lines += [f"  - {verdict}: {c.detail.splitlines()[0]}" for c in failed]
+            lines += [f"  - {'violated' if kind == 'densest' else 'FAILED' if c.required else 'failed (not enforced)'}: "
+                      f"{c.detail.splitlines()[0]}" for c in failed]
     return "\n".join(lines)
 
 

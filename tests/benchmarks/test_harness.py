@@ -54,6 +54,9 @@ def broken() -> Iterator[str]:
 
 
 def _suite(blocks: tuple[Block, ...], **kwargs: object) -> Suite:
+    # The test blocks run seeds 0 .. 9: those are the reporting seeds here, unless a test says otherwise.
+    kwargs.setdefault("tuning_seeds", tuple(range(50, 60)))
+    kwargs.setdefault("reporting_seeds", tuple(range(10)))
     return Suite(name="tiny", description="test suite", blocks=blocks, **kwargs)  # type: ignore[arg-type]
 
 
@@ -295,16 +298,108 @@ def test_a_recorded_tolerance_reaches_the_worst_seed(tmp_path: Path) -> None:
     assert entries["cost_ratio"]["tolerance"] == pytest.approx(0.1)
 
 
+def test_a_regression_entry_marked_not_enforced_is_reported_never_failed(tmp_path: Path) -> None:
+    cell = Cell(protocol="ugc", dataset="moons", n=100, epsilon="8", seeds=3, median={"ari": 0.5}, q1={}, q3={},
+                values={"ari": [0.4, 0.5, 0.6]}, seconds=0.0)
+    entry = {"suite": "tiny", "protocol": "ugc", "dataset": "moons", "n": 100, "epsilon": "8", "metric": "ari",
+             "median": 0.9, "tolerance": 0.02, "lower_is_better": False}
+    path = tmp_path / "regressions.json"
+    path.write_text(json.dumps({"entries": [entry]}))
+    suite = _suite(())
+    [enforced] = runner.check_regressions(suite, {cell.key: cell}, path)
+    assert not enforced.passed and enforced.required
+    path.write_text(json.dumps({"entries": [{**entry, "enforced": False, "reason": "algorithm being reworked"}]}))
+    [reported] = runner.check_regressions(suite, {cell.key: cell}, path)
+    assert not reported.passed and not reported.required and "not enforced: algorithm being reworked" in reported.detail
+    from harness.tables import checks_table
+    assert "failed (not enforced): ugc / moons" in checks_table([reported])
+
+
+def test_the_floor_bound_grants_what_the_floors_resolution_costs(in_process: None) -> None:
+    from harness.baselines import Box
+    from harness.baselines.oue_grid import cell_centers
+    from harness.suites import MIXTURE_2D
+
+    from ldp_client.encoders.base import NumericDomain
+    from ldp_client.encoders.grid import UniformGridEncoder
+
+    x = np.random.default_rng(0).normal(size=(500, 2)) * (40.0, 10.0)
+    box, m = Box.of(x), 7
+    # The snapping cost with the SDK's own grid encoder (the one the floor's histogram uses).
+    encoder = UniformGridEncoder(domain=NumericDomain(lower=tuple(box.lower), upper=tuple(box.upper)),
+                                 cells_per_dimension=(m, m))
+    snapped = cell_centers(box, m)[[encoder.encode(p) for p in x.tolist()]]
+    assert runner.resolution_cost("ldp-oue-grid", x, {"cells_per_dimension": m}) == \
+        pytest.approx(float(np.sum((x - snapped) ** 2)), rel=1e-12)
+    laplace = runner.resolution_cost("ldp-laplace-points", x, {"grid_bits": 10})
+    assert 0 < laplace < runner.resolution_cost("ldp-laplace-points", x, {"grid_bits": 4})
+    assert runner.resolution_cost("kmeans++", x, {}) == 0.0
+    # Seed 106 of the imbalanced mixture: a 460 x 230 span whose tight clusters fill only 74 of the
+    # 128 x 128 cells; the grid alone costs the floor 4.8% over matched k-means, within what it may cost.
+    task = Task(protocol="ldp-oue-grid", dataset=MIXTURE_2D, n=4000, epsilon=math.inf, seed=106,
+                matched_reference=True)
+    record = runner.run_task(task, None)
+    assert record.error is None
+    assert record.metrics["cost_ratio_matched"] > 1.02 >= record.metrics["cost_ratio_resolved"]
+    exact = runner.run_task(Task(protocol="kmeans++", dataset=MIXTURE_2D, n=4000, epsilon=None, seed=106,
+                                 matched_reference=True), None)
+    assert exact.metrics["cost_ratio_resolved"] == pytest.approx(exact.metrics["cost_ratio_matched"], rel=1e-12)
+
+
 def test_the_smoke_suite_records_over_more_seeds_than_it_checks() -> None:
     smoke = SUITES["smoke"]
-    assert smoke.recording_seeds is not None and smoke.recording_seeds >= 10
-    assert all(len(b.seeds) < smoke.recording_seeds for b in smoke.blocks)
-    recording = smoke.with_seeds(smoke.recording_seeds)
-    assert all(b.seeds == tuple(range(smoke.recording_seeds)) for b in recording.blocks)
+    assert len(smoke.tuning_seeds) >= 10
+    assert all(len(b.seeds) < len(smoke.tuning_seeds) for b in smoke.blocks)
+    recording = runner.plan_seeds(smoke, tuning=True, count=None, record=True)
+    assert all(b.seeds == smoke.tuning_seeds for b in recording.blocks)
     assert [(b.protocols, b.datasets, b.epsilons, b.ns) for b in recording.blocks] == \
         [(b.protocols, b.datasets, b.epsilons, b.ns) for b in smoke.blocks]
     with pytest.raises(ValueError, match="at least one seed"):
-        smoke.with_seeds(0)
+        smoke.with_seeds(())
+
+
+@pytest.mark.parametrize("name", sorted(SUITES))
+def test_every_suite_reports_only_on_reporting_seeds_disjoint_from_its_tuning_seeds(name: str) -> None:
+    suite = SUITES[name]
+    assert suite.tuning_seeds and suite.reporting_seeds
+    assert not set(suite.tuning_seeds) & set(suite.reporting_seeds)
+    assert all(set(b.seeds) <= set(suite.reporting_seeds) for b in suite.blocks)
+    assert runner.plan_seeds(suite, tuning=False, count=None, record=False) == suite
+
+
+def test_a_suite_with_shared_tuning_and_reporting_seeds_cannot_be_declared() -> None:
+    with pytest.raises(ValueError, match=r"seeds \[3\] are both tuning and reporting seeds"):
+        _suite((), tuning_seeds=(1, 2, 3), reporting_seeds=(3, 4))
+
+
+def test_the_runner_refuses_to_report_on_tuning_seeds_or_tune_on_reporting_seeds() -> None:
+    block = Block(protocols=("kmeans++",), datasets=(TINY,), epsilons=(1.0,), ns=(200,), seeds=(0, 1))
+    leaking = _suite((block,), tuning_seeds=(1, 2), reporting_seeds=(0, 3))
+    with pytest.raises(ValueError, match=r"would report on tuning seeds \[1\]"):
+        runner.plan_seeds(leaking, tuning=False, count=None, record=False)
+    undeclared = _suite((block,), tuning_seeds=(5,), reporting_seeds=(0,))
+    with pytest.raises(ValueError, match=r"seeds \[1\], not declared reporting seeds"):
+        runner.plan_seeds(undeclared, tuning=False, count=None, record=False)
+    suite = _suite((block,), tuning_seeds=(5, 6, 7), reporting_seeds=(0, 1, 2))
+    with pytest.raises(ValueError, match=r"--record-regressions tunes .* \(--tuning\)"):
+        runner.plan_seeds(suite, tuning=False, count=None, record=True)
+    with pytest.raises(ValueError, match="--record-regressions tunes"):
+        runner.plan_seeds(suite, tuning=False, count=2, record=True)
+    with pytest.raises(ValueError, match="declares only 3 reporting seeds"):
+        runner.plan_seeds(suite, tuning=False, count=4, record=False)
+    assert [b.seeds for b in runner.plan_seeds(suite, tuning=False, count=3, record=False).blocks] == [(0, 1, 2)]
+    assert [b.seeds for b in runner.plan_seeds(suite, tuning=True, count=None, record=False).blocks] == [(5, 6, 7)]
+    assert [b.seeds for b in runner.plan_seeds(suite, tuning=True, count=2, record=True).blocks] == [(5, 6)]
+
+
+def test_main_refuses_to_record_regressions_on_reporting_seeds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "regressions.json"
+    monkeypatch.setattr(runner, "REGRESSIONS_PATH", path)
+    assert runner.main(["--suite", "smoke", "--record-regressions", "--out", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "refused" in err and "--tuning" in err
+    assert not path.exists() and not (tmp_path / "results.json").exists()
 
 
 def test_a_table_cell_is_the_median_with_its_10th_percentile_seed() -> None:
@@ -381,7 +476,7 @@ def tiny_suite(monkeypatch: pytest.MonkeyPatch) -> Suite:
         (Block(protocols=("kmeans++", "dpqt-kmeans", "ldp-oue-grid"), datasets=(TINY,), epsilons=(1.0, math.inf),
                ns=(800,), seeds=(0, 1)),),
         bounds=(Bound(id="floors-inf", statement="s", protocols=("ldp-oue-grid",), datasets=(TINY.label,),
-                      epsilon=math.inf, metric="cost_ratio_matched", maximum=1.02),),
+                      epsilon=math.inf, metric="cost_ratio_resolved", maximum=1.02),),
         plot_epsilon=1.0)
     monkeypatch.setitem(SUITES, "tiny", suite)
     return suite
@@ -392,7 +487,7 @@ def test_main_writes_everything_and_passes(tiny_suite: Suite, tmp_path: Path, in
     pytest.importorskip("matplotlib")
     monkeypatch.setattr(runner, "REGRESSIONS_PATH", tmp_path / "regressions.json")
     assert runner.main(["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path / "out"), "--quiet",
-                        "--record-regressions"]) == 0
+                        "--tuning", "--seeds", "2", "--record-regressions"]) == 0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["runs"] == 2 + 4 + 4
     assert all(c["passed"] for c in results["checks"])
@@ -419,20 +514,22 @@ def test_main_fails_loudly_on_a_regression(tiny_suite: Suite, tmp_path: Path, in
     assert "SUITE TINY FAILED" in err and "dpqt-kmeans" in err and "cost_ratio" in err
 
 
-def test_main_records_over_the_suites_recording_seeds(tmp_path: Path, in_process: None,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_records_over_the_suites_tuning_seeds(tmp_path: Path, in_process: None,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "regressions.json"
     monkeypatch.setattr(runner, "REGRESSIONS_PATH", path)
     monkeypatch.setitem(SUITES, "tiny", _suite((Block(protocols=("kmeans++",), datasets=(TINY,), epsilons=(1.0,),
-                                                      ns=(200,), seeds=(0,)),), recording_seeds=4))
+                                                      ns=(200,), seeds=(0,)),), tuning_seeds=(50, 51, 52, 53)))
     common = ["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path / "out"), "--quiet", "--no-plots"]
-    assert runner.main([*common, "--record-regressions"]) == 0
-    assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"] == 4
+    assert runner.main([*common, "--tuning", "--record-regressions"]) == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["runs"] == 4 and {r["seed"] for r in results["records"]} == {50, 51, 52, 53}
     assert {e["seeds"] for e in json.loads(path.read_text())["entries"]} == {4}
-    assert runner.main([*common, "--record-regressions", "--seeds", "3"]) == 0
+    assert runner.main([*common, "--tuning", "--record-regressions", "--seeds", "3"]) == 0
     assert {e["seeds"] for e in json.loads(path.read_text())["entries"]} == {3}
-    assert runner.main(common) == 0  # checking runs the blocks' own seeds
+    assert runner.main(common) == 0  # checking runs the blocks' own (reporting) seeds
     assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"] == 1
+    assert runner.main([*common, "--record-regressions"]) == 2  # never on the reporting seeds
 
 
 def test_main_fails_loudly_on_a_broken_run(tiny_suite: Suite, tmp_path: Path, in_process: None, broken: str,
