@@ -59,13 +59,14 @@ from ldp_client.clusters import CellClusterModel
 
 from . import adapters
 from .baselines import Box, Clustering
-from .suites import Bound, Claim, DatasetCase, Suite, epsilon_label, get_suite
+from .suites import GRID_PROTOCOLS, Bound, Claim, DatasetCase, Suite, epsilon_label, get_suite
 
 __all__ = [
     "HEADLINE_SEEDS",
     "METHOD_SEED_OFFSET",
     "Cell",
     "CheckResult",
+    "Comparison",
     "RunRecord",
     "Task",
     "aggregate",
@@ -74,6 +75,9 @@ __all__ = [
     "check_claims",
     "check_densest_regions",
     "check_regressions",
+    "paired_comparison",
+    "variant_verdicts",
+    "verdict_summary",
     "densest_region_clustered",
     "main",
     "plan_seeds",
@@ -509,13 +513,17 @@ def check_bounds(bounds: Sequence[Bound], records: Sequence[RunRecord]) -> list[
     out = []
     for bound in bounds:
         matching = [r for r in records if r.error is None and r.protocol in bound.protocols
-                    and r.dataset in bound.datasets and r.epsilon == epsilon_label(bound.epsilon)]
+                    and r.dataset in bound.datasets and r.epsilon == epsilon_label(bound.epsilon)
+                    and (not bound.ns or r.n in bound.ns)]
         for protocol in bound.protocols:
             for dataset_label in bound.datasets:
                 values = [r.metrics.get(bound.metric, math.nan) for r in matching
                           if r.protocol == protocol and r.dataset == dataset_label]
                 if not values:
                     continue
+                runs = len(values)
+                if bound.over == "median":
+                    values = [float(np.median(values))]
                 worst_high, worst_low = max(values), min(values)
                 passed = not any(math.isnan(v) for v in values)
                 if bound.maximum is not None:
@@ -525,20 +533,114 @@ def check_bounds(bounds: Sequence[Bound], records: Sequence[RunRecord]) -> list[
                 limits = " and ".join(s for s in (
                     f"<= {bound.maximum:g}" if bound.maximum is not None else "",
                     f">= {bound.minimum:g}" if bound.minimum is not None else "") if s)
-                detail = (f"{protocol} on {dataset_label} (eps={epsilon_label(bound.epsilon)}): {bound.metric} in "
-                          f"[{worst_low:.4f}, {worst_high:.4f}] over {len(values)} runs, required {limits}")
+                where = f"{protocol} on {dataset_label} (eps={epsilon_label(bound.epsilon)}" + (
+                    f", n={'/'.join(str(n) for n in bound.ns)})" if bound.ns else ")")
+                seen = (f"median {worst_low:.4f} over {runs} seeds" if bound.over == "median"
+                        else f"in [{worst_low:.4f}, {worst_high:.4f}] over {runs} runs")
+                detail = f"{where}: {bound.metric} {seen}, required {limits}"
                 out.append(CheckResult(kind="bound", id=bound.id, statement=bound.statement, passed=passed,
                                        detail=detail))
     return out
 
 
-def check_densest_regions(records: Sequence[RunRecord]) -> list[CheckResult]:
-    """One reported-only check per 2-D run: its densest true cell is in a cluster (:func:`densest_region_clustered`)."""
+def check_densest_regions(records: Sequence[RunRecord], required: Sequence[str] = ()) -> list[CheckResult]:
+    """One check per 2-D run: its densest true cell is in a cluster (:func:`densest_region_clustered`);
+    a failure fails the suite for the ``required`` protocols (:attr:`Suite.densest_required`), else it is reported."""
     return [CheckResult(kind="densest", id="densest-region",
                         statement="the densest cell of the true points' histogram is in a cluster, not noise",
-                        passed=bool(r.densest_region_clustered), required=False,
+                        passed=bool(r.densest_region_clustered), required=r.protocol in required,
                         detail=f"{r.protocol} / {r.dataset} / n={r.n} / eps={r.epsilon} / seed={r.seed}")
             for r in records if r.error is None and r.densest_region_clustered is not None]
+
+
+#: Significance level of the variant verdict's paired test.
+VERDICT_ALPHA = 0.05
+#: Fewest common seeds the verdict tests on: the two-sided exact Wilcoxon signed-rank test over ``m``
+#: nonzero paired differences has smallest p-value ``2 / 2^m`` (every difference of one sign), 0.0625 at
+#: m = 5 and 0.03125 at m = 6, so below 6 seeds no outcome could reach ``VERDICT_ALPHA``.
+VERDICT_MIN_SEEDS = 6
+#: The uniform grid every grid variant is judged against (papers/002's baseline).
+VERDICT_BASELINE = "ugc"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    """Whether ``protocol`` beats ``against`` on ``metric`` in one (dataset, n, epsilon) cell over their common seeds.
+
+    ``verdict`` is ``"wins"``, ``"loses"``, ``"no difference"`` (two-sided Wilcoxon signed-rank test on the
+    paired per-seed values, :data:`VERDICT_ALPHA`) or ``"too few seeds"`` (fewer than
+    :data:`VERDICT_MIN_SEEDS` common seeds); ``median_difference`` is the median of ``protocol - against``
+    over the common seeds.
+    """
+
+    dataset: str
+    n: int
+    epsilon: str
+    protocol: str
+    against: str
+    metric: str
+    seeds: int
+    median_difference: float
+    p_value: float | None
+    verdict: str
+
+
+def paired_comparison(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, str]:
+    """``(p, verdict)`` of ``a`` against ``b`` (paired by position, higher is better), see :class:`Comparison`."""
+    from scipy.stats import wilcoxon
+
+    diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if len(diff) < VERDICT_MIN_SEEDS:
+        return None, "too few seeds"
+    nonzero = diff[diff != 0]
+    if len(nonzero) == 0:
+        return 1.0, "no difference"
+    p = float(wilcoxon(diff, zero_method="wilcox", alternative="two-sided").pvalue)
+    if p >= VERDICT_ALPHA:
+        return p, "no difference"
+    # The direction of a significant test: the larger signed-rank sum.
+    ranks = np.argsort(np.argsort(np.abs(nonzero))) + 1.0
+    return p, "wins" if ranks[nonzero > 0].sum() > ranks[nonzero < 0].sum() else "loses"
+
+
+def variant_verdicts(records: Sequence[RunRecord], protocols: Sequence[str], metric: str = "ari") -> list[Comparison]:
+    """Every ordered pair of ``protocols`` in every (dataset, n, epsilon) cell where both ran, over their common seeds."""
+    per_seed: dict[tuple[str, str, int, str], dict[int, float]] = defaultdict(dict)
+    for r in records:
+        value = r.metrics.get(metric, math.nan)
+        if r.error is None and r.protocol in protocols and not math.isnan(value):
+            per_seed[(r.protocol, r.dataset, r.n, r.epsilon)][r.seed] = value
+    out = []
+    for dataset_label, n, eps in sorted({key[1:] for key in per_seed}):
+        for protocol in protocols:
+            for against in protocols:
+                mine, theirs = per_seed.get((protocol, dataset_label, n, eps)), per_seed.get((against, dataset_label, n, eps))
+                if protocol == against or not mine or not theirs:
+                    continue
+                common = sorted(set(mine) & set(theirs))
+                if not common:
+                    continue
+                a, b = [mine[s] for s in common], [theirs[s] for s in common]
+                p, verdict = paired_comparison(a, b)
+                out.append(Comparison(dataset=dataset_label, n=n, epsilon=eps, protocol=protocol, against=against,
+                                      metric=metric, seeds=len(common),
+                                      median_difference=float(np.median(np.subtract(a, b))), p_value=p,
+                                      verdict=verdict))
+    return out
+
+
+def verdict_summary(comparisons: Sequence[Comparison]) -> dict[str, Any]:
+    """Per protocol the cells it wins against each other one, and the protocol winning most cells.
+
+    ``{"wins": {protocol: {against: cells}}, "cells": {protocol: cells won in total}, "default": [names]}``
+    (``default``: every protocol with the most cells won, several on a tie; empty without comparisons).
+    """
+    protocols = sorted({c.protocol for c in comparisons} | {c.against for c in comparisons})
+    wins = {p: {q: sum(c.protocol == p and c.against == q and c.verdict == "wins" for c in comparisons)
+                for q in protocols if q != p} for p in protocols}
+    cells = {p: sum(w.values()) for p, w in wins.items()}
+    best = max(cells.values(), default=0)
+    return {"wins": wins, "cells": cells, "default": [p for p in protocols if cells[p] == best] if comparisons else []}
 
 
 def _load_regressions(path: Path) -> list[dict[str, Any]]:
@@ -717,7 +819,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               for r in records if r.error is not None]
     checks += check_bounds(suite.bounds, records)
     checks += check_claims(suite.claims, cells)
-    checks += check_densest_regions(records)
+    checks += check_densest_regions(records, suite.densest_required)
     if args.record_regressions:
         if any(not c.passed and c.required for c in checks):
             print("not recording regressions: the run has failures", file=sys.stderr)
@@ -725,17 +827,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             written = record_regressions(suite, cells, REGRESSIONS_PATH)
             print(f"recorded {written} regression entries for suite {suite.name} in {REGRESSIONS_PATH}")
     checks += check_regressions(suite, cells, REGRESSIONS_PATH, complete=not args.protocols)
+    comparisons = variant_verdicts(records, GRID_PROTOCOLS)
     summary = {
         "suite": suite.name, "description": suite.description, "via_grpc": args.via_grpc, "jobs": args.jobs,
         "wall_seconds": round(wall, 2), "runs": len(records), "environment": _environment(),
         "checks": [asdict(c) for c in checks],
+        "verdict": {"test": f"two-sided Wilcoxon signed-rank on the paired per-seed ARI, alpha = {VERDICT_ALPHA}, "
+                            f"at least {VERDICT_MIN_SEEDS} common seeds",
+                    "comparisons": [asdict(c) for c in comparisons], "summary": verdict_summary(comparisons)},
         "records": [r.to_json() for r in sorted(records, key=lambda r: (r.protocol, r.dataset, r.n, r.epsilon,
                                                                          r.seed))],
     }
     (out_dir / "results.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    verdict = tables.verdict_report(comparisons)
     table = tables.suite_report(suite, cells, checks, wall=wall, runs=len(records), jobs=args.jobs,
-                                via_grpc=args.via_grpc)
+                                via_grpc=args.via_grpc) + (f"\n{verdict}" if comparisons else "")
     (out_dir / "table.md").write_text(table, encoding="utf-8")
+    if comparisons:
+        (out_dir / "verdict.md").write_text(verdict, encoding="utf-8")
     (out_dir / "summary.md").write_text(tables.summary_report(suite, cells, checks, wall=wall, runs=len(records),
                                                               jobs=args.jobs), encoding="utf-8")
     if not args.no_plots:

@@ -451,8 +451,13 @@ def test_densest_region_violations_are_reported_not_failed() -> None:
     checks = runner.check_densest_regions([record(0, True), record(1, False), record(2, None)])
     assert [(c.kind, c.passed, c.required) for c in checks] == [("densest", True, False), ("densest", False, False)]
     text = tables.checks_table(checks)
-    assert "densest true cell in a cluster, 2-D runs (reported only): 1 of 2 passed" in text
+    assert "densest true cell in a cluster, 2-D runs (enforced for the suite's densest_required protocols, else " \
+        "reported): 1 of 2 passed" in text
     assert "violated: ugc / moons / n=10 / eps=8 / seed=1" in text
+    # A suite may enforce it for named protocols (the shapes suite: its default grid variant).
+    enforced = runner.check_densest_regions([record(0, True), record(1, False)], required=("ugc",))
+    assert [(c.passed, c.required) for c in enforced] == [(True, True), (False, True)]
+    assert "FAILED: ugc / moons / n=10 / eps=8 / seed=1" in tables.checks_table(enforced)
 
 
 def test_the_recorded_regressions_cover_the_smoke_suite() -> None:
@@ -597,3 +602,111 @@ def test_recording_a_protocol_subset_keeps_the_other_entries(tmp_path: Path) -> 
     runner.record_regressions(suite, {c.key: c for c in (_cell("q", "1", cost_ratio=4.0),)}, path)
     entries = {(e["protocol"], e["median"]) for e in json.loads(path.read_text())["entries"]}
     assert entries == {("p", 2.0), ("q", 4.0)}
+
+
+# -- the shapes suite and the variant verdict -----------------------------------------------------------
+
+def _ari_records(protocol: str, values: list[float], *, dataset: str = "moons", n: int = 1000, epsilon: str = "4",
+                 first_seed: int = 100) -> list[RunRecord]:
+    return [RunRecord(protocol=protocol, dataset=dataset, n=n, d=2, k=2, epsilon=epsilon, seed=first_seed + i,
+                      via_grpc=False, seconds=0.0, metrics={"ari": v}) for i, v in enumerate(values)]
+
+
+def test_the_shapes_suite_bounds_the_default_grid_variant_on_the_issues_cells() -> None:
+    from harness.suites import DEFAULT_GRID_PROTOCOL, SHAPES_DATASETS
+
+    shapes = SUITES["shapes"]
+    names = [d.name for d in SHAPES_DATASETS]
+    assert names == ["spirals", "rings", "moons", "circles", "aniso", "varied", "sizes", "background"]
+    assert {(b.ns, b.epsilons) for b in shapes.blocks} == {((1_000_000,), (2.0,)), ((100_000,), (4.0,))}
+    for block in shapes.blocks:
+        assert set(GRID_PROTOCOLS) | {"kmeans++", "dbscan"} <= set(block.protocols)
+        assert block.seeds == shapes.reporting_seeds and len(block.seeds) >= 10
+        assert [d.name for d in block.datasets] == names
+    acceptance = {"spirals", "rings", "moons", "circles", "aniso", "varied"}
+    limits = {(b.over, b.ns, b.epsilon, b.minimum) for b in shapes.bounds}
+    assert limits == {("median", (1_000_000,), 2.0, 0.9), ("run", (1_000_000,), 2.0, 0.7),
+                      ("median", (100_000,), 4.0, 0.85), ("run", (100_000,), 4.0, 0.6)}
+    assert all(b.protocols == (DEFAULT_GRID_PROTOCOL,) and set(b.datasets) == acceptance and b.metric == "ari"
+               for b in shapes.bounds)
+    assert shapes.densest_required == (DEFAULT_GRID_PROTOCOL,)
+
+
+def test_median_and_every_run_bounds_apply_at_their_n_only() -> None:
+    runs = _ari_records("agc-tree", [0.95, 0.92, 0.91, 0.65, 0.99, 0.93], n=1000)
+    runs += _ari_records("agc-tree", [0.1] * 6, n=50)  # another n: not bounded
+    median = Bound(id="m", statement="s", protocols=("agc-tree",), datasets=("moons",), epsilon=4.0, metric="ari",
+                   minimum=0.9, ns=(1000,), over="median")
+    worst = Bound(id="w", statement="s", protocols=("agc-tree",), datasets=("moons",), epsilon=4.0, metric="ari",
+                  minimum=0.7, ns=(1000,))
+    [m], [w] = check_bounds([median], runs), check_bounds([worst], runs)
+    assert m.passed and "median 0.9250 over 6 seeds" in m.detail and "n=1000" in m.detail
+    assert not w.passed and "[0.6500, 0.9900] over 6 runs" in w.detail
+    with pytest.raises(ValueError, match="over must be"):
+        Bound(id="x", statement="s", protocols=(), datasets=(), epsilon=1.0, metric="ari", over="mean")
+
+
+def test_the_paired_test_needs_six_seeds_to_reach_alpha() -> None:
+    from scipy.stats import wilcoxon
+
+    # The exact two-sided test's smallest p-value over m seeds is 2 / 2^m: above alpha at 5, below at 6.
+    assert wilcoxon([1.0, 2, 3, 4, 5], [0.0] * 5).pvalue > runner.VERDICT_ALPHA
+    assert wilcoxon([1.0, 2, 3, 4, 5, 6], [0.0] * 6).pvalue < runner.VERDICT_ALPHA
+    assert runner.VERDICT_MIN_SEEDS == 6
+    assert runner.paired_comparison([0.9] * 5, [0.1] * 5) == (None, "too few seeds")
+    assert runner.paired_comparison([0.9] * 6, [0.1] * 6)[1] == "wins"
+
+
+def test_the_variant_verdict_says_wins_loses_no_difference_or_too_few_seeds(tmp_path: Path) -> None:
+    from harness import tables
+
+    base = [0.50, 0.55, 0.60, 0.52, 0.58, 0.61, 0.49, 0.57, 0.53, 0.56]
+    noise = [0.01, -0.02, 0.03, -0.01, 0.02, -0.03, 0.01, -0.01, 0.02, -0.02]
+    records = (_ari_records("ugc", base) + _ari_records("agc-tree", [b + 0.3 for b in base])   # a clear win
+               + _ari_records("agc-iter", [b - 0.2 + e for b, e in zip(base, noise, strict=True)])  # a clear loss
+               + _ari_records("ugc", base, dataset="circles") + _ari_records("agc-tree", [
+                   b + e for b, e in zip(base, noise, strict=True)], dataset="circles")  # a tie
+               + _ari_records("ugc", base[:5], dataset="aniso") + _ari_records("agc-tree", base[:5], dataset="aniso"))
+    records += _ari_records("agc-iter", [0.99] * 4, dataset="circles", first_seed=200)  # no common seeds with ugc
+    comparisons = runner.variant_verdicts(records, GRID_PROTOCOLS)
+    verdict = {(c.dataset, c.protocol, c.against): c for c in comparisons}
+    win = verdict[("moons", "agc-tree", "ugc")]
+    assert win.verdict == "wins" and win.seeds == 10 and win.median_difference == pytest.approx(0.3)
+    assert win.p_value is not None and win.p_value < 0.05
+    assert verdict[("moons", "ugc", "agc-tree")].verdict == "loses"
+    loss = verdict[("moons", "agc-iter", "ugc")]
+    assert loss.verdict == "loses" and loss.median_difference == pytest.approx(-0.2, abs=0.02)
+    tie = verdict[("circles", "agc-tree", "ugc")]
+    assert tie.verdict == "no difference" and tie.p_value is not None and tie.p_value >= 0.05
+    few = verdict[("aniso", "agc-tree", "ugc")]
+    assert few.verdict == "too few seeds" and few.seeds == 5 and few.p_value is None
+    assert ("circles", "agc-iter", "ugc") not in verdict
+    summary = runner.verdict_summary(comparisons)
+    assert summary["wins"]["agc-tree"] == {"ugc": 1, "agc-iter": 1}
+    assert summary["wins"]["ugc"] == {"agc-tree": 0, "agc-iter": 1}
+    assert summary["cells"] == {"agc-iter": 0, "agc-tree": 2, "ugc": 1} and summary["default"] == ["agc-tree"]
+    text = tables.verdict_report(comparisons)
+    assert "| moons | 1,000 | 4 | 10 | agc-tree | +0.300 |" in text and "| wins |" in text
+    assert "| aniso | 1,000 | 4 | 5 | agc-tree | +0.000 |  | too few seeds |" in text
+    assert "| agc-tree | 1 |  | 1 | 2 |" in text
+    assert "Default by the numbers: agc-tree (2 cells won)." in text and "Wilcoxon" in text
+
+
+def test_main_writes_the_variant_verdict(tmp_path: Path, in_process: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shapes suite's machinery on data that exists everywhere, at a tiny n.
+    monkeypatch.setattr(runner, "REGRESSIONS_PATH", tmp_path / "regressions.json")
+    block = Block(protocols=GRID_PROTOCOLS + ("kmeans++",), datasets=(DatasetCase(name="moons"),), epsilons=(8.0,),
+                  ns=(600,), seeds=tuple(range(6)))
+    bound = Bound(id="shapes-median", statement="s", protocols=("agc-tree",), datasets=("moons",), epsilon=8.0,
+                  metric="ari", minimum=0.0, ns=(600,), over="median")
+    monkeypatch.setitem(SUITES, "tiny", _suite((block,), bounds=(bound,), densest_required=("agc-tree",)))
+    assert runner.main(["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path), "--quiet", "--no-plots"]) in (0, 1)
+    results = json.loads((tmp_path / "results.json").read_text())
+    comparisons = results["verdict"]["comparisons"]
+    assert len(comparisons) == 6 and all(c["seeds"] == 6 for c in comparisons)
+    assert {c["verdict"] for c in comparisons} <= {"wins", "loses", "no difference"}
+    assert "Wilcoxon" in results["verdict"]["test"] and results["verdict"]["summary"]["default"]
+    assert any(c["kind"] == "bound" and c["id"] == "shapes-median" and c["passed"] for c in results["checks"])
+    assert all(c["required"] == c["detail"].startswith("agc-tree") for c in results["checks"] if c["kind"] == "densest")
+    verdict = (tmp_path / "verdict.md").read_text()
+    assert "Default by the numbers" in verdict and verdict in (tmp_path / "table.md").read_text()
