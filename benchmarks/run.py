@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run a clustering benchmark suite: ``python benchmarks/run.py --suite smoke|standard|full``.
+"""Run a clustering benchmark suite: ``python benchmarks/run.py --suite smoke|standard|full|shapes``.
 
 Options: ``--via-grpc`` (collector-backed protocols through a real gRPC collector), ``--out DIR``, ``--tuning``,
 ``--jobs N``, ``--protocols NAME ...``, ``--no-plots``, ``--record-regressions`` (with ``--tuning``), ``--seeds N``, ``--quiet``.

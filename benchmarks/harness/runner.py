@@ -587,7 +587,7 @@ class Comparison:
 
 def paired_comparison(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, str]:
     """``(p, verdict)`` of ``a`` against ``b`` (paired by position, higher is better), see :class:`Comparison`."""
-    from scipy.stats import wilcoxon
+    from scipy.stats import wilcoxon  # type: ignore[import-untyped, unused-ignore]
 
     diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     if len(diff) < VERDICT_MIN_SEEDS:
