@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Run a clustering benchmark suite: ``python benchmarks/run.py --suite smoke|standard|full``.
+"""Run a clustering benchmark suite: ``python benchmarks/run.py --suite smoke|standard|full|shapes``.
 
-Options: ``--via-grpc`` (collector-backed protocols through a real gRPC collector), ``--out DIR``,
-``--jobs N``, ``--protocols NAME ...``, ``--no-plots``, ``--record-regressions``, ``--quiet``.
+Options: ``--via-grpc`` (collector-backed protocols through a real gRPC collector), ``--out DIR``, ``--tuning``,
+``--jobs N``, ``--protocols NAME ...``, ``--no-plots``, ``--record-regressions`` (with ``--tuning``), ``--seeds N``, ``--quiet``.
 Exit status 1 (with a message naming every failed check) when a run fails, a bound or a required
 paper claim does not hold, or a recorded result regressed beyond its tolerance
 (``benchmarks/harness/regressions.json``). See ``benchmarks/README.md``.

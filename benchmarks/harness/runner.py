@@ -11,8 +11,10 @@ the non-private reference k-means of the same data (best of 10 k-means++ runs,
 Seeds: the data set of seed ``s`` is ``make_dataset(..., seed=s)``; the protocol's randomness
 (devices' coins, noise, k-means seeding) uses ``s + METHOD_SEED_OFFSET``. Runs are deterministic, but a change that draws the same
 randomness in another order (the device SDK's, the simulator's) redraws every seed's outcome, so
-``regressions.json`` records each cell over more seeds than the suite checks
-(:attr:`~harness.suites.Suite.recording_seeds`) with a tolerance reaching its worst seed.
+``regressions.json`` records each cell over more seeds than the suite checks (all its
+:attr:`~harness.suites.Suite.tuning_seeds`) with a tolerance reaching its worst seed. Tuning and
+reporting seeds are disjoint, and :func:`plan_seeds` refuses a run that would report on a tuning seed
+or tune (record regressions) on a reporting one.
 
 Checks (any failure makes :func:`main` exit non-zero with a message saying what broke):
 * every run completed (an exception in a run is a failure, reported with its traceback);
@@ -22,7 +24,9 @@ Checks (any failure makes :func:`main` exit non-zero with a message saying what 
   solution of the true data. It measures what the floor's pipeline loses, not which local optimum
   a k-means++ restart happened to find (on the imbalanced mixture a single restart finds the best
   one about 15% of the time, so two best-of-10 runs on nearly identical data can differ by 4%);
-  the plain ``cost_ratio`` against the best-of-10 reference is in the tables as always;
+  the plain ``cost_ratio`` against the best-of-10 reference is in the tables as always. A floor
+  clusters its points snapped to its own grid (the OUE cell centres, the Laplace rounding), so the
+  bound's ``cost_ratio_resolved`` also grants what that resolution costs (:func:`resolution_cost`);
 * the suite's required paper claims;
 * no recorded cell of ``regressions.json`` got worse than its tolerance.
 """
@@ -54,14 +58,15 @@ from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
 from ldp_client.clusters import CellClusterModel
 
 from . import adapters
-from .baselines import Clustering
-from .suites import Bound, Claim, DatasetCase, Suite, epsilon_label, get_suite
+from .baselines import Box, Clustering
+from .suites import GRID_PROTOCOLS, Bound, Claim, DatasetCase, Suite, epsilon_label, get_suite
 
 __all__ = [
     "HEADLINE_SEEDS",
     "METHOD_SEED_OFFSET",
     "Cell",
     "CheckResult",
+    "Comparison",
     "RunRecord",
     "Task",
     "aggregate",
@@ -70,9 +75,14 @@ __all__ = [
     "check_claims",
     "check_densest_regions",
     "check_regressions",
+    "paired_comparison",
+    "variant_verdicts",
+    "verdict_summary",
     "densest_region_clustered",
     "main",
+    "plan_seeds",
     "record_regressions",
+    "resolution_cost",
     "run_suite",
     "run_task",
 ]
@@ -81,6 +91,15 @@ __all__ = [
 METHOD_SEED_OFFSET = 100_000
 #: Default location of the recorded tolerances.
 REGRESSIONS_PATH = Path(__file__).with_name("regressions.json")
+#: The header of ``regressions.json``.
+_REGRESSIONS_DESCRIPTION = (
+    "Recorded medians over seeds and their tolerances (the distance from the median to the worst of `seeds` seeds, "
+    "at least 0.02 for scores or 5% for costs); `python benchmarks/run.py --suite NAME --tuning "
+    "--record-regressions` rewrites NAME's entries over its tuning seeds. A cell whose median gets worse than the "
+    "recorded one by more than the tolerance fails the suite. An entry with \"enforced\": false is compared and "
+    "reported, never a failure; its \"reason\" says why.")
+#: Bound metrics that need the matched non-private k-means (:attr:`Task.matched_reference`).
+_MATCHED_METRICS = frozenset({"cost_ratio_matched", "cost_ratio_resolved"})
 #: Tolerance floors when recording: absolute for scores in [0, 1], relative for costs and ratios.
 _ABSOLUTE_TOLERANCE = 0.02
 _RELATIVE_TOLERANCE = 0.05
@@ -99,7 +118,7 @@ class Task:
     #: Return the labels too (for the cluster drawings).
     keep_labels: bool = False
     #: Also score against non-private k-means (Lloyd on the true points) started from the protocol's own
-    #: centers (``cost_ratio_matched``).
+    #: centers (``cost_ratio_matched``, ``cost_ratio_resolved``).
     matched_reference: bool = False
 
     @property
@@ -207,14 +226,48 @@ def densest_region_clustered(x: NDArray[np.float64], out: Clustering) -> bool | 
         rectangles = grid_cell_rectangles(out.cell_map)
         density = np.bincount(positions, minlength=len(rectangles)) / (rectangles[:, 2] * rectangles[:, 3])
         return bool(out.cell_map.labels[int(np.argmax(density))] != -1)
-    low, high = x.min(axis=0), x.max(axis=0)
-    span = np.where(high > low, high - low, 1.0)
-    index = np.minimum(((x - low) / span * DENSEST_GRID).astype(np.int64), DENSEST_GRID - 1)
+    index = _grid_index(x, Box.of(x), DENSEST_GRID)
     flat = index[:, 0] * DENSEST_GRID + index[:, 1]
     top = flat == np.argmax(np.bincount(flat, minlength=DENSEST_GRID * DENSEST_GRID))
     if out.labels is not None:
         return bool(np.mean(np.asarray(out.labels)[top] != -1) > 0.5)
     return out.centers is not None and len(out.centers) > 0 and bool(np.isfinite(out.centers).all())
+
+
+def _grid_index(x: NDArray[np.float64], box: Box, m: int) -> NDArray[np.int64]:
+    """Per-dimension index of each point's cell in the ``m``-per-dimension grid over ``box`` (top edge in the last cell)."""
+    index: NDArray[np.int64] = np.clip(((x - box.lower) / box.width * m).astype(np.int64), 0, m - 1)
+    return index
+
+
+def resolution_cost(protocol: str, x: NDArray[np.float64], diagnostics: dict[str, float]) -> float:
+    """``Q``: the squared distance of the true points ``x`` to where the floor ``protocol`` snaps them.
+
+    The OUE grid floor clusters the cell centres of its ``cells_per_dimension`` grid over the data's
+    box, the discrete-Laplace floor the points rounded to its ``2^grid_bits`` grid; other protocols
+    snap nothing (0). This is what the floor's resolution costs, whatever the data: for any centres
+    ``C``, the cost on the true points and the cost on the snapped points differ by at most
+    ``sqrt(Q)`` in square root (Minkowski's inequality, each point keeping its assignment), so
+    centres ``C`` at least as good on the snapped points as the true points' k-means solution ``L``
+    in their basin (what a working weighted k-means finds) cost ``cost(C) <= (sqrt(cost(L)) +
+    2 sqrt(Q))^2`` on the true points. ``cost_ratio_resolved`` divides by that, and is the plain
+    ``cost_ratio_matched`` when ``Q = 0``.
+    """
+    from .baselines.laplace_points import discrete_laplace_points
+    from .baselines.oue_grid import cell_centers
+
+    box = Box.of(x)
+    if protocol == "ldp-oue-grid":
+        m = int(diagnostics["cells_per_dimension"])
+        flat = np.ravel_multi_index(tuple(_grid_index(x, box, m).T), (m,) * box.dimension)
+        snapped = cell_centers(box, m)[flat]
+    elif protocol == "ldp-laplace-points":
+        # epsilon = inf: the floor's rounding only (no noise is drawn, the seed is unused).
+        snapped = box.from_unit(discrete_laplace_points(box.to_unit(x), math.inf, seed=0,
+                                                        grid_bits=int(diagnostics["grid_bits"])))
+    else:
+        return 0.0
+    return float(np.sum((x - snapped) ** 2))
 
 
 def run_task(task: Task, reference: float | None) -> RunRecord:
@@ -245,6 +298,9 @@ def run_task(task: Task, reference: float | None) -> RunRecord:
         if task.matched_reference and out.centers is not None:
             matched = lloyd(x, out.centers).cost
             record.metrics["cost_ratio_matched"] = record.metrics["cost"] / matched if matched > 0 else math.nan
+            # The cost a clustering of the snapped points is guaranteed to reach (resolution_cost).
+            reachable = (math.sqrt(matched) + 2.0 * math.sqrt(resolution_cost(task.protocol, x, out.diagnostics))) ** 2
+            record.metrics["cost_ratio_resolved"] = record.metrics["cost"] / reachable if reachable > 0 else math.nan
         if task.keep_labels:
             record.labels = predicted
             record.cell_map = out.cell_map
@@ -264,7 +320,7 @@ def build_tasks(suite: Suite, *, via_grpc: bool = False, protocols: Sequence[str
     """Every run of ``suite`` (deduplicated; methods without a budget run once per data set, methods
     without a no-noise bypass skip ``epsilon = inf``)."""
     chosen = set(protocols) if protocols else None
-    matched = {(p, epsilon_label(b.epsilon), dataset_label) for b in suite.bounds if b.metric == "cost_ratio_matched"
+    matched = {(p, epsilon_label(b.epsilon), dataset_label) for b in suite.bounds if b.metric in _MATCHED_METRICS
                for p in b.protocols for dataset_label in b.datasets}
     tasks: dict[tuple[str, str, int, str, int], Task] = {}
     for block in suite.blocks:
@@ -457,13 +513,17 @@ def check_bounds(bounds: Sequence[Bound], records: Sequence[RunRecord]) -> list[
     out = []
     for bound in bounds:
         matching = [r for r in records if r.error is None and r.protocol in bound.protocols
-                    and r.dataset in bound.datasets and r.epsilon == epsilon_label(bound.epsilon)]
+                    and r.dataset in bound.datasets and r.epsilon == epsilon_label(bound.epsilon)
+                    and (not bound.ns or r.n in bound.ns)]
         for protocol in bound.protocols:
             for dataset_label in bound.datasets:
                 values = [r.metrics.get(bound.metric, math.nan) for r in matching
                           if r.protocol == protocol and r.dataset == dataset_label]
                 if not values:
                     continue
+                runs = len(values)
+                if bound.over == "median":
+                    values = [float(np.median(values))]
                 worst_high, worst_low = max(values), min(values)
                 passed = not any(math.isnan(v) for v in values)
                 if bound.maximum is not None:
@@ -473,20 +533,114 @@ def check_bounds(bounds: Sequence[Bound], records: Sequence[RunRecord]) -> list[
                 limits = " and ".join(s for s in (
                     f"<= {bound.maximum:g}" if bound.maximum is not None else "",
                     f">= {bound.minimum:g}" if bound.minimum is not None else "") if s)
-                detail = (f"{protocol} on {dataset_label} (eps={epsilon_label(bound.epsilon)}): {bound.metric} in "
-                          f"[{worst_low:.4f}, {worst_high:.4f}] over {len(values)} runs, required {limits}")
+                where = f"{protocol} on {dataset_label} (eps={epsilon_label(bound.epsilon)}" + (
+                    f", n={'/'.join(str(n) for n in bound.ns)})" if bound.ns else ")")
+                seen = (f"median {worst_low:.4f} over {runs} seeds" if bound.over == "median"
+                        else f"in [{worst_low:.4f}, {worst_high:.4f}] over {runs} runs")
+                detail = f"{where}: {bound.metric} {seen}, required {limits}"
                 out.append(CheckResult(kind="bound", id=bound.id, statement=bound.statement, passed=passed,
                                        detail=detail))
     return out
 
 
-def check_densest_regions(records: Sequence[RunRecord]) -> list[CheckResult]:
-    """One reported-only check per 2-D run: its densest true cell is in a cluster (:func:`densest_region_clustered`)."""
+def check_densest_regions(records: Sequence[RunRecord], required: Sequence[str] = ()) -> list[CheckResult]:
+    """One check per 2-D run: its densest true cell is in a cluster (:func:`densest_region_clustered`);
+    a failure fails the suite for the ``required`` protocols (:attr:`Suite.densest_required`), else it is reported."""
     return [CheckResult(kind="densest", id="densest-region",
                         statement="the densest cell of the true points' histogram is in a cluster, not noise",
-                        passed=bool(r.densest_region_clustered), required=False,
+                        passed=bool(r.densest_region_clustered), required=r.protocol in required,
                         detail=f"{r.protocol} / {r.dataset} / n={r.n} / eps={r.epsilon} / seed={r.seed}")
             for r in records if r.error is None and r.densest_region_clustered is not None]
+
+
+#: Significance level of the variant verdict's paired test.
+VERDICT_ALPHA = 0.05
+#: Fewest common seeds the verdict tests on: the two-sided exact Wilcoxon signed-rank test over ``m``
+#: nonzero paired differences has smallest p-value ``2 / 2^m`` (every difference of one sign), 0.0625 at
+#: m = 5 and 0.03125 at m = 6, so below 6 seeds no outcome could reach ``VERDICT_ALPHA``.
+VERDICT_MIN_SEEDS = 6
+#: The uniform grid every grid variant is judged against (papers/002's baseline).
+VERDICT_BASELINE = "ugc"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    """Whether ``protocol`` beats ``against`` on ``metric`` in one (dataset, n, epsilon) cell over their common seeds.
+
+    ``verdict`` is ``"wins"``, ``"loses"``, ``"no difference"`` (two-sided Wilcoxon signed-rank test on the
+    paired per-seed values, :data:`VERDICT_ALPHA`) or ``"too few seeds"`` (fewer than
+    :data:`VERDICT_MIN_SEEDS` common seeds); ``median_difference`` is the median of ``protocol - against``
+    over the common seeds.
+    """
+
+    dataset: str
+    n: int
+    epsilon: str
+    protocol: str
+    against: str
+    metric: str
+    seeds: int
+    median_difference: float
+    p_value: float | None
+    verdict: str
+
+
+def paired_comparison(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, str]:
+    """``(p, verdict)`` of ``a`` against ``b`` (paired by position, higher is better), see :class:`Comparison`."""
+    from scipy.stats import wilcoxon  # type: ignore[import-untyped, unused-ignore]
+
+    diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if len(diff) < VERDICT_MIN_SEEDS:
+        return None, "too few seeds"
+    nonzero = diff[diff != 0]
+    if len(nonzero) == 0:
+        return 1.0, "no difference"
+    p = float(wilcoxon(diff, zero_method="wilcox", alternative="two-sided").pvalue)
+    if p >= VERDICT_ALPHA:
+        return p, "no difference"
+    # The direction of a significant test: the larger signed-rank sum.
+    ranks = np.argsort(np.argsort(np.abs(nonzero))) + 1.0
+    return p, "wins" if ranks[nonzero > 0].sum() > ranks[nonzero < 0].sum() else "loses"
+
+
+def variant_verdicts(records: Sequence[RunRecord], protocols: Sequence[str], metric: str = "ari") -> list[Comparison]:
+    """Every ordered pair of ``protocols`` in every (dataset, n, epsilon) cell where both ran, over their common seeds."""
+    per_seed: dict[tuple[str, str, int, str], dict[int, float]] = defaultdict(dict)
+    for r in records:
+        value = r.metrics.get(metric, math.nan)
+        if r.error is None and r.protocol in protocols and not math.isnan(value):
+            per_seed[(r.protocol, r.dataset, r.n, r.epsilon)][r.seed] = value
+    out = []
+    for dataset_label, n, eps in sorted({key[1:] for key in per_seed}):
+        for protocol in protocols:
+            for against in protocols:
+                mine, theirs = per_seed.get((protocol, dataset_label, n, eps)), per_seed.get((against, dataset_label, n, eps))
+                if protocol == against or not mine or not theirs:
+                    continue
+                common = sorted(set(mine) & set(theirs))
+                if not common:
+                    continue
+                a, b = [mine[s] for s in common], [theirs[s] for s in common]
+                p, verdict = paired_comparison(a, b)
+                out.append(Comparison(dataset=dataset_label, n=n, epsilon=eps, protocol=protocol, against=against,
+                                      metric=metric, seeds=len(common),
+                                      median_difference=float(np.median(np.subtract(a, b))), p_value=p,
+                                      verdict=verdict))
+    return out
+
+
+def verdict_summary(comparisons: Sequence[Comparison]) -> dict[str, Any]:
+    """Per protocol the cells it wins against each other one, and the protocol winning most cells.
+
+    ``{"wins": {protocol: {against: cells}}, "cells": {protocol: cells won in total}, "default": [names]}``
+    (``default``: every protocol with the most cells won, several on a tie; empty without comparisons).
+    """
+    protocols = sorted({c.protocol for c in comparisons} | {c.against for c in comparisons})
+    wins = {p: {q: sum(c.protocol == p and c.against == q and c.verdict == "wins" for c in comparisons)
+                for q in protocols if q != p} for p in protocols}
+    cells = {p: sum(w.values()) for p, w in wins.items()}
+    best = max(cells.values(), default=0)
+    return {"wins": wins, "cells": cells, "default": [p for p in protocols if cells[p] == best] if comparisons else []}
 
 
 def _load_regressions(path: Path) -> list[dict[str, Any]]:
@@ -520,10 +674,13 @@ def check_regressions(suite: Suite, cells: dict[tuple[str, str, int, str], Cell]
         tolerance = float(entry["tolerance"])
         worse_by = now - recorded if entry["lower_is_better"] else recorded - now
         passed = worse_by <= tolerance
+        # An entry marked "enforced": false (with its "reason") is compared and reported, never a failure.
+        enforced = bool(entry.get("enforced", True))
+        reason = "" if enforced else f"; not enforced: {entry.get('reason', 'no reason given')}"
         out.append(CheckResult(kind="regression", id="regressions.json", statement="no regression beyond tolerance",
-                               passed=passed, detail=f"{name}: median {now:.4g}, recorded {recorded:.4g} "
-                                                     f"+- {tolerance:.3g} ({'worse' if worse_by > 0 else 'better'} "
-                                                     f"by {abs(worse_by):.3g})"))
+                               passed=passed, required=enforced,
+                               detail=f"{name}: median {now:.4g}, recorded {recorded:.4g} +- {tolerance:.3g} "
+                                      f"({'worse' if worse_by > 0 else 'better'} by {abs(worse_by):.3g}){reason}"))
     return out
 
 
@@ -536,7 +693,7 @@ def record_regressions(suite: Suite, cells: dict[tuple[str, str, int, str], Cell
     suite's median is worse than every recorded seed (beyond the floor): after a change that
     redraws the random streams but keeps the distributions, a median of ``s`` new seeds does that
     with probability ``C(s, h) / C(N + s, h)``, ``h = (s + 1) // 2``, over ``N`` recorded seeds
-    (exchangeable draws, whatever their distribution), hence :attr:`Suite.recording_seeds`.
+    (exchangeable draws, whatever their distribution), hence the 20 :attr:`Suite.tuning_seeds`.
     Entries of other suites, and of protocols this run left out (``--protocols``), are kept.
     Returns the number of entries written.
     """
@@ -557,10 +714,7 @@ def record_regressions(suite: Suite, cells: dict[tuple[str, str, int, str], Cell
                           "tolerance": round(tolerance, 6), "lower_is_better": lower,
                           "seeds": len(cell.values[metric])})
     data = {
-        "description": ("Recorded medians over seeds and their tolerances (the distance from the median to the worst "
-                        "of `seeds` seeds, at least 0.02 for scores or 5% for costs); `python benchmarks/run.py "
-                        "--suite NAME --record-regressions` rewrites NAME's entries. A cell whose median gets worse "
-                        "than the recorded one by more than the tolerance fails the suite."),
+        "description": _REGRESSIONS_DESCRIPTION,
         "entries": kept + fresh,
     }
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
@@ -602,10 +756,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--protocols", nargs="+", default=None, help="run only these protocols")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--record-regressions", action="store_true",
-                        help="write this run's medians as the suite's entries of harness/regressions.json "
-                             "(over the suite's recording seeds unless --seeds says otherwise)")
+                        help="write this run's medians as the suite's entries of harness/regressions.json; "
+                             "tuning: only with --tuning (over all the suite's tuning seeds unless --seeds says "
+                             "otherwise)")
+    parser.add_argument("--tuning", action="store_true",
+                        help="run every block over the suite's tuning seeds instead of its reporting seeds")
     parser.add_argument("--seeds", type=int, default=None,
-                        help="run every block over seeds 0 .. N-1 instead of its own seeds")
+                        help="run every block over the first N reporting seeds (tuning seeds with --tuning)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -615,15 +772,43 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def plan_seeds(suite: Suite, *, tuning: bool, count: int | None, record: bool) -> Suite:
+    """``suite`` over the seeds this run may use; :class:`ValueError` (one line) for a run that breaks the split.
+
+    A reporting run runs the blocks' own seeds (or the first ``count`` reporting seeds), all of them
+    reporting seeds; a tuning run runs the tuning seeds (all, or the first ``count``). Recording
+    regressions is tuning: it is refused on the reporting seeds.
+    """
+    if record and not tuning:
+        raise ValueError(f"--record-regressions tunes the {suite.name} suite: run it on its tuning seeds (--tuning), "
+                         "never on the reporting seeds")
+    pool = suite.tuning_seeds if tuning else suite.reporting_seeds
+    kind = "tuning" if tuning else "reporting"
+    if count is not None:
+        if count > len(pool):
+            raise ValueError(f"--seeds {count}: the {suite.name} suite declares only {len(pool)} {kind} seeds")
+        return suite.with_seeds(pool[:count])
+    if tuning:
+        return suite.with_seeds(pool)
+    stray = sorted({s for b in suite.blocks for s in b.seeds} - set(pool))
+    if stray:
+        leaked = sorted(set(stray) & set(suite.tuning_seeds))
+        what = f"tuning seeds {leaked}" if leaked else f"seeds {stray}, not declared reporting seeds"
+        raise ValueError(f"the {suite.name} suite would report on {what}: its blocks must run reporting seeds only")
+    return suite
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the suite, write everything, print the checks; 0 when every check passed, 1 otherwise."""
+    """Run the suite, write everything, print the checks; 0 when every check passed, 1 otherwise (2: refused)."""
     from . import plots, tables
 
     args = parse_args(argv)
-    suite = get_suite(args.suite)
-    seeds = args.seeds if args.seeds is not None else suite.recording_seeds if args.record_regressions else None
-    if seeds is not None:
-        suite = suite.with_seeds(seeds)
+    try:
+        suite = plan_seeds(get_suite(args.suite), tuning=args.tuning, count=args.seeds,
+                           record=args.record_regressions)
+    except ValueError as exc:
+        print(f"benchmarks/run.py: refused: {exc}", file=sys.stderr)
+        return 2
     out_dir: Path = args.out or Path(__file__).resolve().parent.parent / "results" / suite.name
     out_dir.mkdir(parents=True, exist_ok=True)
     records, wall = run_suite(suite, jobs=args.jobs, via_grpc=args.via_grpc, protocols=args.protocols,
@@ -634,7 +819,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               for r in records if r.error is not None]
     checks += check_bounds(suite.bounds, records)
     checks += check_claims(suite.claims, cells)
-    checks += check_densest_regions(records)
+    checks += check_densest_regions(records, suite.densest_required)
     if args.record_regressions:
         if any(not c.passed and c.required for c in checks):
             print("not recording regressions: the run has failures", file=sys.stderr)
@@ -642,17 +827,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             written = record_regressions(suite, cells, REGRESSIONS_PATH)
             print(f"recorded {written} regression entries for suite {suite.name} in {REGRESSIONS_PATH}")
     checks += check_regressions(suite, cells, REGRESSIONS_PATH, complete=not args.protocols)
+    comparisons = variant_verdicts(records, GRID_PROTOCOLS)
     summary = {
         "suite": suite.name, "description": suite.description, "via_grpc": args.via_grpc, "jobs": args.jobs,
         "wall_seconds": round(wall, 2), "runs": len(records), "environment": _environment(),
         "checks": [asdict(c) for c in checks],
+        "verdict": {"test": f"two-sided Wilcoxon signed-rank on the paired per-seed ARI, alpha = {VERDICT_ALPHA}, "
+                            f"at least {VERDICT_MIN_SEEDS} common seeds",
+                    "comparisons": [asdict(c) for c in comparisons], "summary": verdict_summary(comparisons)},
         "records": [r.to_json() for r in sorted(records, key=lambda r: (r.protocol, r.dataset, r.n, r.epsilon,
                                                                          r.seed))],
     }
     (out_dir / "results.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    verdict = tables.verdict_report(comparisons)
     table = tables.suite_report(suite, cells, checks, wall=wall, runs=len(records), jobs=args.jobs,
-                                via_grpc=args.via_grpc)
+                                via_grpc=args.via_grpc) + (f"\n{verdict}" if comparisons else "")
     (out_dir / "table.md").write_text(table, encoding="utf-8")
+    if comparisons:
+        (out_dir / "verdict.md").write_text(verdict, encoding="utf-8")
     (out_dir / "summary.md").write_text(tables.summary_report(suite, cells, checks, wall=wall, runs=len(records),
                                                               jobs=args.jobs), encoding="utf-8")
     if not args.no_plots:

@@ -4,7 +4,8 @@ A suite is a list of :class:`Block` (each one full matrix; the union of their ru
 once), the paper claims it verifies (:class:`Claim`) and the acceptance bounds it enforces
 (:class:`Bound`). ``smoke`` runs in CI (under 2 minutes on 2 cores) and fails on any broken claim
 or bound and on any regression beyond ``regressions.json``; ``standard`` is the README's picture;
-``full`` adds the large n and high d.
+``full`` adds the large n and high d; ``shapes`` is issue 17's acceptance (arbitrary-shape data, the grid
+variants' ARI bounds for the default variant, the variant verdict).
 
 The papers' own kinds of data
     ``papers/001`` (DPQTk-means) evaluates on 2-D location-like data: a random 2-D set, Gowalla
@@ -31,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-__all__ = ["CENTER_CAMPAIGNS", "GRID_PROTOCOLS", "SUITES", "Block", "Bound", "Claim", "DatasetCase", "Suite", "epsilon_label", "get_suite"]
+__all__ = ["CENTER_CAMPAIGNS", "DEFAULT_GRID_PROTOCOL", "GRID_PROTOCOLS", "SHAPES_DATASETS", "REPORTING_SEEDS", "SUITES", "TUNING_SEEDS", "Block", "Bound", "Claim", "DatasetCase", "Suite", "epsilon_label", "get_suite"]
 
 INF = math.inf
 
@@ -105,7 +106,8 @@ class Claim:
 
 @dataclass(frozen=True, kw_only=True)
 class Bound:
-    """An acceptance bound on every run (not the median) of a protocol in the listed cells."""
+    """An acceptance bound on every run (``over="run"``) or on the median over seeds (``over="median"``)
+    of a protocol in the listed cells (``ns`` empty: at every n)."""
 
     id: str
     statement: str
@@ -115,6 +117,12 @@ class Bound:
     metric: str
     maximum: float | None = None
     minimum: float | None = None
+    ns: tuple[int, ...] = ()
+    over: str = "run"
+
+    def __post_init__(self) -> None:
+        if self.over not in ("run", "median"):
+            raise ValueError(f"bound {self.id}: over must be 'run' or 'median', got {self.over!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,18 +140,42 @@ class Suite:
     table_metrics: tuple[str, ...] = ("cost_ratio", "ari", "f_measure", "cost_per_point")
     #: Metrics recorded in ``regressions.json``.
     regression_metrics: tuple[str, ...] = ("cost_ratio", "ari")
-    #: Seeds ``0 .. recording_seeds - 1`` of every block when ``--record-regressions`` writes this suite's
-    #: entries (``None``: the blocks' own seeds). A recorded tolerance is the distance from the median to
-    #: the worst seed (:func:`harness.runner.record_regressions`): the more seeds, the less likely a new
-    #: random stream (same distribution) fails a check -- ``benchmarks/README.md`` has the probability.
-    recording_seeds: int | None = None
+    #: Seeds that defaults, thresholds and the recorded regressions may be chosen on (``--tuning`` runs them;
+    #: ``--record-regressions`` writes this suite's entries over all of them). A recorded tolerance is the
+    #: distance from the median to the worst seed (:func:`harness.runner.record_regressions`): the more
+    #: seeds, the less likely a new random stream (same distribution) fails a check -- ``benchmarks/README.md``
+    #: has the probability.
+    tuning_seeds: tuple[int, ...]
+    #: Seeds the suite reports on: every block's seeds are among them, and none is a tuning seed, so no
+    #: reported figure comes from data its defaults or tolerances were fitted to (:func:`harness.runner.plan_seeds`).
+    reporting_seeds: tuple[int, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: Protocols whose densest-region check (:func:`harness.runner.densest_region_clustered`) fails the
+    #: suite; every other protocol's is reported only.
+    densest_required: tuple[str, ...] = ()
 
-    def with_seeds(self, count: int) -> Suite:
-        """This suite with every block run over seeds ``0 .. count - 1``."""
-        if count < 1:
-            raise ValueError(f"a suite needs at least one seed, got {count}")
-        return replace(self, blocks=tuple(replace(b, seeds=tuple(range(count))) for b in self.blocks))
+    def __post_init__(self) -> None:
+        shared = sorted(set(self.tuning_seeds) & set(self.reporting_seeds))
+        if shared:
+            raise ValueError(f"suite {self.name}: seeds {shared} are both tuning and reporting seeds")
+        if not self.tuning_seeds or not self.reporting_seeds:
+            raise ValueError(f"suite {self.name}: declare at least one tuning and one reporting seed")
+
+    def with_seeds(self, seeds: tuple[int, ...]) -> Suite:
+        """This suite with every block run over ``seeds``."""
+        if not seeds:
+            raise ValueError("a suite needs at least one seed")
+        return replace(self, blocks=tuple(replace(b, seeds=tuple(seeds)) for b in self.blocks))
+
+
+#: The seeds defaults and tolerances are tuned on, and the disjoint seeds the suites report on.
+TUNING_SEEDS = tuple(range(20))
+REPORTING_SEEDS = tuple(range(100, 110))
+
+
+def _reporting(count: int) -> tuple[int, ...]:
+    """The first ``count`` reporting seeds."""
+    return REPORTING_SEEDS[:count]
 
 
 ALL_CENTRAL = ("dplloyd", "dpqt-kmeans", "improved-dp-kmeans")
@@ -152,6 +184,8 @@ NONPRIVATE = ("kmeans++", "kmeans-random", "density-am-kmeans", "dbscan")
 EVERYTHING = NONPRIVATE + ALL_CENTRAL + FLOORS
 #: The collector's grid clustering campaigns (papers/002): uniform grid, grid tree, iterative merge/split.
 GRID_PROTOCOLS = ("ugc", "agc-tree", "agc-iter")
+#: The grid variant the ``shapes`` suite's acceptance bounds apply to (the campaign default).
+DEFAULT_GRID_PROTOCOL = "agc-tree"
 #: The collector's center-publishing campaigns: kCluster bit vectors, Laplace points with mnFCM and plain
 #: FCM, interactive LDP k-means, one-round net-tree k-means, Stemmer-style k-means. Not in smoke (CI time);
 #: no epsilon = inf bypass in the harness (benchmarks/lsh_clustering.py has the noiseless limits).
@@ -223,9 +257,13 @@ def _paper_003_claims(datasets: tuple[str, ...], ns: tuple[int, ...], required: 
 def _floor_bound(datasets: tuple[str, ...]) -> Bound:
     # "matched": over non-private k-means (Lloyd on the true points) from the floor's own centers, so the
     # bound measures what the floor's pipeline loses, not which local optimum a restart found (runner).
+    # "resolved": a floor clusters its points snapped to its own grid, and no pipeline can do better than
+    # that grid allows: the denominator adds the snapping's cost on the true points, derived in
+    # harness.runner.resolution_cost (no constant fitted to data; on a fine grid it is the matched ratio).
     return Bound(id="floors-inf", statement="with epsilon = inf (no-noise bypass) each LDP floor's centers are "
-                                            "non-private k-means centers of the true points within 2% cost, every run",
-                 protocols=FLOORS, datasets=datasets, epsilon=INF, metric="cost_ratio_matched", maximum=1.02)
+                                            "non-private k-means centers of the true points within 2% cost, "
+                                            "up to what the floor's grid resolution costs, every run",
+                 protocols=FLOORS, datasets=datasets, epsilon=INF, metric="cost_ratio_resolved", maximum=1.02)
 
 
 _SMOKE_2D = (BLOBS_2D, MIXTURE_2D)
@@ -236,18 +274,22 @@ SMOKE = Suite(
     description="CI: every baseline on small 2-D data; paper claims, the epsilon = inf floor bound and "
                 "the recorded regressions are enforced",
     blocks=(
-        Block(protocols=EVERYTHING, datasets=_SMOKE_2D, epsilons=(0.1, 0.5, 2.0, INF), ns=(4000,), seeds=(0, 1, 2)),
+        Block(protocols=EVERYTHING, datasets=_SMOKE_2D, epsilons=(0.1, 0.5, 2.0, INF), ns=(4000,), seeds=REPORTING_SEEDS),
         Block(protocols=("kmeans-random", "density-am-kmeans", "improved-dp-kmeans"), datasets=(S_LIKE,),
-              epsilons=(1.0, 4.0), ns=(5000,), seeds=(0, 1, 2, 3, 4)),
+              epsilons=(1.0, 4.0), ns=(5000,), seeds=REPORTING_SEEDS),
         # The grid protocols on the shapes at n = 4000, epsilon 8 (at 4 the moons and circles are still
         # mostly noise at this n): one epsilon keeps CI fast, the epsilon sweep is in the standard suite.
-        Block(protocols=GRID_PROTOCOLS, datasets=SHAPES_2D, epsilons=(8.0,), ns=(4000,), seeds=(0, 1, 2)),
+        Block(protocols=GRID_PROTOCOLS, datasets=SHAPES_2D, epsilons=(8.0,), ns=(4000,), seeds=REPORTING_SEEDS),
     ),
     claims=_paper_001_claims(_SMOKE_LABELS, (4000,), (0.1, 0.5))
     + _paper_003_claims((S_LIKE.label,), (5000,)),
     bounds=(_floor_bound(_SMOKE_LABELS),),
     plot_epsilon=2.0,
-    recording_seeds=20,
+    # All 10 reporting seeds (about 70 s on 2 cores): over 3, the seeds' data sets are shared by every
+    # protocol, so one hard data set (seeds 100-102: k-means++ itself at ARI 0.74-0.96 on blobs) moved
+    # many correlated 3-seed medians below their recorded worst seed at once.
+    tuning_seeds=TUNING_SEEDS,
+    reporting_seeds=REPORTING_SEEDS,
 )
 
 _STANDARD_2D = (BLOBS_2D, MIXTURE_2D, MOONS)
@@ -259,24 +301,24 @@ STANDARD = Suite(
     description="the README's picture: epsilon sweep at n = 20 000, n sweep at epsilon = 1, the papers' data",
     blocks=(
         Block(protocols=EVERYTHING + CENTER_CAMPAIGNS, datasets=_STANDARD_2D + (GOOGLE_10D,), epsilons=_STANDARD_EPS,
-              ns=(20_000,), seeds=(0, 1, 2)),
+              ns=(20_000,), seeds=_reporting(3)),
         Block(protocols=EVERYTHING + CENTER_CAMPAIGNS, datasets=(BLOBS_2D, MIXTURE_2D), epsilons=(1.0,),
-              ns=(2_000, 100_000), seeds=(0, 1, 2)),
+              ns=(2_000, 100_000), seeds=_reporting(3)),
         Block(protocols=("kmeans-random", "density-am-kmeans", "improved-dp-kmeans", "dplloyd", "dpqt-kmeans"),
-              datasets=(S_LIKE, S3_LIKE), epsilons=(1.0, 4.0), ns=(5000,), seeds=tuple(range(10))),
+              datasets=(S_LIKE, S3_LIKE), epsilons=(1.0, 4.0), ns=(5000,), seeds=_reporting(10)),
         # The real data sets at their own size, as in the paper (no upsampling).
         Block(protocols=("kmeans-random", "density-am-kmeans", "improved-dp-kmeans", "dplloyd"),
-              datasets=(IRIS,), epsilons=(1.0, 4.0), ns=(150,), seeds=tuple(range(10))),
+              datasets=(IRIS,), epsilons=(1.0, 4.0), ns=(150,), seeds=_reporting(10)),
         Block(protocols=("kmeans-random", "density-am-kmeans", "improved-dp-kmeans", "dplloyd"),
-              datasets=(WINE,), epsilons=(1.0, 4.0), ns=(178,), seeds=tuple(range(10))),
+              datasets=(WINE,), epsilons=(1.0, 4.0), ns=(178,), seeds=_reporting(10)),
         # Grid clustering: the epsilon sweep on the shapes beside the non-private references (k-means
         # cannot separate them, DBSCAN can), two epsilons on the k-means data, then n = 100 000.
         # The center campaigns beside them: centers cut the shapes with straight lines, like k-means.
         Block(protocols=GRID_PROTOCOLS + ("kmeans++", "dbscan") + CENTER_CAMPAIGNS, datasets=SHAPES_2D,
-              epsilons=_GRID_EPS, ns=(20_000,), seeds=(0, 1, 2)),
+              epsilons=_GRID_EPS, ns=(20_000,), seeds=_reporting(3)),
         Block(protocols=GRID_PROTOCOLS, datasets=(BLOBS_2D, MIXTURE_2D), epsilons=(1.0, 4.0), ns=(20_000,),
-              seeds=(0, 1, 2)),
-        Block(protocols=GRID_PROTOCOLS, datasets=SHAPES_2D, epsilons=(1.0, 4.0), ns=(100_000,), seeds=(0, 1, 2)),
+              seeds=_reporting(3)),
+        Block(protocols=GRID_PROTOCOLS, datasets=SHAPES_2D, epsilons=(1.0, 4.0), ns=(100_000,), seeds=_reporting(3)),
     ),
     # 001-f holds in 5 of its 6 standard cells (not on unbalance-like at epsilon = 0.5): reported, not enforced.
     claims=_paper_001_claims(tuple(d.label for d in (BLOBS_2D, MIXTURE_2D)), (20_000,), (0.1, 0.25, 0.5),
@@ -287,6 +329,8 @@ STANDARD = Suite(
     + _paper_003_claims((WINE.label,), (178,), required=False),
     bounds=(_floor_bound(tuple(d.label for d in _STANDARD_2D)),),
     plot_epsilon=1.0,
+    tuning_seeds=TUNING_SEEDS,
+    reporting_seeds=REPORTING_SEEDS,
 )
 
 FULL = Suite(
@@ -294,25 +338,75 @@ FULL = Suite(
     description="standard plus large n (up to 1e6), higher dimension and more seeds",
     blocks=STANDARD.blocks + (
         Block(protocols=EVERYTHING, datasets=(BLOBS_2D, MIXTURE_2D), epsilons=(0.5, 1.0, 2.0, INF),
-              ns=(1_000_000,), seeds=(0, 1, 2)),
+              ns=(1_000_000,), seeds=_reporting(3)),
         Block(protocols=("kmeans++", "kmeans-random", "density-am-kmeans", "dplloyd", "improved-dp-kmeans")
               + FLOORS + CENTER_CAMPAIGNS, datasets=(DatasetCase(name="google", d=50, k=16), DatasetCase(name="mixture", d=20, k=16),
                                   DatasetCase(name="digits"), DatasetCase(name="breast_cancer")),
-              epsilons=(1.0, 4.0, INF), ns=(50_000,), seeds=(0, 1, 2)),
+              epsilons=(1.0, 4.0, INF), ns=(50_000,), seeds=_reporting(3)),
         Block(protocols=EVERYTHING + CENTER_CAMPAIGNS, datasets=_STANDARD_2D, epsilons=_STANDARD_EPS, ns=(20_000,),
-              seeds=(3, 4, 5, 6, 7)),
+              seeds=REPORTING_SEEDS[3:8]),
         # About 3 minutes per grid run at n = 1e6: epsilon 1 only (it extends the standard suite's n sweep).
-        Block(protocols=GRID_PROTOCOLS, datasets=SHAPES_2D, epsilons=(1.0,), ns=(1_000_000,), seeds=(0, 1, 2)),
+        Block(protocols=GRID_PROTOCOLS, datasets=SHAPES_2D, epsilons=(1.0,), ns=(1_000_000,), seeds=_reporting(3)),
         # kcluster takes some 8 minutes a run at n = 1e6: the center campaigns at epsilon 1 only there too.
         Block(protocols=CENTER_CAMPAIGNS, datasets=(BLOBS_2D, MIXTURE_2D), epsilons=(1.0,), ns=(1_000_000,),
-              seeds=(0, 1, 2)),
+              seeds=_reporting(3)),
     ),
     claims=STANDARD.claims,
     bounds=STANDARD.bounds,
     plot_epsilon=1.0,
+    tuning_seeds=TUNING_SEEDS,
+    reporting_seeds=REPORTING_SEEDS,
 )
 
-SUITES: dict[str, Suite] = {s.name: s for s in (SMOKE, STANDARD, FULL)}
+#: Issue 17's arbitrary-shape data (registered by ldp_collector.simulation.datasets): interleaved spirals,
+#: nested rings of unequal density, moons, circles, sheared blobs, blobs of different spreads -- the
+#: acceptance -- and, reported beside them, clusters of very different size and uniform background noise.
+SPIRALS = DatasetCase(name="spirals")
+RINGS = DatasetCase(name="rings")
+VARIED = DatasetCase(name="varied")
+SIZES = DatasetCase(name="sizes")
+BACKGROUND = DatasetCase(name="background")
+_SHAPES_ACCEPTANCE = (SPIRALS, RINGS, MOONS, CIRCLES, ANISO, VARIED)
+SHAPES_DATASETS = _SHAPES_ACCEPTANCE + (SIZES, BACKGROUND)
+#: (n, epsilon, median ARI at least, worst seed's ARI at least): the issue's acceptance cells. With 10
+#: seeds the 10th-percentile seed is the worst one, so the second figure bounds every run.
+_SHAPES_CELLS = ((1_000_000, 2.0, 0.9, 0.7), (100_000, 4.0, 0.85, 0.6))
+
+
+def _shapes_bounds(protocol: str) -> tuple[Bound, ...]:
+    labels = tuple(d.label for d in _SHAPES_ACCEPTANCE)
+    out = []
+    for n, epsilon, median, worst in _SHAPES_CELLS:
+        where = f"n = {n:g}, epsilon = {epsilon:g}"
+        out += [Bound(id=f"shapes-median-{n:g}-{epsilon:g}", over="median", ns=(n,), protocols=(protocol,),
+                      datasets=labels, epsilon=epsilon, metric="ari", minimum=median,
+                      statement=f"the default grid variant's median ARI over the seeds is >= {median:g} on every "
+                                f"arbitrary-shape data set at {where}, no per-data-set parameter"),
+                Bound(id=f"shapes-worst-{n:g}-{epsilon:g}", ns=(n,), protocols=(protocol,), datasets=labels,
+                      epsilon=epsilon, metric="ari", minimum=worst,
+                      statement=f"the default grid variant's worst seed has ARI >= {worst:g} on every "
+                                f"arbitrary-shape data set at {where}")]
+    return tuple(out)
+
+
+SHAPES = Suite(
+    name="shapes",
+    description="issue 17's acceptance: the grid variants on arbitrary-shape data at (n = 1e6, epsilon = 2) and "
+                "(n = 1e5, epsilon = 4) over the 10 reporting seeds, beside non-private k-means++ and DBSCAN; "
+                f"the ARI bounds and the densest-region check apply to the default variant ({DEFAULT_GRID_PROTOCOL})",
+    blocks=tuple(Block(protocols=GRID_PROTOCOLS + ("kmeans++", "dbscan"), datasets=SHAPES_DATASETS,
+                       epsilons=(epsilon,), ns=(n,), seeds=REPORTING_SEEDS) for n, epsilon, _, _ in _SHAPES_CELLS),
+    bounds=_shapes_bounds(DEFAULT_GRID_PROTOCOL),
+    plot_epsilon=4.0,
+    plot_metrics=("ari",),
+    table_metrics=("ari", "nmi", "f_measure"),
+    regression_metrics=("ari",),
+    tuning_seeds=TUNING_SEEDS,
+    reporting_seeds=REPORTING_SEEDS,
+    densest_required=(DEFAULT_GRID_PROTOCOL,),
+)
+
+SUITES: dict[str, Suite] = {s.name: s for s in (SMOKE, STANDARD, FULL, SHAPES)}
 
 
 def get_suite(name: str) -> Suite:

@@ -7,11 +7,20 @@ import math
 from collections.abc import Sequence
 
 from . import adapters
-from .runner import HEADLINE_SEEDS, Cell, CheckResult
+from .runner import (
+    HEADLINE_SEEDS,
+    VERDICT_ALPHA,
+    VERDICT_BASELINE,
+    VERDICT_MIN_SEEDS,
+    Cell,
+    CheckResult,
+    Comparison,
+    verdict_summary,
+)
 from .suites import Suite
 
 __all__ = ["CELL_LEGEND", "FEW_SEEDS_MARK", "cell_text", "checks_table", "claims_summary", "claims_table", "format_value",
-           "pivot_table", "results_table", "suite_report", "summary_report"]
+           "pivot_table", "results_table", "suite_report", "summary_report", "verdict_report"]
 
 #: Marks a cell over fewer than :data:`~harness.runner.HEADLINE_SEEDS` seeds (not a headline figure).
 FEW_SEEDS_MARK = "†"
@@ -89,7 +98,8 @@ def checks_table(checks: Sequence[CheckResult]) -> str:
     """Bounds, regressions, failed runs and the densest-region sanity check: counts, and every failure in full."""
     lines = []
     for kind, title in (("bound", "acceptance bounds"), ("regression", "regressions.json"), ("run", "runs"),
-                        ("densest", "densest true cell in a cluster, 2-D runs (reported only)")):
+                        ("densest", "densest true cell in a cluster, 2-D runs (enforced for the suite's "
+                                    "densest_required protocols, else reported)")):
         subset = [c for c in checks if c.kind == kind]
         failed = [c for c in subset if not c.passed]
         if kind == "run":
@@ -99,8 +109,8 @@ def checks_table(checks: Sequence[CheckResult]) -> str:
         if kind == "bound":
             lines += [f"  - {'ok' if c.passed else 'FAILED'}: {c.detail}" for c in subset]
         else:
-            verdict = "violated" if kind == "densest" else "FAILED"
-            lines += [f"  - {verdict}: {c.detail.splitlines()[0]}" for c in failed]
+            lines += [f"  - {'FAILED' if c.required else 'violated' if kind == 'densest' else 'failed (not enforced)'}: "
+                      f"{c.detail.splitlines()[0]}" for c in failed]
     return "\n".join(lines)
 
 
@@ -172,3 +182,39 @@ def summary_report(suite: Suite, cells: dict[tuple[str, str, int, str], Cell], c
                     parts += [f"#### {dataset_label}, n = {n:,}: {title}", "", table, ""]
     parts += ["### Paper claims", "", claims_summary(checks), "", "### Checks", "", checks_table(checks), ""]
     return "\n".join(parts)
+
+
+def verdict_report(comparisons: Sequence[Comparison], baseline: str = VERDICT_BASELINE) -> str:
+    """The variant verdict (``verdict.md``): per cell each grid variant against ``baseline``, then the wins matrix.
+
+    Each row: the median paired difference of the ARI (variant - baseline) over the common seeds, the
+    two-sided Wilcoxon signed-rank p-value and the verdict (:class:`~harness.runner.Comparison`). The
+    summary counts, per variant, the cells it wins against each other variant, and names the variant
+    winning most cells: the default by the numbers.
+    """
+    parts = ["### Variant verdict", "",
+             f"Paired two-sided Wilcoxon signed-rank test on the per-seed ARI over the seeds both variants ran, "
+             f"alpha = {VERDICT_ALPHA:g}; \"too few seeds\" under {VERDICT_MIN_SEEDS} common seeds (below that no "
+             f"outcome reaches alpha). Δ = median over the seeds of (variant - {baseline}).", ""]
+    rows = [c for c in comparisons if c.against == baseline]
+    if rows:
+        parts += [f"| data set | n | ε | seeds | variant | Δ ARI vs {baseline} | p | verdict |",
+                  "|---|---:|---:|---:|---|---:|---:|---|"]
+        for c in sorted(rows, key=lambda c: (c.dataset, c.n, _epsilon_order(c.epsilon), _protocol_order(c.protocol))):
+            p = "" if c.p_value is None else format_value(c.p_value)
+            parts.append(f"| {c.dataset} | {c.n:,} | {c.epsilon} | {c.seeds} | {c.protocol} | "
+                         f"{c.median_difference:+.3f} | {p} | {c.verdict} |")
+        parts.append("")
+    summary = verdict_summary(comparisons)
+    protocols = sorted(summary["wins"], key=_protocol_order)
+    if protocols:
+        parts += ["Cells won (row beats column):", "",
+                  "| variant | " + " | ".join(f"vs {q}" for q in protocols) + " | cells won |",
+                  "|---|" + "---:|" * (len(protocols) + 1)]
+        for p in protocols:
+            parts.append(f"| {p} | " + " | ".join("" if q == p else str(summary["wins"][p][q]) for q in protocols)
+                         + f" | {summary['cells'][p]} |")
+        best = summary["default"]
+        parts += ["", f"Default by the numbers: {' and '.join(best)} ({summary['cells'][best[0]]} cells won"
+                      f"{', a tie' if len(best) > 1 else ''})."]
+    return "\n".join(parts) + "\n"

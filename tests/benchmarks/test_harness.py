@@ -54,6 +54,9 @@ def broken() -> Iterator[str]:
 
 
 def _suite(blocks: tuple[Block, ...], **kwargs: object) -> Suite:
+    # The test blocks run seeds 0 .. 9: those are the reporting seeds here, unless a test says otherwise.
+    kwargs.setdefault("tuning_seeds", tuple(range(50, 60)))
+    kwargs.setdefault("reporting_seeds", tuple(range(10)))
     return Suite(name="tiny", description="test suite", blocks=blocks, **kwargs)  # type: ignore[arg-type]
 
 
@@ -295,16 +298,108 @@ def test_a_recorded_tolerance_reaches_the_worst_seed(tmp_path: Path) -> None:
     assert entries["cost_ratio"]["tolerance"] == pytest.approx(0.1)
 
 
+def test_a_regression_entry_marked_not_enforced_is_reported_never_failed(tmp_path: Path) -> None:
+    cell = Cell(protocol="ugc", dataset="moons", n=100, epsilon="8", seeds=3, median={"ari": 0.5}, q1={}, q3={},
+                values={"ari": [0.4, 0.5, 0.6]}, seconds=0.0)
+    entry = {"suite": "tiny", "protocol": "ugc", "dataset": "moons", "n": 100, "epsilon": "8", "metric": "ari",
+             "median": 0.9, "tolerance": 0.02, "lower_is_better": False}
+    path = tmp_path / "regressions.json"
+    path.write_text(json.dumps({"entries": [entry]}))
+    suite = _suite(())
+    [enforced] = runner.check_regressions(suite, {cell.key: cell}, path)
+    assert not enforced.passed and enforced.required
+    path.write_text(json.dumps({"entries": [{**entry, "enforced": False, "reason": "algorithm being reworked"}]}))
+    [reported] = runner.check_regressions(suite, {cell.key: cell}, path)
+    assert not reported.passed and not reported.required and "not enforced: algorithm being reworked" in reported.detail
+    from harness.tables import checks_table
+    assert "failed (not enforced): ugc / moons" in checks_table([reported])
+
+
+def test_the_floor_bound_grants_what_the_floors_resolution_costs(in_process: None) -> None:
+    from harness.baselines import Box
+    from harness.baselines.oue_grid import cell_centers
+    from harness.suites import MIXTURE_2D
+
+    from ldp_client.encoders.base import NumericDomain
+    from ldp_client.encoders.grid import UniformGridEncoder
+
+    x = np.random.default_rng(0).normal(size=(500, 2)) * (40.0, 10.0)
+    box, m = Box.of(x), 7
+    # The snapping cost with the SDK's own grid encoder (the one the floor's histogram uses).
+    encoder = UniformGridEncoder(domain=NumericDomain(lower=tuple(box.lower), upper=tuple(box.upper)),
+                                 cells_per_dimension=(m, m))
+    snapped = cell_centers(box, m)[[encoder.encode(p) for p in x.tolist()]]
+    assert runner.resolution_cost("ldp-oue-grid", x, {"cells_per_dimension": m}) == \
+        pytest.approx(float(np.sum((x - snapped) ** 2)), rel=1e-12)
+    laplace = runner.resolution_cost("ldp-laplace-points", x, {"grid_bits": 10})
+    assert 0 < laplace < runner.resolution_cost("ldp-laplace-points", x, {"grid_bits": 4})
+    assert runner.resolution_cost("kmeans++", x, {}) == 0.0
+    # Seed 106 of the imbalanced mixture: a 460 x 230 span whose tight clusters fill only 74 of the
+    # 128 x 128 cells; the grid alone costs the floor 4.8% over matched k-means, within what it may cost.
+    task = Task(protocol="ldp-oue-grid", dataset=MIXTURE_2D, n=4000, epsilon=math.inf, seed=106,
+                matched_reference=True)
+    record = runner.run_task(task, None)
+    assert record.error is None
+    assert record.metrics["cost_ratio_matched"] > 1.02 >= record.metrics["cost_ratio_resolved"]
+    exact = runner.run_task(Task(protocol="kmeans++", dataset=MIXTURE_2D, n=4000, epsilon=None, seed=106,
+                                 matched_reference=True), None)
+    assert exact.metrics["cost_ratio_resolved"] == pytest.approx(exact.metrics["cost_ratio_matched"], rel=1e-12)
+
+
 def test_the_smoke_suite_records_over_more_seeds_than_it_checks() -> None:
     smoke = SUITES["smoke"]
-    assert smoke.recording_seeds is not None and smoke.recording_seeds >= 10
-    assert all(len(b.seeds) < smoke.recording_seeds for b in smoke.blocks)
-    recording = smoke.with_seeds(smoke.recording_seeds)
-    assert all(b.seeds == tuple(range(smoke.recording_seeds)) for b in recording.blocks)
+    assert len(smoke.tuning_seeds) >= 10
+    assert all(len(b.seeds) < len(smoke.tuning_seeds) for b in smoke.blocks)
+    recording = runner.plan_seeds(smoke, tuning=True, count=None, record=True)
+    assert all(b.seeds == smoke.tuning_seeds for b in recording.blocks)
     assert [(b.protocols, b.datasets, b.epsilons, b.ns) for b in recording.blocks] == \
         [(b.protocols, b.datasets, b.epsilons, b.ns) for b in smoke.blocks]
     with pytest.raises(ValueError, match="at least one seed"):
-        smoke.with_seeds(0)
+        smoke.with_seeds(())
+
+
+@pytest.mark.parametrize("name", sorted(SUITES))
+def test_every_suite_reports_only_on_reporting_seeds_disjoint_from_its_tuning_seeds(name: str) -> None:
+    suite = SUITES[name]
+    assert suite.tuning_seeds and suite.reporting_seeds
+    assert not set(suite.tuning_seeds) & set(suite.reporting_seeds)
+    assert all(set(b.seeds) <= set(suite.reporting_seeds) for b in suite.blocks)
+    assert runner.plan_seeds(suite, tuning=False, count=None, record=False) == suite
+
+
+def test_a_suite_with_shared_tuning_and_reporting_seeds_cannot_be_declared() -> None:
+    with pytest.raises(ValueError, match=r"seeds \[3\] are both tuning and reporting seeds"):
+        _suite((), tuning_seeds=(1, 2, 3), reporting_seeds=(3, 4))
+
+
+def test_the_runner_refuses_to_report_on_tuning_seeds_or_tune_on_reporting_seeds() -> None:
+    block = Block(protocols=("kmeans++",), datasets=(TINY,), epsilons=(1.0,), ns=(200,), seeds=(0, 1))
+    leaking = _suite((block,), tuning_seeds=(1, 2), reporting_seeds=(0, 3))
+    with pytest.raises(ValueError, match=r"would report on tuning seeds \[1\]"):
+        runner.plan_seeds(leaking, tuning=False, count=None, record=False)
+    undeclared = _suite((block,), tuning_seeds=(5,), reporting_seeds=(0,))
+    with pytest.raises(ValueError, match=r"seeds \[1\], not declared reporting seeds"):
+        runner.plan_seeds(undeclared, tuning=False, count=None, record=False)
+    suite = _suite((block,), tuning_seeds=(5, 6, 7), reporting_seeds=(0, 1, 2))
+    with pytest.raises(ValueError, match=r"--record-regressions tunes .* \(--tuning\)"):
+        runner.plan_seeds(suite, tuning=False, count=None, record=True)
+    with pytest.raises(ValueError, match="--record-regressions tunes"):
+        runner.plan_seeds(suite, tuning=False, count=2, record=True)
+    with pytest.raises(ValueError, match="declares only 3 reporting seeds"):
+        runner.plan_seeds(suite, tuning=False, count=4, record=False)
+    assert [b.seeds for b in runner.plan_seeds(suite, tuning=False, count=3, record=False).blocks] == [(0, 1, 2)]
+    assert [b.seeds for b in runner.plan_seeds(suite, tuning=True, count=None, record=False).blocks] == [(5, 6, 7)]
+    assert [b.seeds for b in runner.plan_seeds(suite, tuning=True, count=2, record=True).blocks] == [(5, 6)]
+
+
+def test_main_refuses_to_record_regressions_on_reporting_seeds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "regressions.json"
+    monkeypatch.setattr(runner, "REGRESSIONS_PATH", path)
+    assert runner.main(["--suite", "smoke", "--record-regressions", "--out", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "refused" in err and "--tuning" in err
+    assert not path.exists() and not (tmp_path / "results.json").exists()
 
 
 def test_a_table_cell_is_the_median_with_its_10th_percentile_seed() -> None:
@@ -356,8 +451,13 @@ def test_densest_region_violations_are_reported_not_failed() -> None:
     checks = runner.check_densest_regions([record(0, True), record(1, False), record(2, None)])
     assert [(c.kind, c.passed, c.required) for c in checks] == [("densest", True, False), ("densest", False, False)]
     text = tables.checks_table(checks)
-    assert "densest true cell in a cluster, 2-D runs (reported only): 1 of 2 passed" in text
+    assert "densest true cell in a cluster, 2-D runs (enforced for the suite's densest_required protocols, else " \
+        "reported): 1 of 2 passed" in text
     assert "violated: ugc / moons / n=10 / eps=8 / seed=1" in text
+    # A suite may enforce it for named protocols (the shapes suite: its default grid variant).
+    enforced = runner.check_densest_regions([record(0, True), record(1, False)], required=("ugc",))
+    assert [(c.passed, c.required) for c in enforced] == [(True, True), (False, True)]
+    assert "FAILED: ugc / moons / n=10 / eps=8 / seed=1" in tables.checks_table(enforced)
 
 
 def test_the_recorded_regressions_cover_the_smoke_suite() -> None:
@@ -381,7 +481,7 @@ def tiny_suite(monkeypatch: pytest.MonkeyPatch) -> Suite:
         (Block(protocols=("kmeans++", "dpqt-kmeans", "ldp-oue-grid"), datasets=(TINY,), epsilons=(1.0, math.inf),
                ns=(800,), seeds=(0, 1)),),
         bounds=(Bound(id="floors-inf", statement="s", protocols=("ldp-oue-grid",), datasets=(TINY.label,),
-                      epsilon=math.inf, metric="cost_ratio_matched", maximum=1.02),),
+                      epsilon=math.inf, metric="cost_ratio_resolved", maximum=1.02),),
         plot_epsilon=1.0)
     monkeypatch.setitem(SUITES, "tiny", suite)
     return suite
@@ -392,7 +492,7 @@ def test_main_writes_everything_and_passes(tiny_suite: Suite, tmp_path: Path, in
     pytest.importorskip("matplotlib")
     monkeypatch.setattr(runner, "REGRESSIONS_PATH", tmp_path / "regressions.json")
     assert runner.main(["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path / "out"), "--quiet",
-                        "--record-regressions"]) == 0
+                        "--tuning", "--seeds", "2", "--record-regressions"]) == 0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["runs"] == 2 + 4 + 4
     assert all(c["passed"] for c in results["checks"])
@@ -419,20 +519,22 @@ def test_main_fails_loudly_on_a_regression(tiny_suite: Suite, tmp_path: Path, in
     assert "SUITE TINY FAILED" in err and "dpqt-kmeans" in err and "cost_ratio" in err
 
 
-def test_main_records_over_the_suites_recording_seeds(tmp_path: Path, in_process: None,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_records_over_the_suites_tuning_seeds(tmp_path: Path, in_process: None,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "regressions.json"
     monkeypatch.setattr(runner, "REGRESSIONS_PATH", path)
     monkeypatch.setitem(SUITES, "tiny", _suite((Block(protocols=("kmeans++",), datasets=(TINY,), epsilons=(1.0,),
-                                                      ns=(200,), seeds=(0,)),), recording_seeds=4))
+                                                      ns=(200,), seeds=(0,)),), tuning_seeds=(50, 51, 52, 53)))
     common = ["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path / "out"), "--quiet", "--no-plots"]
-    assert runner.main([*common, "--record-regressions"]) == 0
-    assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"] == 4
+    assert runner.main([*common, "--tuning", "--record-regressions"]) == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["runs"] == 4 and {r["seed"] for r in results["records"]} == {50, 51, 52, 53}
     assert {e["seeds"] for e in json.loads(path.read_text())["entries"]} == {4}
-    assert runner.main([*common, "--record-regressions", "--seeds", "3"]) == 0
+    assert runner.main([*common, "--tuning", "--record-regressions", "--seeds", "3"]) == 0
     assert {e["seeds"] for e in json.loads(path.read_text())["entries"]} == {3}
-    assert runner.main(common) == 0  # checking runs the blocks' own seeds
+    assert runner.main(common) == 0  # checking runs the blocks' own (reporting) seeds
     assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"] == 1
+    assert runner.main([*common, "--record-regressions"]) == 2  # never on the reporting seeds
 
 
 def test_main_fails_loudly_on_a_broken_run(tiny_suite: Suite, tmp_path: Path, in_process: None, broken: str,
@@ -500,3 +602,111 @@ def test_recording_a_protocol_subset_keeps_the_other_entries(tmp_path: Path) -> 
     runner.record_regressions(suite, {c.key: c for c in (_cell("q", "1", cost_ratio=4.0),)}, path)
     entries = {(e["protocol"], e["median"]) for e in json.loads(path.read_text())["entries"]}
     assert entries == {("p", 2.0), ("q", 4.0)}
+
+
+# -- the shapes suite and the variant verdict -----------------------------------------------------------
+
+def _ari_records(protocol: str, values: list[float], *, dataset: str = "moons", n: int = 1000, epsilon: str = "4",
+                 first_seed: int = 100) -> list[RunRecord]:
+    return [RunRecord(protocol=protocol, dataset=dataset, n=n, d=2, k=2, epsilon=epsilon, seed=first_seed + i,
+                      via_grpc=False, seconds=0.0, metrics={"ari": v}) for i, v in enumerate(values)]
+
+
+def test_the_shapes_suite_bounds_the_default_grid_variant_on_the_issues_cells() -> None:
+    from harness.suites import DEFAULT_GRID_PROTOCOL, SHAPES_DATASETS
+
+    shapes = SUITES["shapes"]
+    names = [d.name for d in SHAPES_DATASETS]
+    assert names == ["spirals", "rings", "moons", "circles", "aniso", "varied", "sizes", "background"]
+    assert {(b.ns, b.epsilons) for b in shapes.blocks} == {((1_000_000,), (2.0,)), ((100_000,), (4.0,))}
+    for block in shapes.blocks:
+        assert set(GRID_PROTOCOLS) | {"kmeans++", "dbscan"} <= set(block.protocols)
+        assert block.seeds == shapes.reporting_seeds and len(block.seeds) >= 10
+        assert [d.name for d in block.datasets] == names
+    acceptance = {"spirals", "rings", "moons", "circles", "aniso", "varied"}
+    limits = {(b.over, b.ns, b.epsilon, b.minimum) for b in shapes.bounds}
+    assert limits == {("median", (1_000_000,), 2.0, 0.9), ("run", (1_000_000,), 2.0, 0.7),
+                      ("median", (100_000,), 4.0, 0.85), ("run", (100_000,), 4.0, 0.6)}
+    assert all(b.protocols == (DEFAULT_GRID_PROTOCOL,) and set(b.datasets) == acceptance and b.metric == "ari"
+               for b in shapes.bounds)
+    assert shapes.densest_required == (DEFAULT_GRID_PROTOCOL,)
+
+
+def test_median_and_every_run_bounds_apply_at_their_n_only() -> None:
+    runs = _ari_records("agc-tree", [0.95, 0.92, 0.91, 0.65, 0.99, 0.93], n=1000)
+    runs += _ari_records("agc-tree", [0.1] * 6, n=50)  # another n: not bounded
+    median = Bound(id="m", statement="s", protocols=("agc-tree",), datasets=("moons",), epsilon=4.0, metric="ari",
+                   minimum=0.9, ns=(1000,), over="median")
+    worst = Bound(id="w", statement="s", protocols=("agc-tree",), datasets=("moons",), epsilon=4.0, metric="ari",
+                  minimum=0.7, ns=(1000,))
+    [m], [w] = check_bounds([median], runs), check_bounds([worst], runs)
+    assert m.passed and "median 0.9250 over 6 seeds" in m.detail and "n=1000" in m.detail
+    assert not w.passed and "[0.6500, 0.9900] over 6 runs" in w.detail
+    with pytest.raises(ValueError, match="over must be"):
+        Bound(id="x", statement="s", protocols=(), datasets=(), epsilon=1.0, metric="ari", over="mean")
+
+
+def test_the_paired_test_needs_six_seeds_to_reach_alpha() -> None:
+    from scipy.stats import wilcoxon
+
+    # The exact two-sided test's smallest p-value over m seeds is 2 / 2^m: above alpha at 5, below at 6.
+    assert wilcoxon([1.0, 2, 3, 4, 5], [0.0] * 5).pvalue > runner.VERDICT_ALPHA
+    assert wilcoxon([1.0, 2, 3, 4, 5, 6], [0.0] * 6).pvalue < runner.VERDICT_ALPHA
+    assert runner.VERDICT_MIN_SEEDS == 6
+    assert runner.paired_comparison([0.9] * 5, [0.1] * 5) == (None, "too few seeds")
+    assert runner.paired_comparison([0.9] * 6, [0.1] * 6)[1] == "wins"
+
+
+def test_the_variant_verdict_says_wins_loses_no_difference_or_too_few_seeds(tmp_path: Path) -> None:
+    from harness import tables
+
+    base = [0.50, 0.55, 0.60, 0.52, 0.58, 0.61, 0.49, 0.57, 0.53, 0.56]
+    noise = [0.01, -0.02, 0.03, -0.01, 0.02, -0.03, 0.01, -0.01, 0.02, -0.02]
+    records = (_ari_records("ugc", base) + _ari_records("agc-tree", [b + 0.3 for b in base])   # a clear win
+               + _ari_records("agc-iter", [b - 0.2 + e for b, e in zip(base, noise, strict=True)])  # a clear loss
+               + _ari_records("ugc", base, dataset="circles") + _ari_records("agc-tree", [
+                   b + e for b, e in zip(base, noise, strict=True)], dataset="circles")  # a tie
+               + _ari_records("ugc", base[:5], dataset="aniso") + _ari_records("agc-tree", base[:5], dataset="aniso"))
+    records += _ari_records("agc-iter", [0.99] * 4, dataset="circles", first_seed=200)  # no common seeds with ugc
+    comparisons = runner.variant_verdicts(records, GRID_PROTOCOLS)
+    verdict = {(c.dataset, c.protocol, c.against): c for c in comparisons}
+    win = verdict[("moons", "agc-tree", "ugc")]
+    assert win.verdict == "wins" and win.seeds == 10 and win.median_difference == pytest.approx(0.3)
+    assert win.p_value is not None and win.p_value < 0.05
+    assert verdict[("moons", "ugc", "agc-tree")].verdict == "loses"
+    loss = verdict[("moons", "agc-iter", "ugc")]
+    assert loss.verdict == "loses" and loss.median_difference == pytest.approx(-0.2, abs=0.02)
+    tie = verdict[("circles", "agc-tree", "ugc")]
+    assert tie.verdict == "no difference" and tie.p_value is not None and tie.p_value >= 0.05
+    few = verdict[("aniso", "agc-tree", "ugc")]
+    assert few.verdict == "too few seeds" and few.seeds == 5 and few.p_value is None
+    assert ("circles", "agc-iter", "ugc") not in verdict
+    summary = runner.verdict_summary(comparisons)
+    assert summary["wins"]["agc-tree"] == {"ugc": 1, "agc-iter": 1}
+    assert summary["wins"]["ugc"] == {"agc-tree": 0, "agc-iter": 1}
+    assert summary["cells"] == {"agc-iter": 0, "agc-tree": 2, "ugc": 1} and summary["default"] == ["agc-tree"]
+    text = tables.verdict_report(comparisons)
+    assert "| moons | 1,000 | 4 | 10 | agc-tree | +0.300 |" in text and "| wins |" in text
+    assert "| aniso | 1,000 | 4 | 5 | agc-tree | +0.000 |  | too few seeds |" in text
+    assert "| agc-tree | 1 |  | 1 | 2 |" in text
+    assert "Default by the numbers: agc-tree (2 cells won)." in text and "Wilcoxon" in text
+
+
+def test_main_writes_the_variant_verdict(tmp_path: Path, in_process: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shapes suite's machinery on data that exists everywhere, at a tiny n.
+    monkeypatch.setattr(runner, "REGRESSIONS_PATH", tmp_path / "regressions.json")
+    block = Block(protocols=GRID_PROTOCOLS + ("kmeans++",), datasets=(DatasetCase(name="moons"),), epsilons=(8.0,),
+                  ns=(600,), seeds=tuple(range(6)))
+    bound = Bound(id="shapes-median", statement="s", protocols=("agc-tree",), datasets=("moons",), epsilon=8.0,
+                  metric="ari", minimum=0.0, ns=(600,), over="median")
+    monkeypatch.setitem(SUITES, "tiny", _suite((block,), bounds=(bound,), densest_required=("agc-tree",)))
+    assert runner.main(["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path), "--quiet", "--no-plots"]) in (0, 1)
+    results = json.loads((tmp_path / "results.json").read_text())
+    comparisons = results["verdict"]["comparisons"]
+    assert len(comparisons) == 6 and all(c["seeds"] == 6 for c in comparisons)
+    assert {c["verdict"] for c in comparisons} <= {"wins", "loses", "no difference"}
+    assert "Wilcoxon" in results["verdict"]["test"] and results["verdict"]["summary"]["default"]
+    assert any(c["kind"] == "bound" and c["id"] == "shapes-median" and c["passed"] for c in results["checks"])
+    assert all(c["required"] == c["detail"].startswith("agc-tree") for c in results["checks"] if c["kind"] == "densest")
+    verdict = (tmp_path / "verdict.md").read_text()
+    assert "Default by the numbers" in verdict and verdict in (tmp_path / "table.md").read_text()
