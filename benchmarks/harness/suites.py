@@ -182,8 +182,9 @@ ALL_CENTRAL = ("dplloyd", "dpqt-kmeans", "improved-dp-kmeans")
 FLOORS = ("ldp-laplace-points", "ldp-oue-grid")
 NONPRIVATE = ("kmeans++", "kmeans-random", "density-am-kmeans", "dbscan")
 EVERYTHING = NONPRIVATE + ALL_CENTRAL + FLOORS
-#: The collector's grid clustering campaigns (papers/002): uniform grid, grid tree, iterative merge/split.
-GRID_PROTOCOLS = ("ugc", "agc-tree", "agc-iter")
+#: The collector's grid clustering campaigns: papers/002's uniform grid, grid tree and iterative merge/split,
+#: and the non-paper noise-derived density modes.
+GRID_PROTOCOLS = ("ugc", "agc-tree", "agc-iter", "grid-density")
 #: The grid variant the ``shapes`` suite's acceptance bounds apply to (the campaign default).
 DEFAULT_GRID_PROTOCOL = "agc-tree"
 #: The collector's center-publishing campaigns: kCluster bit vectors, Laplace points with mnFCM and plain
