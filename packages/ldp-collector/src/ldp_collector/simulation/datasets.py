@@ -112,7 +112,8 @@ BlockDraw = Callable[[np.random.Generator, int], _Arrays]
 
 
 class DatasetsExtraMissingError(LdpError, ImportError):
-    """A real data set needs scikit-learn, which is not installed; the message has the install hint."""
+    """A real data set needs a package of the ``datasets`` extra that is not installed; the message
+    has the install hint."""
 
 
 class DatasetArrays(tuple[NDArray[np.float64], NDArray[np.int64] | None]):
@@ -126,7 +127,8 @@ class DatasetArrays(tuple[NDArray[np.float64], NDArray[np.int64] | None]):
     x : numpy.ndarray of float64, shape (n, d)
     labels : numpy.ndarray of int64, shape (n,), or None
     meta : Mapping[str, Any]
-        ``name``, ``n``, ``d``, ``k``, ``seed`` and the options used; ``upsampled_from`` (the real
+        ``name``, ``n``, ``d``, ``k``, ``seed`` and the options used; ``background_label`` (= ``k``)
+        when the labels mark uniform background noise; ``upsampled_from`` (the real
         data set's size) and ``jitter`` when the points were upsampled, ``subsampled_from`` when
         a subset; ``offset`` (index of the first point) for a chunk of :func:`iter_chunks`;
         ``source`` for a file. Values are plain numbers and strings (JSON-ready).
@@ -830,8 +832,9 @@ def make_dataset(name: str, n: int, *, d: int | None = None, k: int | None = Non
     n : int
         Number of points, in ``[1, MAX_POINTS]``.
     d, k : int, optional
-        Dimension and number of clusters; only ``blobs``, ``mixture`` and ``google`` accept values
-        other than their defaults.
+        Dimension and number of clusters; only ``blobs``, ``mixture`` and ``google`` accept a ``d``
+        other than their default, and they and ``spirals``, ``rings``, ``sizes`` and
+        ``background`` a ``k`` (each in its ``Dataset.k_range``).
     seed : int
         Seed of all the randomness (non-negative).
     separation, imbalance : float, optional
@@ -840,7 +843,7 @@ def make_dataset(name: str, n: int, *, d: int | None = None, k: int | None = Non
         ``google`` only: inter- to intra-cluster distance, in ``(1, 1e6]`` (default 10).
     jitter : float, optional
         Real data sets only: the standard deviation of the jitter added when upsampling, in units
-        of each feature's standard deviation, in ``[0, 10]`` (default 0.1).
+        of each feature's standard deviation, in ``[0, 10]`` (default 0.1; 0.01 for ``airports``).
 
     Returns
     -------
@@ -854,7 +857,7 @@ def make_dataset(name: str, n: int, *, d: int | None = None, k: int | None = Non
         Unknown name (the message lists the known ones), an option the dataset does not take, or
         a parameter out of range.
     DatasetsExtraMissingError
-        A real data set without scikit-learn installed.
+        A real data set without the package that ships it (scikit-learn, airportsdata) installed.
     """
     return _dataset(name)(n, d=d, k=k, seed=seed, separation=separation, imbalance=imbalance, ratio=ratio,
                           jitter=jitter)
