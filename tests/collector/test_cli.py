@@ -268,6 +268,17 @@ def test_simulate_heavy_hitters_json(capsys: pytest.CaptureFixture[str]) -> None
     assert result["errors"]["found"] >= 1
 
 
+def test_simulate_k_sets_the_clusters_of_a_dataset_that_takes_k(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "simulate", "--kind", "histogram", "--dataset", "spirals", "--k", "5",
+                             "--n", "3000", "--cells", "4", "--quiet")
+    assert code == 0, err
+    assert "simulated histogram campaign" in out
+    code, _, err = run_cli(capsys, "simulate", "--kind", "histogram", "--dataset", "spirals", "--k", "9")
+    assert_one_line_error(code, err, "dataset 'spirals' has k in [2, 8], got k = 9")
+    code, _, err = run_cli(capsys, "simulate", "--kind", "histogram", "--dataset", "moons", "--k", "3")
+    assert_one_line_usage_error(code, err, "--k sets the clusters of a dataset that takes k (blobs, mixture, google, spirals, rings, sizes, background)")
+
+
 def test_simulate_runtime_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = run_cli(capsys, "simulate", "--kind", "histogram", "--data", str(tmp_path / "missing.csv"))
     assert_one_line_error(code, err, "missing.csv")

@@ -1,5 +1,6 @@
 """The dataset registry of ``ldp_collector.simulation.datasets``: shapes, seeds, options, chunked generation,
-Google's demo generator, the real data sets (scikit-learn's bundled copies) and their errors."""
+Google's demo generator, the hard 2-D shapes (spirals, rings, sizes, background), the real data sets
+(scikit-learn's bundled copies, airportsdata's airports) and their errors."""
 
 from __future__ import annotations
 
@@ -21,15 +22,25 @@ from ldp_collector.simulation.datasets import (
     iter_chunks,
     load_file,
     make_dataset,
+    size_shares,
 )
 
 REAL = {"iris": (150, 4, 3), "wine": (178, 13, 3), "digits": (1797, 64, 10), "breast_cancer": (569, 30, 2)}
+#: Real data sets read otherwise than by a scikit-learn loader of the same name.
+OTHER_REAL = {"digits2d", "airports"}
+HARD_2D = {"spirals": (2, 8, 3), "rings": (2, 6, 3), "sizes": (2, 8, 4), "background": (1, 8, 3)}
 
 
 def test_the_registry_holds_the_documented_names() -> None:
-    assert set(DATASETS) == {"blobs", "moons", "circles", "aniso", "varied", "mixture", "google", *REAL}
-    assert {name for name, ds in DATASETS.items() if ds.streaming} == {"mixture", "google", *REAL}
-    assert all(DATASETS[name].extra == "datasets" for name in REAL)
+    assert set(DATASETS) == {"blobs", "moons", "circles", "aniso", "varied", "mixture", "google", *HARD_2D, *REAL,
+                             *OTHER_REAL}
+    assert {name for name, ds in DATASETS.items() if ds.streaming} == {"mixture", "google", *REAL, *OTHER_REAL}
+    assert all(DATASETS[name].extra == "datasets" for name in {*REAL, *OTHER_REAL})
+    assert {name for name, ds in DATASETS.items() if ds.background} == {"background"}
+    for name, (low, high, default) in HARD_2D.items():
+        ds = DATASETS[name]
+        assert (ds.k_range, ds.default_k, ds.default_d, ds.fixed_d, ds.fixed_k) == ((low, high), default, 2, True, False)
+        assert "\n" not in ds.description and ds.description
 
 
 @pytest.mark.parametrize("name", sorted(DATASETS))
@@ -40,7 +51,13 @@ def test_every_dataset_has_its_shape_labels_and_seed(name: str) -> None:
     assert isinstance(data, DatasetArrays) and data.x is x and data.labels is labels
     assert x.dtype == np.float64 and x.shape == (1001, ds.default_d) and np.isfinite(x).all()
     assert labels is not None and labels.dtype == np.int64 and labels.shape == (1001,)
-    assert set(np.unique(labels).tolist()) == set(range(ds.default_k))
+    # Background noise is one class more (label k); a 1001-point subset of the airports can miss
+    # the rarest time-zone areas (3 airports in 'Arctic').
+    classes = set(range(ds.default_k + ds.background))
+    if name == "airports":
+        assert set(np.unique(labels).tolist()) <= classes and len(np.unique(labels)) >= 7
+    else:
+        assert set(np.unique(labels).tolist()) == classes
     assert data.meta["name"] == name and data.meta["n"] == 1001 and data.meta["seed"] == 3
     assert data.meta["d"] == ds.default_d and data.meta["k"] == ds.default_k
     again = make_dataset(name, 1001, seed=3)
@@ -57,6 +74,9 @@ def test_every_dataset_has_its_shape_labels_and_seed(name: str) -> None:
     ("wine", 100, 33, {}),
     ("blobs", 10_001, 1_000, {"d": 4, "k": 3}),
     ("moons", 999, 1_000, {}),
+    ("spirals", 10_001, 3_000, {"k": 5}),
+    ("background", 5_000, 1_234, {}),
+    ("airports", 2 * BLOCK + 5, 50_000, {}),
 ])
 def test_chunks_concatenate_to_the_in_memory_data(name: str, n: int, chunk: int, kwargs: dict[str, Any]) -> None:
     whole = make_dataset(name, n, seed=11, **kwargs)
@@ -215,7 +235,197 @@ def test_load_file_describes_the_file(tmp_path: Any) -> None:
     assert x.shape == (2, 2) and labels is not None
 
 
-@pytest.mark.parametrize("name", ["google", "mixture", "iris", "breast_cancer"])
+@pytest.mark.parametrize("name", ["google", "mixture", "iris", "breast_cancer", *HARD_2D, *OTHER_REAL])
 def test_the_cli_accepts_every_dataset(name: str) -> None:
     args = cli.build_parser().parse_args(["simulate", "--kind", "histogram", "--dataset", name])
     assert args.dataset == name
+
+
+# -- the hard 2-D shapes -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "low", "high"), [(name, low, high) for name, (low, high, _) in HARD_2D.items()])
+def test_hard_shapes_take_k_in_their_range_only(name: str, low: int, high: int) -> None:
+    for k in (low, high):
+        data = make_dataset(name, 500, k=k, seed=0)
+        assert data.labels is not None and data.meta["k"] == k
+        assert set(np.unique(data.labels).tolist()) == set(range(k + DATASETS[name].background))
+    for k in (low - 1, high + 1):
+        if k < 1:
+            continue
+        with pytest.raises(InvalidParameterError, match=rf"dataset '{name}' has k in \[{low}, {high}\], got k = {k}"):
+            make_dataset(name, 500, k=k)
+    with pytest.raises(InvalidParameterError, match=f"dataset '{name}' has d = 2 only"):
+        make_dataset(name, 500, d=3)
+
+
+def _arm(j: int, k: int, t: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """The noise-free arm j of ``spirals`` at parameters t (r0 = 0.15, 1.5 turns)."""
+    radius = 0.15 + 0.85 * t
+    angle = 2 * math.pi * j / k + 3 * math.pi * t
+    return np.column_stack([radius * np.cos(angle), radius * np.sin(angle)])
+
+
+def test_spiral_arms_are_equal_uniform_along_their_length_and_noisy_by_0_025() -> None:
+    n, k = 12_001, 3
+    x, labels = make_dataset("spirals", n, seed=2)
+    assert labels is not None
+    assert np.bincount(labels).tolist() == [4001, 4000, 4000]
+    t = np.linspace(0.0, 1.0, 3001)
+    for j in range(k):
+        curve = _arm(j, k, t)
+        # Arc length of every curve sample, then each point's nearest curve sample and its offset.
+        length = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(curve, axis=0), axis=1))])
+        points = x[labels == j]
+        gaps = np.sqrt(((points[:, None, :] - curve[None, :, :]) ** 2).sum(axis=2))
+        nearest = gaps.argmin(axis=1)
+        offset = gaps[np.arange(len(points)), nearest]
+        # The offset is the noise's normal component: half-normal with scale 0.025 (RMS 0.025), within
+        # 5 standard errors of the mean square (its relative SE is sqrt(2 / m)).
+        assert abs(np.mean(offset**2) / 0.025**2 - 1) < 5 * math.sqrt(2 / len(points))
+        # Uniform along the arm: each tenth of the length holds m / 10 points within 5 binomial SEs (the
+        # noise moves a point along the arm by ~0.025, a blur of < 1 % of the ~5.5 length).
+        fraction = length[nearest] / length[-1]
+        counts = np.bincount(np.minimum((fraction * 10).astype(int), 9), minlength=10)
+        m = len(points)
+        assert np.all(np.abs(counts - m / 10) < 5 * math.sqrt(m * 0.1 * 0.9) + 0.01 * m), counts
+    # The documented gap: along a ray, neighbouring arms cross 0.85 / (1.5 k) apart.
+    ray = 0.0
+    crossings = sorted(0.15 + 0.85 * ((ray - 2 * math.pi * j / k) % (2 * math.pi) + 2 * math.pi * turn) / (3 * math.pi)
+                       for j in range(k) for turn in range(2))
+    inside = [r for r in crossings if r <= 1.0]
+    assert np.allclose(np.diff(inside), 0.85 / (1.5 * k))
+
+
+def test_rings_have_their_radii_equal_counts_and_radial_noise() -> None:
+    n, k = 30_001, 4
+    x, labels = make_dataset("rings", n, k=k, seed=7)
+    assert labels is not None
+    assert np.bincount(labels).tolist() == [7501, 7500, 7500, 7500]
+    radius = np.linalg.norm(x, axis=1)
+    for j in range(k):
+        r = radius[labels == j]
+        assert abs(r.mean() - (j + 1)) < 5 * 0.1 / math.sqrt(len(r)), (j, r.mean())
+        assert r.std() == pytest.approx(0.1, rel=5 * math.sqrt(1 / (2 * len(r))))
+        # Uniform angle: the mean resultant vector of m uniform angles has |.|^2 ~ Exp(1) / m.
+        angle = np.arctan2(x[labels == j, 1], x[labels == j, 0])
+        assert np.abs(np.exp(1j * angle).mean()) ** 2 < 10 / len(r)
+
+
+def test_sizes_fall_geometrically_to_one_percent() -> None:
+    for k in range(2, 9):
+        shares = size_shares(k)
+        assert shares.sum() == pytest.approx(1.0) and shares[-1] == pytest.approx(0.01, abs=1e-12)
+        assert np.allclose(shares[1:] / shares[:-1], shares[1] / shares[0]), "geometric"
+        assert np.all(np.diff(shares) < 0)
+    assert np.round(size_shares(4), 3).tolist() == [0.767, 0.181, 0.042, 0.01]
+    n = 100_000
+    x, labels = make_dataset("sizes", n, seed=3)
+    assert labels is not None
+    counts = np.bincount(labels)
+    assert counts.sum() == n and np.all(np.abs(counts - n * size_shares(4)) < 1)
+    assert counts[-1] == 1000
+    means = np.array([x[labels == j].mean(axis=0) for j in range(4)])
+    spreads = np.array([x[labels == j].std(axis=0) for j in range(4)])
+    assert np.allclose(spreads, 1.0, rtol=0.1)
+    distances = [np.linalg.norm(means[a] - means[b]) for a in range(4) for b in range(a + 1, 4)]
+    assert min(distances) >= 8.0, "centres at least 8 standard deviations apart"
+    assert min(distances) == pytest.approx(10.0, abs=0.5)
+
+
+def test_background_is_ten_percent_uniform_over_the_widened_box_with_label_k() -> None:
+    n, k = 50_003, 3
+    data = make_dataset("background", n, seed=4)
+    x, labels = data
+    assert labels is not None and data.meta["background_label"] == k
+    counts = np.bincount(labels)
+    assert counts[k] == n // 10 and counts[:k].tolist() == [15_001, 15_001, 15_001]
+    means = np.array([x[labels == j].mean(axis=0) for j in range(k)])
+    assert np.allclose([x[labels == j].std(axis=0) for j in range(k)], 1.0, rtol=0.05)
+    distances = [np.linalg.norm(means[a] - means[b]) for a in range(k) for b in range(a + 1, k)]
+    assert min(distances) >= 8.0
+    noise = x[labels == k]
+    # Uniform over [min c - 6, max c + 6] per axis (c the centres, estimated by the means to 0.03).
+    low, high = means.min(axis=0) - 6.0, means.max(axis=0) + 6.0
+    assert np.all(noise >= low - 0.05) and np.all(noise <= high + 0.05)
+    # The box is filled to its edges: the gap of m uniform points to an edge is ~ width / m.
+    assert np.all(np.abs(noise.min(axis=0) - low) < 0.1) and np.all(np.abs(noise.max(axis=0) - high) < 0.1)
+    # Each half of the box holds half of the background, within 5 binomial SEs.
+    m = len(noise)
+    for axis in range(2):
+        left = np.sum(noise[:, axis] < (low[axis] + high[axis]) / 2)
+        assert abs(left - m / 2) < 5 * math.sqrt(m / 4)
+
+
+@pytest.mark.parametrize(("name", "eps"), [("spirals", 0.05), ("rings", 0.2)])
+def test_dbscan_separates_the_true_points(name: str, eps: float) -> None:
+    cluster = pytest.importorskip("sklearn.cluster")
+    metrics = pytest.importorskip("sklearn.metrics")
+    for seed in range(3):
+        x, labels = make_dataset(name, 5000, seed=seed)
+        predicted = cluster.DBSCAN(eps=eps, min_samples=10).fit_predict(x)
+        assert metrics.adjusted_rand_score(labels, predicted) >= 0.95, seed
+
+
+# -- the 2-D real data sets ----------------------------------------------------------------------------
+
+def test_digits2d_is_the_digits_on_their_first_two_principal_components() -> None:
+    from sklearn.datasets import load_digits
+    from sklearn.decomposition import PCA
+
+    real_x, real_y = load_digits(return_X_y=True)
+    pca = PCA(n_components=2).fit(real_x)
+    # The module's sign rule: each axis' largest loading positive.
+    signs = np.sign(pca.components_[np.arange(2), np.abs(pca.components_).argmax(axis=1)])
+    expected = pca.transform(real_x) * signs
+    data = make_dataset("digits2d", 1797, seed=0)
+    assert data.meta["source"] == "sklearn.datasets.load_digits, 2 principal components"
+    assert data.meta["real_size"] == 1797 and "subsampled_from" not in data.meta
+    assert data.labels is not None
+    # All of the projected points (shuffled), each with its digit.
+    order, real_order = np.lexsort(data.x.T[::-1]), np.lexsort(expected.T[::-1])
+    assert np.allclose(data.x[order], expected[real_order], atol=1e-8)
+    assert np.array_equal(data.labels[order], real_y[real_order])
+
+
+def test_airports_are_airportsdatas_longitude_and_latitude_by_time_zone_area() -> None:
+    airportsdata = pytest.importorskip("airportsdata")
+    from ldp_collector.simulation.datasets import AIRPORT_REGIONS
+
+    airports = list(airportsdata.load("ICAO").values())
+    size = len(airports)
+    data = make_dataset("airports", size, seed=0)
+    assert data.meta["source"] == f"airportsdata {airportsdata.__version__}" and data.meta["real_size"] == size
+    assert data.labels is not None and data.x.shape == (size, 2)
+    assert np.all(np.abs(data.x[:, 0]) <= 180) and np.all(np.abs(data.x[:, 1]) <= 90)
+    expected = {(float(a["lon"]), float(a["lat"]), AIRPORT_REGIONS.index(a["tz"].split("/")[0] or "Antarctica"))
+                for a in airports}
+    assert {(lon, lat, int(label)) for (lon, lat), label in zip(data.x.tolist(), data.labels, strict=True)} == expected
+    assert set(data.labels.tolist()) == set(range(len(AIRPORT_REGIONS)))
+    # Strongly non-uniform: the top 1 % of the globe's 5 x 5 degree cells hold over a quarter of the
+    # airports (38 % in the 2026 release), where a uniform spread over land would put about 3 %.
+    cell = np.floor((data.x[:, 0] + 180) / 5).clip(0, 71) * 36 + np.floor((data.x[:, 1] + 90) / 5).clip(0, 35)
+    counts = np.sort(np.bincount(cell.astype(np.int64), minlength=72 * 36))[::-1]
+    assert counts[:26].sum() > 0.25 * size
+    up = make_dataset("airports", 100_000, seed=0)
+    assert up.meta["upsampled_from"] == size and up.meta["jitter"] == 0.01
+
+
+def test_a_missing_airportsdata_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ldp_collector.simulation import datasets
+
+    real_import_module = importlib.import_module
+
+    def no_airportsdata(name: str, package: str | None = None) -> Any:
+        if name.split(".")[0] == "airportsdata":
+            raise ImportError(f"No module named {name!r}")
+        return real_import_module(name, package)
+
+    datasets._real_data.cache_clear()
+    monkeypatch.setattr(importlib, "import_module", no_airportsdata)
+    try:
+        with pytest.raises(DatasetsExtraMissingError,
+                           match=r"'airports' is read from airportsdata's bundled data, and airportsdata is not "
+                                 r'installed .*install it with: pip install "ldp-collector\[datasets\]"'):
+            make_dataset("airports", 100)
+    finally:
+        datasets._real_data.cache_clear()

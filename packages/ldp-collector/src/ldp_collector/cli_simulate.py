@@ -71,7 +71,7 @@ def add_simulate_parser(commands: Any, add_remote: Any) -> None:
     simulate.add_argument("--label-column", metavar="INDEX|last", type=label_column, help="label column of --data")
     simulate.add_argument("--n", type=positive_int, help="devices (default 20000, or every point of --data)")
     simulate.add_argument("--d", type=positive_int, help="dimension (blobs, mixture)")
-    simulate.add_argument("--k", type=uint32, help="clusters (blobs, mixture; clustering kinds)")
+    simulate.add_argument("--k", type=uint32, help="clusters (datasets that take k; clustering kinds)")
     simulate.add_argument("--epsilon", type=positive_float, default=2.0, help="per-device budget (default 2)")
     simulate.add_argument("--cells", metavar="M[,M2...]", type=cell_counts,
                           help="grid cells per dimension (histogram: 16 in 2-D, else the collector's default; "
@@ -123,9 +123,11 @@ def _value_points(x: NDArray[np.float64], lower: tuple[float, ...], upper: tuple
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     kind = KINDS[args.kind]
-    if kind.name not in CLUSTERING_KINDS and args.k is not None and args.dataset not in ("blobs", "mixture"):
-        raise UsageError(f"--k sets the clusters of the blobs and mixture datasets or of clustering kinds, "
-                         f"not {kind.name}")
+    takes_k = args.dataset is not None and not DATASETS[args.dataset].fixed_k
+    if kind.name not in CLUSTERING_KINDS and args.k is not None and not takes_k:
+        raise UsageError(f"--k sets the clusters of a dataset that takes k "
+                         f"({', '.join(name for name, ds in DATASETS.items() if not ds.fixed_k)}) or of "
+                         f"clustering kinds, not {kind.name}")
     if args.plot is not None:
         if not kind.cli.plotted:
             raise UsageError(f"--plot applies to {' and '.join(_PLOTTED_KINDS)} simulations, not {kind.name}")

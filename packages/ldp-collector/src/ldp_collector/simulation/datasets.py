@@ -15,6 +15,10 @@ moons          two interleaving half circles, noise 0.05                       2
 circles        a small circle inside a large one (factor 0.5), noise 0.05     2, 2
 aniso          three blobs sheared by [[0.6, -0.6], [-0.4, 0.8]]               2, 3
 varied         three blobs with standard deviations 1.0, 2.5 and 0.5          2, 3
+spirals        k interleaved Archimedean arms of 1.5 turns, noise 0.025       2, 2-8 (3)
+rings          nested rings of radius 1 .. k, equal counts (outer sparser)     2, 2-6 (3)
+sizes          k blobs of geometric sizes, the smallest 1 % of n               2, 2-8 (4)
+background     k blobs (90 %) over uniform background (10 %, label k)          2, 1-8 (3)
 mixture        Gaussian mixture with unequal weights and spreads              any, any     separation,
                                                                                                 imbalance
 google         Google's central DP clustering demo: clusters in the unit ball  any, any     ratio
@@ -22,13 +26,20 @@ iris           scikit-learn's bundled iris (150 points)                        4
 wine           scikit-learn's bundled wine (178 points)                        13, 3        jitter
 digits         scikit-learn's bundled 8x8 digits (1797 points)                 64, 10       jitter
 breast_cancer  scikit-learn's bundled Wisconsin breast cancer (569 points)    30, 2        jitter
+digits2d       digits on their first 2 principal components (a projection)    2, 10        jitter
+airports       airportsdata's ~28 000 airports, (longitude, latitude)          2, 10        jitter
 =============  ==============================================================  ===========  =========
 
 The 2-D shapes and ``blobs`` follow scikit-learn's generators and its clustering comparison
 gallery (``make_moons``, ``make_circles``, ``make_blobs``, anisotropic and varied blobs),
-reimplemented in numpy. The real data sets need the optional extra ``datasets``
-(``pip install "ldp-collector[datasets]"``, which installs scikit-learn); asking for more points
-than the data set holds upsamples it with Gaussian jitter, and says so in ``meta``.
+reimplemented in numpy. ``spirals``, ``rings``, ``sizes`` and ``background`` are the hard 2-D
+cases beyond them (arbitrary shapes, unequal densities, clusters down to 1 % of n, background
+noise: ``background``'s labels run 0 .. k, label k the background); each generator's docstring
+says exactly how its points are drawn. The real data sets need the optional extra ``datasets``
+(``pip install "ldp-collector[datasets]"``, which installs scikit-learn and airportsdata);
+``airports`` is a genuinely 2-D, strongly non-uniform real point set (45 % of its points in the
+United States) labelled by time-zone area, ``digits2d`` a 2-D projection of ``digits``; asking for
+more points than the data set holds upsamples it with Gaussian jitter, and says so in ``meta``.
 
 Large n
     :func:`iter_chunks` yields the same points as :func:`make_dataset`, in chunks. For the
@@ -101,7 +112,8 @@ BlockDraw = Callable[[np.random.Generator, int], _Arrays]
 
 
 class DatasetsExtraMissingError(LdpError, ImportError):
-    """A real data set needs scikit-learn, which is not installed; the message has the install hint."""
+    """A real data set needs a package of the ``datasets`` extra that is not installed; the message
+    has the install hint."""
 
 
 class DatasetArrays(tuple[NDArray[np.float64], NDArray[np.int64] | None]):
@@ -115,7 +127,8 @@ class DatasetArrays(tuple[NDArray[np.float64], NDArray[np.int64] | None]):
     x : numpy.ndarray of float64, shape (n, d)
     labels : numpy.ndarray of int64, shape (n,), or None
     meta : Mapping[str, Any]
-        ``name``, ``n``, ``d``, ``k``, ``seed`` and the options used; ``upsampled_from`` (the real
+        ``name``, ``n``, ``d``, ``k``, ``seed`` and the options used; ``background_label`` (= ``k``)
+        when the labels mark uniform background noise; ``upsampled_from`` (the real
         data set's size) and ``jitter`` when the points were upsampled, ``subsampled_from`` when
         a subset; ``offset`` (index of the first point) for a chunk of :func:`iter_chunks`;
         ``source`` for a file. Values are plain numbers and strings (JSON-ready).
@@ -261,6 +274,11 @@ class Dataset:
         Whether :func:`iter_chunks` runs in memory bounded by the chunk.
     extra : str or None
         The optional dependency extra it needs (``"datasets"``), if any.
+    k_range : (int, int)
+        The numbers of clusters it can make, both ends included.
+    background : bool
+        Whether label ``k`` marks uniform background noise (the labels then run ``0 .. k``, and a
+        clustering that calls those points noise is right).
     """
 
     name: str
@@ -273,6 +291,8 @@ class Dataset:
     options: tuple[str, ...] = ()
     streaming: bool = False
     extra: str | None = None
+    k_range: tuple[int, int] = (1, MAX_CLUSTERS)
+    background: bool = False
 
     def __call__(self, n: int, *, d: int | None = None, k: int | None = None, seed: int = 0,
                  separation: float | None = None, imbalance: float | None = None, ratio: float | None = None,
@@ -287,6 +307,9 @@ class Dataset:
         n = _check_count("n", n, 1, MAX_POINTS)
         d = self._resolve("d", d, self.default_d, self.fixed_d, MAX_DIMENSION)
         k = self._resolve("k", k, self.default_k, self.fixed_k, MAX_CLUSTERS)
+        if not self.k_range[0] <= k <= self.k_range[1]:
+            raise InvalidParameterError(
+                f"dataset {self.name!r} has k in [{self.k_range[0]}, {self.k_range[1]}], got k = {k}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise InvalidParameterError(f"seed must be a non-negative integer, got {seed!r}")
         unknown = sorted(set(options) - set(self.options))
@@ -295,6 +318,8 @@ class Dataset:
             raise InvalidParameterError(f"dataset {self.name!r} has no option {unknown[0]!r}; {takes}")
         plan = self.sampler(n, d, k, int(seed), options)
         plan.meta = {"name": self.name, "n": n, "d": d, "k": k, "seed": int(seed), **options, **plan.meta}
+        if self.background:
+            plan.meta["background_label"] = k
         return plan
 
     def _resolve(self, name: str, value: int | None, default: int, fixed: bool, high: int) -> int:
@@ -320,6 +345,13 @@ def _shuffle(x: NDArray[np.float64], labels: NDArray[np.int64], rng: np.random.G
     return x[order], labels[order]
 
 
+def _even_sizes(n: int, k: int) -> NDArray[np.int64]:
+    """``n`` split into ``k`` sizes as evenly as possible (the first ``n % k`` one larger)."""
+    sizes = np.full(k, n // k, dtype=np.int64)
+    sizes[: n % k] += 1
+    return sizes
+
+
 def _gaussian_blobs(sizes: NDArray[np.int64], centers: NDArray[np.float64], stds: NDArray[np.float64],
                     rng: np.random.Generator) -> _Arrays:
     """``sizes[j]`` points from N(centers[j], stds[j]^2 I), labelled j (unshuffled)."""
@@ -335,9 +367,7 @@ def blobs(n: int, d: int, k: int, rng: np.random.Generator) -> _Arrays:
     Centers uniform in ``[-10, 10]^d``; the first ``n % k`` blobs get one point more.
     """
     centers = rng.uniform(-10.0, 10.0, size=(k, d))
-    sizes = np.full(k, n // k, dtype=np.int64)
-    sizes[: n % k] += 1
-    x, labels = _gaussian_blobs(sizes, centers, np.ones(k), rng)
+    x, labels = _gaussian_blobs(_even_sizes(n, k), centers, np.ones(k), rng)
     return _shuffle(x, labels, rng)
 
 
@@ -380,9 +410,142 @@ def aniso(n: int, d: int, k: int, rng: np.random.Generator) -> _Arrays:
 def varied(n: int, d: int, k: int, rng: np.random.Generator) -> _Arrays:
     """Three blobs with standard deviations 1.0, 2.5 and 0.5 (scikit-learn's clustering gallery)."""
     centers = rng.uniform(-10.0, 10.0, size=(3, 2))
-    sizes = np.full(3, n // 3, dtype=np.int64)
-    sizes[: n % 3] += 1
-    x, labels = _gaussian_blobs(sizes, centers, np.array([1.0, 2.5, 0.5]), rng)
+    x, labels = _gaussian_blobs(_even_sizes(n, 3), centers, np.array([1.0, 2.5, 0.5]), rng)
+    return _shuffle(x, labels, rng)
+
+
+#: Spirals: inner radius (the outer is 1), turns of each arm, noise standard deviation.
+SPIRAL_R0, SPIRAL_TURNS, SPIRAL_NOISE = 0.15, 1.5, 0.025
+
+
+def spirals(n: int, d: int, k: int, rng: np.random.Generator) -> _Arrays:
+    """``k`` interleaved Archimedean spiral arms (2-D, k in [2, 8], default 3), label = arm.
+
+    Arm ``j`` is the curve ``r(t) = r0 + (1 - r0) t``, angle ``2 pi j / k + 2 pi * 1.5 t`` for
+    ``t`` in [0, 1], with ``r0 = 0.15`` (:data:`SPIRAL_R0`): the outer radius is 1 and every arm
+    makes 1.5 turns. Each arm gets ``n / k`` points (the first ``n % k`` arms one more); each
+    point's ``t`` is the exact inverse of the arc length at a uniform fraction of the arm's length
+    (the arc length tabulated on 4097 values of ``t``, linearly interpolated), so points are
+    uniform along the arm; isotropic Gaussian noise of standard deviation 0.025
+    (:data:`SPIRAL_NOISE`) is added to each point. The points come shuffled.
+
+    Along any ray from the centre, neighbouring arms cross ``(1 - r0) / (1.5 k) = 0.57 / k``
+    apart: 0.19 for k = 3, about 7.6 noise standard deviations, so density-based clustering
+    (DBSCAN) of the noisy points separates the arms; at k = 8 the gap is 0.071 (2.8 standard
+    deviations) and the arms begin to touch.
+    """
+    sizes = _even_sizes(n, k)
+    labels = np.repeat(np.arange(k, dtype=np.int64), sizes)
+    omega = 2.0 * math.pi * SPIRAL_TURNS
+    grid = np.linspace(0.0, 1.0, 4097)
+    speed = np.hypot(1.0 - SPIRAL_R0, (SPIRAL_R0 + (1.0 - SPIRAL_R0) * grid) * omega)  # |d(x, y) / dt|
+    length = np.concatenate([[0.0], np.cumsum((speed[1:] + speed[:-1]) / 2.0 * np.diff(grid))])
+    t = np.interp(rng.uniform(0.0, length[-1], size=n), length, grid)
+    radius = SPIRAL_R0 + (1.0 - SPIRAL_R0) * t
+    angle = 2.0 * math.pi * labels / k + omega * t
+    x = np.column_stack([radius * np.cos(angle), radius * np.sin(angle)])
+    x += rng.normal(scale=SPIRAL_NOISE, size=x.shape)
+    return _shuffle(x, labels, rng)
+
+
+def rings(n: int, d: int, k: int, rng: np.random.Generator) -> _Arrays:
+    """``k`` nested rings of unequal density (2-D, k in [2, 6], default 3), label = ring.
+
+    Ring ``j`` (0 = innermost) has radius ``j + 1``; each of its points lies at a uniform angle
+    and at radius ``j + 1 + N(0, 0.1^2)``. Every ring holds ``n / k`` points (the first
+    ``n % k`` rings one more), so the density along a ring falls as ``1 / radius``: the
+    outermost ring is ``k`` times sparser than the innermost. The gap between neighbouring
+    rings (1) is ten radial standard deviations. The points come shuffled.
+    """
+    labels = np.repeat(np.arange(k, dtype=np.int64), _even_sizes(n, k))
+    angle = rng.uniform(0.0, 2.0 * math.pi, size=n)
+    radius = labels + 1.0 + rng.normal(scale=0.1, size=n)
+    x = np.column_stack([radius * np.cos(angle), radius * np.sin(angle)])
+    return _shuffle(x, labels, rng)
+
+
+#: Distance between neighbouring blob centres of ``sizes`` and ``background``, in blob standard deviations.
+_CIRCLE_SPACING = 10.0
+
+
+def _circle_centers(k: int, rng: np.random.Generator) -> NDArray[np.float64]:
+    """``k`` centres evenly on a circle, neighbours ``_CIRCLE_SPACING`` apart, rotated by a
+    uniform random angle (so that no grid is aligned with them on every seed)."""
+    if k == 1:
+        return np.zeros((1, 2))
+    radius = _CIRCLE_SPACING / (2.0 * math.sin(math.pi / k))
+    angle = rng.uniform(0.0, 2.0 * math.pi) + 2.0 * math.pi * np.arange(k) / k
+    out: NDArray[np.float64] = radius * np.column_stack([np.cos(angle), np.sin(angle)])
+    return out
+
+
+def _largest_remainder(n: int, shares: NDArray[np.float64]) -> NDArray[np.int64]:
+    """Integer sizes summing to ``n``, each ``n * share`` rounded down or up (largest remainders up)."""
+    exact = n * shares
+    sizes = np.floor(exact).astype(np.int64)
+    sizes[np.argsort(-(exact - sizes), kind="stable")[: n - int(sizes.sum())]] += 1
+    return sizes
+
+
+#: Share of ``n`` in the smallest cluster of ``sizes``.
+SMALLEST_SHARE = 0.01
+
+
+def size_shares(k: int) -> NDArray[np.float64]:
+    """The cluster shares of :func:`sized_blobs`: ``q^j / sum_i q^i`` with ``q`` in (0, 1] such that the
+    last (smallest) is exactly :data:`SMALLEST_SHARE` (found by bisection)."""
+    exponents = np.arange(k)
+
+    def smallest(q: float) -> float:
+        powers = q ** exponents
+        return float(powers[-1] / powers.sum())
+
+    low, high = 0.0, 1.0  # smallest(q) rises from 0 to 1 / k >= 0.01 on (0, 1]
+    for _ in range(100):
+        middle = (low + high) / 2.0
+        low, high = (middle, high) if smallest(middle) < SMALLEST_SHARE else (low, middle)
+    powers = ((low + high) / 2.0) ** exponents
+    out: NDArray[np.float64] = powers / powers.sum()
+    return out
+
+
+def sized_blobs(n: int, d: int, k: int, rng: np.random.Generator) -> _Arrays:
+    """``k`` Gaussian blobs of very different sizes, down to 1 % of n (2-D, k in [2, 8], default 4).
+
+    Registered as ``sizes``. Blob ``j`` (the label) holds the share ``q^j / sum_i q^i`` of the
+    points (:func:`size_shares`),
+    ``q`` chosen so that the smallest holds exactly 1 %: 76.7 / 18.0 / 4.2 / 1.0 % for k = 4,
+    99 / 1 % for k = 2; the counts are ``n`` times the shares, rounded by largest remainder (they
+    sum to ``n``). Every blob is isotropic with standard deviation 1; the centres lie evenly on
+    a circle rotated by a uniform random angle, neighbours 10 standard deviations apart. The
+    points come shuffled.
+    """
+    x, labels = _gaussian_blobs(_largest_remainder(n, size_shares(k)), _circle_centers(k, rng), np.ones(k), rng)
+    return _shuffle(x, labels, rng)
+
+
+#: ``background`` draws ``n // BACKGROUND_PARTS`` points (10 %) uniformly as background.
+BACKGROUND_PARTS = 10
+
+
+def background(n: int, d: int, k: int, rng: np.random.Generator) -> _Arrays:
+    """``k`` Gaussian blobs over uniform background noise (2-D, k in [1, 8], default 3).
+
+    ``n - n // 10`` points form ``k`` equal blobs (labels ``0 .. k-1``, the first blobs one
+    point larger when ``k`` does not divide the count), isotropic with standard deviation 1,
+    centres evenly on a circle rotated by a uniform random angle, neighbours 10 standard
+    deviations apart. The other ``n // 10`` points (10 %, :data:`BACKGROUND_PARTS`) are uniform
+    over the box ``[min_j c_j - 6, max_j c_j + 6]`` per axis (the blobs' 3-standard-deviation
+    extent widened by 3 more) and carry label ``k``: background is its own class, so a
+    clustering that calls it noise is right (``meta["background_label"]`` is ``k``). The points
+    come shuffled.
+    """
+    centers = _circle_centers(k, rng)
+    count = n // BACKGROUND_PARTS
+    blob_x, blob_labels = _gaussian_blobs(_even_sizes(n - count, k), centers, np.ones(k), rng)
+    noise = rng.uniform(centers.min(axis=0) - 6.0, centers.max(axis=0) + 6.0, size=(count, 2))
+    x = np.vstack([blob_x, noise])
+    labels = np.concatenate([blob_labels, np.full(count, k, dtype=np.int64)])
     return _shuffle(x, labels, rng)
 
 
@@ -471,39 +634,121 @@ def google(n: int, d: int, k: int, seed: int, options: Mapping[str, float]) -> _
     return _BlockPlan(n, d, seed, draw, {"ratio": ratio, "sigma": sigma})
 
 
-# -- real data sets bundled with scikit-learn -----------------------------------------------------------
+# -- real data sets shipped inside installable packages --------------------------------------------------
 
-#: name -> (scikit-learn loader, points, d, classes).
-_REAL_DATA: dict[str, tuple[str, int, int, int]] = {
-    "iris": ("load_iris", 150, 4, 3),
-    "wine": ("load_wine", 178, 13, 3),
-    "digits": ("load_digits", 1797, 64, 10),
-    "breast_cancer": ("load_breast_cancer", 569, 30, 2),
-}
 #: Default jitter of upsampled real data, in units of each feature's standard deviation.
 _DEFAULT_JITTER = 0.1
 
+#: ``read(module) -> (X, classes, source)``: a real data set from its imported module.
+_Reader = Callable[[Any], tuple[Any, Any, str]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _RealSource:
+    """A real data set read from the data bundled in an installed package (no download)."""
+
+    #: Module imported to read it, and the distribution that installs it (named in errors).
+    module: str
+    package: str
+    read: _Reader
+    #: Points, or None when they depend on the installed release of the package.
+    size: int | None
+    d: int
+    k: int
+    description: str
+    #: Default jitter when upsampling, in feature standard deviations.
+    jitter: float = _DEFAULT_JITTER
+
+
+def _sklearn(loader: str) -> _Reader:
+    """Reader of ``sklearn.datasets.<loader>``: its points and classes as bundled."""
+
+    def read(module: Any) -> tuple[Any, Any, str]:
+        x, y = getattr(module, loader)(return_X_y=True)
+        return x, y, f"sklearn.datasets.{loader}"
+
+    return read
+
+
+def _principal_components(x: NDArray[np.float64], count: int) -> NDArray[np.float64]:
+    """``x`` centred and projected on its first ``count`` principal axes (SVD), each axis signed so
+    that its largest loading is positive (the projection is then unique, whatever the LAPACK)."""
+    centred = x - x.mean(axis=0)
+    _, _, axes = np.linalg.svd(centred, full_matrices=False)
+    axes = axes[:count]
+    axes *= np.sign(axes[np.arange(count), np.abs(axes).argmax(axis=1)])[:, None]
+    out: NDArray[np.float64] = centred @ axes.T
+    return out
+
+
+def _read_digits2d(module: Any) -> tuple[Any, Any, str]:
+    """scikit-learn's 8x8 digits on their first two principal components, labelled by digit."""
+    x, y = module.load_digits(return_X_y=True)
+    return _principal_components(np.asarray(x, dtype=np.float64), 2), y, \
+        "sklearn.datasets.load_digits, 2 principal components"
+
+
+#: The time-zone areas (first part of an IANA zone name) that label ``airports``, in label order.
+AIRPORT_REGIONS = ("Africa", "America", "Antarctica", "Arctic", "Asia", "Atlantic", "Australia", "Europe",
+                   "Indian", "Pacific")
+
+
+def _read_airports(module: Any) -> tuple[Any, Any, str]:
+    """``airportsdata``'s airports as (longitude, latitude), labelled by time-zone area."""
+    airports = list(module.load("ICAO").values())
+    x = np.array([[float(a["lon"]), float(a["lat"])] for a in airports], dtype=np.float64)
+    # The package leaves the zone empty in Antarctica (country AQ).
+    areas = [a["tz"].split("/")[0] if a["tz"] else ("Antarctica" if a["country"] == "AQ" else "") for a in airports]
+    unknown = sorted(set(areas) - set(AIRPORT_REGIONS))
+    if unknown:
+        raise InvalidParameterError(f"airportsdata {module.__version__} has airports in time-zone areas "
+                                    f"{unknown} outside {AIRPORT_REGIONS}")
+    labels = np.array([AIRPORT_REGIONS.index(area) for area in areas], dtype=np.int64)
+    return x, labels, f"airportsdata {module.__version__}"
+
+
+#: name -> where the real data set comes from and what it is.
+_REAL_DATA: dict[str, _RealSource] = {
+    **{
+        name: _RealSource(module="sklearn.datasets", package="scikit-learn", read=_sklearn(f"load_{name}"),
+                          size=size, d=d, k=k,
+                          description=f"scikit-learn's {name.replace('_', ' ')} data ({d}-D, {k} classes)")
+        for name, size, d, k in (("iris", 150, 4, 3), ("wine", 178, 13, 3), ("digits", 1797, 64, 10),
+                                 ("breast_cancer", 569, 30, 2))
+    },
+    "digits2d": _RealSource(module="sklearn.datasets", package="scikit-learn", read=_read_digits2d, size=1797,
+                            d=2, k=10, description="scikit-learn's digits projected on their first two principal "
+                                                   "components (2-D, 10 digits)"),
+    # Airfields at kilometre scale: the default jitter (6 degrees of longitude) would smear them.
+    "airports": _RealSource(module="airportsdata", package="airportsdata", read=_read_airports, size=None, d=2,
+                            k=len(AIRPORT_REGIONS), jitter=0.01,
+                            description="the world's airports and airstrips, longitude and latitude "
+                                        "(2-D, 10 time-zone areas)"),
+}
+
 
 @cache
-def _real_data(name: str) -> _Arrays:
-    """The real data set (read-only arrays, loaded once per process)."""
-    loader, size, d, k = _REAL_DATA[name]
+def _real_data(name: str) -> tuple[NDArray[np.float64], NDArray[np.int64], str]:
+    """The real data set and its source (read-only arrays, loaded once per process)."""
+    real = _REAL_DATA[name]
     try:
-        module = importlib.import_module("sklearn.datasets")
+        module = importlib.import_module(real.module)
     except ImportError as exc:
         raise DatasetsExtraMissingError(
-            f"dataset {name!r} is read from scikit-learn's bundled data, and scikit-learn is not installed "
+            f"dataset {name!r} is read from {real.package}'s bundled data, and {real.package} is not installed "
             f"({exc}); install it with: {_INSTALL_HINT}") from None
-    x_raw, y_raw = getattr(module, loader)(return_X_y=True)
+    x_raw, y_raw, source = real.read(module)
     x = np.ascontiguousarray(x_raw, dtype=np.float64)
     labels = _factorize(np.asarray(y_raw))
-    if x.shape != (size, d) or len(np.unique(labels)) != k:
+    if x.ndim != 2 or x.shape[1] != real.d or (real.size is not None and len(x) != real.size) \
+            or len(np.unique(labels)) != real.k or not np.isfinite(x).all():
+        expected = f"{real.size} x {real.d}" if real.size is not None else f"points of dimension {real.d}"
         raise InvalidParameterError(
-            f"scikit-learn's {loader} returned {x.shape[0]} points of dimension {x.shape[1]} with "
-            f"{len(np.unique(labels))} classes; expected {size} x {d} with {k}")
+            f"{source} returned {x.shape[0]} points of dimension {x.shape[1]} with "
+            f"{len(np.unique(labels))} classes; expected {expected} with {real.k} (and finite)")
     x.setflags(write=False)
     labels.setflags(write=False)
-    return x, labels
+    return x, labels, source
 
 
 def _real(name: str) -> Sampler:
@@ -511,16 +756,15 @@ def _real(name: str) -> Sampler:
     points drawn with replacement plus Gaussian jitter (a smoothed bootstrap, streamed)."""
 
     def sampler(n: int, d: int, k: int, seed: int, options: Mapping[str, float]) -> _Plan:
-        real_x, real_labels = _real_data(name)
+        real_x, real_labels, source = _real_data(name)
         size = len(real_x)
-        source = f"sklearn.datasets.{_REAL_DATA[name][0]}"
         if n <= size:
             index = np.random.default_rng(seed).permutation(size)[:n]
             meta: dict[str, Any] = {"source": source, "real_size": size}
             if n < size:
                 meta["subsampled_from"] = size
             return _ArrayPlan(real_x[index], real_labels[index], meta)
-        jitter = options.get("jitter", _DEFAULT_JITTER)
+        jitter = options.get("jitter", _REAL_DATA[name].jitter)
         scale = jitter * real_x.std(axis=0)
 
         def draw(block: np.random.Generator, count: int) -> _Arrays:
@@ -550,11 +794,19 @@ DATASETS: dict[str, Dataset] = {
                 sampler=mixture, default_k=4, options=("separation", "imbalance"), streaming=True),
         Dataset(name="google", description="Google's DP clustering demo data in the unit ball (d, k)",
                 sampler=google, options=("ratio",), streaming=True),
+        Dataset(name="spirals", description="interleaved Archimedean spiral arms (2-D, k in [2, 8], default 3)",
+                sampler=_in_memory(spirals), fixed_d=True, k_range=(2, 8)),
+        Dataset(name="rings", description="nested rings, equal counts so outer ones sparser (2-D, k in [2, 6])",
+                sampler=_in_memory(rings), fixed_d=True, k_range=(2, 6)),
+        Dataset(name="sizes", description="blobs of geometric sizes, the smallest 1 % (2-D, k in [2, 8], default 4)",
+                sampler=_in_memory(sized_blobs), default_k=4, fixed_d=True, k_range=(2, 8)),
+        Dataset(name="background", description="blobs over 10 % uniform background labelled k (2-D, k in [1, 8])",
+                sampler=_in_memory(background), fixed_d=True, k_range=(1, 8), background=True),
         *(
-            Dataset(name=name, description=f"scikit-learn's {name.replace('_', ' ')} data ({d}-D, {k} classes)",
-                    sampler=_real(name), default_d=d, default_k=k, fixed_d=True, fixed_k=True,
-                    options=("jitter",), streaming=True, extra="datasets")
-            for name, (_, _, d, k) in _REAL_DATA.items()
+            Dataset(name=name, description=real.description, sampler=_real(name), default_d=real.d,
+                    default_k=real.k, fixed_d=True, fixed_k=True, options=("jitter",), streaming=True,
+                    extra="datasets")
+            for name, real in _REAL_DATA.items()
         ),
     )
 }
@@ -580,8 +832,9 @@ def make_dataset(name: str, n: int, *, d: int | None = None, k: int | None = Non
     n : int
         Number of points, in ``[1, MAX_POINTS]``.
     d, k : int, optional
-        Dimension and number of clusters; only ``blobs``, ``mixture`` and ``google`` accept values
-        other than their defaults.
+        Dimension and number of clusters; only ``blobs``, ``mixture`` and ``google`` accept a ``d``
+        other than their default, and they and ``spirals``, ``rings``, ``sizes`` and
+        ``background`` a ``k`` (each in its ``Dataset.k_range``).
     seed : int
         Seed of all the randomness (non-negative).
     separation, imbalance : float, optional
@@ -590,7 +843,7 @@ def make_dataset(name: str, n: int, *, d: int | None = None, k: int | None = Non
         ``google`` only: inter- to intra-cluster distance, in ``(1, 1e6]`` (default 10).
     jitter : float, optional
         Real data sets only: the standard deviation of the jitter added when upsampling, in units
-        of each feature's standard deviation, in ``[0, 10]`` (default 0.1).
+        of each feature's standard deviation, in ``[0, 10]`` (default 0.1; 0.01 for ``airports``).
 
     Returns
     -------
@@ -604,7 +857,7 @@ def make_dataset(name: str, n: int, *, d: int | None = None, k: int | None = Non
         Unknown name (the message lists the known ones), an option the dataset does not take, or
         a parameter out of range.
     DatasetsExtraMissingError
-        A real data set without scikit-learn installed.
+        A real data set without the package that ships it (scikit-learn, airportsdata) installed.
     """
     return _dataset(name)(n, d=d, k=k, seed=seed, separation=separation, imbalance=imbalance, ratio=ratio,
                           jitter=jitter)
