@@ -357,10 +357,24 @@ class Population:
         if len(weights) == 1:
             return np.zeros(count, dtype=np.int64)  # pick_group draws no coin either
         u = self._generator.integers(0, sum(weights), size=count, dtype=np.int64)
-        distinct, inverse = np.unique(u, return_inverse=True)
-        picked = np.array([pick_group(weights, lambda v=v: _Preset(below=v)) for v in distinct.tolist()],
-                          dtype=np.int64)
-        return picked[inverse.reshape(-1)]
+        distinct = np.unique(u)
+
+        def group_of(position: int) -> int:
+            return pick_group(weights, lambda: _Preset(below=int(distinct[position])))
+
+        # pick_group is non-decreasing in u: bisect the sorted distinct draws for the first draw
+        # of each later group (O(groups log n) calls) instead of calling it on every draw.
+        firsts = []
+        for group in range(1, len(weights)):
+            low, high = 0, distinct.size
+            while low < high:
+                mid = (low + high) // 2
+                if group_of(mid) < group:
+                    low = mid + 1
+                else:
+                    high = mid
+            firsts.append(int(distinct[low]) if low < distinct.size else int(sum(weights)))
+        return np.searchsorted(np.array(firsts, dtype=np.int64), u, side="right").astype(np.int64)
 
     def _participate_vector(self, spec: RoundSpec, start: int, stop: int) -> list[Report]:
         policy = self._policy

@@ -32,7 +32,7 @@ from ldp_client.spec import Component
 
 from .reports import draw_grr, draw_local_hashing, draw_unary
 
-__all__ = ["draw_payloads", "encode_cells", "unsupported"]
+__all__ = ["array_encodable", "draw_payloads", "encode_cells", "unsupported"]
 
 #: Deepest tree level encoded on arrays: ``t * 2^level`` must fit an int64 (the SDK allows 64 // d).
 _MAX_TREE_LEVEL = 62
@@ -44,12 +44,22 @@ _MANTISSA_BITS = 53
 def unsupported(component: Component) -> str | None:
     """Why ``component`` cannot run on arrays, or ``None`` when it can.
 
-    Supported: a cell encoder (uniform grid with at most 2^11 cells per dimension, grid tree up to
-    level 62, cell list up to level 62) and a GRR, unary-encoding or local-hashing oracle.
+    Supported: a cell encoder (:func:`array_encodable`) and a GRR, unary-encoding or
+    local-hashing oracle.
     """
-    encoder, mechanism = component.encoder, component.mechanism
+    mechanism = component.mechanism
     if not isinstance(mechanism, (GRRParams, UnaryEncodingParams, LocalHashingParams)):
         return f"mechanism {mechanism.KIND} has no array randomizer"
+    return _encoder_unsupported(component.encoder)
+
+
+def array_encodable(encoder: Encoder) -> bool:
+    """Whether :func:`encode_cells` takes ``encoder``: a uniform grid with at most 2^11 cells per
+    dimension, or a grid tree or cell list down to level 62."""
+    return _encoder_unsupported(encoder) is None
+
+
+def _encoder_unsupported(encoder: Encoder) -> str | None:
     if isinstance(encoder, UniformGridEncoder):
         if max(encoder.cells_per_dimension) > _MAX_UNIFORM_CELLS:
             return f"uniform grid with more than {_MAX_UNIFORM_CELLS} cells per dimension"
