@@ -20,14 +20,12 @@ from scipy import stats
 
 from ldp_client.admission import pick_group
 from ldp_client.encoders import CategoricalEncoder, NumericDomain, UniformGridEncoder
+from ldp_client.encoders.base import Encoder
 from ldp_client.encoders.geometry import TreeCell, tree_children
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
-from ldp_client.encoders.base import Encoder
 from ldp_client.mechanisms import GRRParams, oue, sue
 from ldp_client.mechanisms.base import MechanismParams
 from ldp_client.mechanisms.local_hashing import LocalHashingParams, hash_value, optimal_hash_range
-from ldp_client.payload import HashedValue
-from ldp_client.report import Report
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector.cli_args import build_campaign_config
 from ldp_collector.core import Collector
