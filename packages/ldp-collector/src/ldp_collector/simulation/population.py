@@ -18,7 +18,7 @@ two take the same decisions and, for one seed, send the same reports bit for bit
     a few bytes per device). For large populations.
 ``vector``
     The ``direct`` state, and the same admission decisions, but every device's report of a round
-    drawn with numpy in bulk (about 2-3 us per device, most of it building the
+    drawn with numpy in bulk (5-10 us per report on a busy 2-core machine, half of it building the
     :class:`~ldp_client.report.Report` objects). It applies to a round whose group tasks each have
     a single component with a cell encoder (uniform grid, grid tree, cell list) and a GRR,
     unary-encoding or local-hashing oracle, over a finite numeric ``(n, d)`` array of points:
