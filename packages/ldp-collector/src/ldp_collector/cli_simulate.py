@@ -43,7 +43,7 @@ from .model import CampaignConfig
 from .serde import config_from_proto
 from .simulation.datasets import DATASETS, load_file, make_dataset
 from .simulation.evaluation import CLUSTERING_KINDS, evaluate_run
-from .simulation.population import numeric_bounds
+from .simulation.population import AUTO_DEVICE_LIMIT, numeric_bounds
 from .simulation.runner import CampaignRun, RemoteCollector, run_campaign
 
 __all__ = ["add_simulate_parser"]
@@ -82,8 +82,11 @@ def add_simulate_parser(commands: Any, add_remote: Any) -> None:
                                "(needs the [plot] extra)")
     simulate.add_argument("--seed", type=non_negative_int, default=0)
     add_remote(simulate, required=False)
-    simulate.add_argument("--mode", choices=("auto", "device", "direct"), default="auto",
-                          help="one SDK Device per simulated device, or the same steps without them (default auto)")
+    simulate.add_argument("--mode", choices=("auto", "device", "direct", "vector"), default="auto",
+                          help="device: one SDK Device per simulated device; direct: the same steps without them; "
+                               "vector: the same decisions, each round's reports drawn with numpy in bulk (cell "
+                               "encoders with GRR, unary or local hashing; other rounds run direct, with a warning); "
+                               f"auto (default): device up to {AUTO_DEVICE_LIMIT} devices, vector above")
     simulate.add_argument("--batch-size", type=positive_int, default=1000, help="reports per batch (default 1000)")
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
     simulate.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -27,6 +27,7 @@ from .population import as_points
 from .runner import CampaignRun
 from .scores import evaluate_clustering as evaluate_labels
 from .scores import reference_kmeans, reference_kmeans_cost
+from .vector import array_encodable, encode_cells
 
 __all__ = [
     "CLUSTERING_KINDS",
@@ -158,6 +159,9 @@ def kmeans(points: ArrayLike, k: int, *, seed: int = 0, restarts: int = 3, itera
 def cell_labels(cell_map: CellClusterModel, points: NDArray[np.float64]) -> NDArray[np.int64]:
     """Each point's cluster label in a grid clustering's cell map (``-1`` = noise)."""
     labels = np.asarray(cell_map.labels, dtype=np.int64)
+    x = np.asarray(points, dtype=np.float64)
+    if x.ndim == 2 and np.isfinite(x).all() and array_encodable(cell_map.encoder):
+        return labels[encode_cells(cell_map.encoder, x).astype(np.int64)]  # equal to cell_position, on arrays
     return labels[np.fromiter((cell_map.cell_position(tuple(p)) for p in points.tolist()), dtype=np.int64)]
 
 

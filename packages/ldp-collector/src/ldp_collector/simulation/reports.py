@@ -16,7 +16,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.errors import InvalidParameterError
-from ldp_client.mechanisms.local_hashing import SEED_BITS
+from ldp_client.mechanisms.local_hashing import SEED_BITS, LocalHashingParams
+from ldp_client.mechanisms.randomized_response import GRRParams
+from ldp_client.mechanisms.unary_encoding import UnaryEncodingParams
 
 from ..estimation.frequency import (
     _UNPACK_CHUNK_BITS,
@@ -37,17 +39,78 @@ from ..estimation.heavy_hitters import (
 )
 from ..estimation.olh_hash import hash_values
 
-__all__ = ["HeavyHitterResult", "add_simulated_reports", "find_heavy_hitters"]
+__all__ = [
+    "HeavyHitterResult",
+    "add_simulated_reports",
+    "draw_grr",
+    "draw_local_hashing",
+    "draw_unary",
+    "find_heavy_hitters",
+]
+
+
+def draw_grr(params: GRRParams, values: NDArray[np.int64], rng: np.random.Generator) -> NDArray[np.int64]:
+    """GRR reports of ``values``: each kept with probability p, otherwise a uniform other value.
+
+    Parameters
+    ----------
+    params : GRRParams
+    values : numpy.ndarray of int64, shape (n,)
+        Encoded values in [0, domain_size) (checked by the caller).
+    rng : numpy.random.Generator
+        Seeded simulation randomness (p as a float: not privacy-carrying).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+        The reported indices, the SDK's GRR payloads.
+    """
+    n = values.size
+    other = rng.integers(0, params.domain_size - 1, size=n, dtype=np.int64)
+    other += other >= values
+    return np.where(rng.random(n) < params.p, values, other)
+
+
+def draw_unary(params: UnaryEncodingParams, values: NDArray[np.int64], rng: np.random.Generator) -> NDArray[np.uint8]:
+    """Unary-encoding reports of ``values``: bit v is 1 with probability p, every other bit with q.
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (n, ceil(domain_size / 8))
+        Each row packed little-endian within bytes, as the SDK packs the payload
+        (:func:`ldp_client.payload.pack_bits`): ``row.tobytes()`` is the payload.
+    """
+    n = values.size
+    bits = rng.random((n, params.domain_size)) < params.q
+    bits[np.arange(n), values] = rng.random(n) < params.p
+    return np.packbits(bits, axis=1, bitorder="little")
+
+
+def draw_local_hashing(params: LocalHashingParams, values: NDArray[np.int64],
+                       rng: np.random.Generator) -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
+    """Local-hashing reports of ``values``: a uniform 32-bit seed, the SDK's hash, then GRR over g buckets.
+
+    Returns
+    -------
+    seeds : numpy.ndarray of uint64, shape (n,)
+    buckets : numpy.ndarray of int64, shape (n,)
+        The payloads ``HashedValue(seed, bucket)``.
+    """
+    g = params.g
+    n = values.size
+    seeds = rng.integers(0, 2**SEED_BITS, size=n, dtype=np.uint64)
+    true_bucket = hash_values(seeds, values.astype(np.uint64), g).astype(np.int64)
+    other = rng.integers(0, g - 1, size=n, dtype=np.int64)
+    other += other >= true_bucket
+    return seeds, np.where(rng.random(n) < params.p, true_bucket, other)
 
 
 def add_simulated_reports(aggregator: FrequencyAggregator, true_values: ArrayLike, rng: np.random.Generator) -> None:
     """Simulate one report per element of ``true_values`` and add them to ``aggregator``.
 
     Reports are drawn with numpy from the output distribution the parameter object defines
-    (GRR: keep w.p. p, else a uniform other value; unary encoding: the true bit is 1 w.p. p,
-    every other bit w.p. q; local hashing: a uniform 32-bit seed, the SDK's hash, then GRR over
-    g buckets). The probabilities are used as floats, so this is for simulations only; devices
-    use the SDK's exact-coin ``randomize``.
+    (:func:`draw_grr`, :func:`draw_unary`, :func:`draw_local_hashing`). The probabilities are
+    used as floats, so this is for simulations only; devices use the SDK's exact-coin ``randomize``.
 
     Parameters
     ----------
@@ -60,29 +123,14 @@ def add_simulated_reports(aggregator: FrequencyAggregator, true_values: ArrayLik
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     v = _check_values(true_values, aggregator.params.domain_size, "true_values")
-    n = v.size
     if isinstance(aggregator, GRRAggregator):
-        grr = aggregator.params
-        other = rng.integers(0, grr.domain_size - 1, size=n, dtype=np.int64)
-        other += other >= v
-        aggregator.add_indices(np.where(rng.random(n) < grr.p, v, other))
+        aggregator.add_indices(draw_grr(aggregator.params, v, rng))
     elif isinstance(aggregator, UnaryEncodingAggregator):
-        ue = aggregator.params
-        size = ue.domain_size
-        rows = max(1, _UNPACK_CHUNK_BITS // size)
-        for r0 in range(0, n, rows):
-            chunk = v[r0:r0 + rows]
-            bits = rng.random((chunk.size, size)) < ue.q
-            bits[np.arange(chunk.size), chunk] = rng.random(chunk.size) < ue.p
-            aggregator.add_packed(np.packbits(bits, axis=1, bitorder="little"))
+        rows = max(1, _UNPACK_CHUNK_BITS // aggregator.params.domain_size)
+        for r0 in range(0, v.size, rows):
+            aggregator.add_packed(draw_unary(aggregator.params, v[r0:r0 + rows], rng))
     elif isinstance(aggregator, LocalHashingAggregator):
-        lh = aggregator.params
-        g = lh.g
-        seeds = rng.integers(0, 2**SEED_BITS, size=n, dtype=np.uint64)
-        true_bucket = hash_values(seeds, v.astype(np.uint64), g).astype(np.int64)
-        other = rng.integers(0, g - 1, size=n, dtype=np.int64)
-        other += other >= true_bucket
-        aggregator.add_arrays(seeds, np.where(rng.random(n) < lh.p, true_bucket, other))
+        aggregator.add_arrays(*draw_local_hashing(aggregator.params, v, rng))
     else:
         raise TypeError(f"cannot simulate reports for {type(aggregator).__name__}")
 

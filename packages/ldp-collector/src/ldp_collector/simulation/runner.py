@@ -227,6 +227,8 @@ class SimulationStats:
         The population's mode.
     rejection_reasons : dict of str to int
         The most frequent reasons of rejected reports.
+    fallbacks : tuple of str
+        ``vector`` mode: the rounds it ran ``direct``, and why (:attr:`Population.fallbacks`).
     """
 
     devices: int
@@ -241,6 +243,7 @@ class SimulationStats:
     wall_time_s: float
     mode: str
     rejection_reasons: dict[str, int] = field(default_factory=dict)
+    fallbacks: tuple[str, ...] = ()
 
     @property
     def reports_per_second(self) -> float:
@@ -254,7 +257,7 @@ class SimulationStats:
             "refused": self.refused, "epsilon_per_device": self.epsilon_per_device,
             "mean_epsilon_per_device": self.mean_epsilon_per_device, "wall_time_s": self.wall_time_s,
             "reports_per_second": self.reports_per_second, "mode": self.mode,
-            "rejection_reasons": dict(self.rejection_reasons),
+            "rejection_reasons": dict(self.rejection_reasons), "fallbacks": list(self.fallbacks),
         }
 
 
@@ -324,7 +327,7 @@ def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig
         Seed of the population's mechanisms (simulation only, not privacy-preserving).
     policy : DevicePolicy, optional
         Default :data:`SIMULATION_POLICY`.
-    mode : {"auto", "device", "direct"}
+    mode : {"auto", "device", "direct", "vector"}
     batch_size : int
         Reports per submitted batch, in [1, 10000].
     quiet : bool
@@ -391,5 +394,6 @@ def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig
     stats = SimulationStats(
         devices=n, rounds=rounds, reports_sent=sent, accepted=accepted, duplicates=duplicates, rejected=rejected,
         refused=population.refused, epsilon_per_device=float(spent.max()), mean_epsilon_per_device=float(spent.mean()),
-        wall_time_s=wall, mode=population.mode, rejection_reasons=dict(reasons.most_common(5)))
+        wall_time_s=wall, mode=population.mode, rejection_reasons=dict(reasons.most_common(5)),
+        fallbacks=tuple(population.fallbacks))
     return CampaignRun(campaign_id=campaign_id, campaign=campaign, result=result, first_spec=first_spec, stats=stats)

@@ -1,0 +1,171 @@
+"""Whole-array versions of the SDK steps a ``vector`` population runs: cell encoders and oracles.
+
+:class:`~.population.Population` in ``vector`` mode draws every device's report of a round with
+numpy instead of running the SDK per device. This module holds the two array steps:
+
+* :func:`encode_cells`: the point -> cell index of the SDK's cell encoders
+  (:class:`~ldp_client.encoders.grid.UniformGridEncoder`,
+  :class:`~ldp_client.encoders.grid.GridTreeEncoder`,
+  :class:`~ldp_client.encoders.grid.CellListEncoder`) over an ``(n, d)`` array, equal to
+  ``encoder.encode`` point for point: the same float normalization and clamping
+  (:meth:`NumericDomain.normalize <ldp_client.encoders.base.NumericDomain.normalize>`), then the
+  exact integer floors and the Morton bit convention of :mod:`ldp_client.encoders.geometry`;
+* :func:`draw_payloads`: the randomized payloads of the frequency oracles (GRR, unary encoding,
+  local hashing) from :mod:`.reports`, as the Python values the SDK's ``randomize`` returns.
+
+:func:`unsupported` says why a component cannot take this path (the population then runs the
+round ``direct``). The probabilities are floats and the generator is seeded: simulation only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldp_client.encoders.base import Encoder
+from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder, UniformGridEncoder
+from ldp_client.mechanisms.local_hashing import LocalHashingParams
+from ldp_client.mechanisms.randomized_response import GRRParams
+from ldp_client.mechanisms.unary_encoding import UnaryEncodingParams
+from ldp_client.payload import HashedValue, Payload
+from ldp_client.spec import Component
+
+from .reports import draw_grr, draw_local_hashing, draw_unary
+
+__all__ = ["array_encodable", "draw_payloads", "encode_cells", "unsupported"]
+
+#: Deepest tree level encoded on arrays: ``t * 2^level`` must fit an int64 (the SDK allows 64 // d).
+_MAX_TREE_LEVEL = 62
+#: Largest uniform-grid side encoded on arrays: the exact floor multiplies a 53-bit mantissa by it in uint64.
+_MAX_UNIFORM_CELLS = 1 << 11
+_MANTISSA_BITS = 53
+
+
+def unsupported(component: Component) -> str | None:
+    """Why ``component`` cannot run on arrays, or ``None`` when it can.
+
+    Supported: a cell encoder (:func:`array_encodable`) and a GRR, unary-encoding or
+    local-hashing oracle.
+    """
+    mechanism = component.mechanism
+    if not isinstance(mechanism, (GRRParams, UnaryEncodingParams, LocalHashingParams)):
+        return f"mechanism {mechanism.KIND} has no array randomizer"
+    return _encoder_unsupported(component.encoder)
+
+
+def array_encodable(encoder: Encoder) -> bool:
+    """Whether :func:`encode_cells` takes ``encoder``: a uniform grid with at most 2^11 cells per
+    dimension, or a grid tree or cell list down to level 62."""
+    return _encoder_unsupported(encoder) is None
+
+
+def _encoder_unsupported(encoder: Encoder) -> str | None:
+    if isinstance(encoder, UniformGridEncoder):
+        if max(encoder.cells_per_dimension) > _MAX_UNIFORM_CELLS:
+            return f"uniform grid with more than {_MAX_UNIFORM_CELLS} cells per dimension"
+        return None
+    if isinstance(encoder, GridTreeEncoder):
+        return None if encoder.level <= _MAX_TREE_LEVEL else f"grid tree level above {_MAX_TREE_LEVEL}"
+    if isinstance(encoder, CellListEncoder):
+        deepest = max(cell.level for cell in encoder.cells)
+        return None if deepest <= _MAX_TREE_LEVEL else f"cell list level above {_MAX_TREE_LEVEL}"
+    return f"encoder {encoder.KIND} has no array encoding"
+
+
+def _normalized(domain_lower: tuple[float, ...], domain_upper: tuple[float, ...],
+                points: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``NumericDomain.normalize`` on every row: ``(x - lo) / (hi - lo)`` clamped to [0, 1] (same float ops)."""
+    lower = np.asarray(domain_lower, dtype=np.float64)
+    upper = np.asarray(domain_upper, dtype=np.float64)
+    t = (points - lower) / (upper - lower)
+    return np.clip(t, 0.0, 1.0, out=t)
+
+
+def _tree_codes(t: NDArray[np.float64], level: int) -> NDArray[np.uint64]:
+    """Morton indices of the level-``level`` cells holding normalized points (geometry.tree_index_of)."""
+    n, d = t.shape
+    top = (1 << level) - 1
+    # t * 2^level is exact (a power of two) and below 2^63: the cast truncates like int().
+    coords = np.minimum((t * float(1 << level)).astype(np.int64), top).astype(np.uint64)
+    code = np.zeros(n, dtype=np.uint64)
+    one = np.uint64(1)
+    for b in range(level):
+        for j in range(d):
+            code |= ((coords[:, j] >> np.uint64(b)) & one) << np.uint64(b * d + j)
+    return code
+
+
+def _uniform_codes(t: NDArray[np.float64], cells: tuple[int, ...]) -> NDArray[np.uint64]:
+    """Row-major indices of the uniform-grid cells (``floor(t m)`` computed exactly, as the SDK does).
+
+    ``t = M 2^(e - 53)`` with the integer mantissa ``M < 2^53`` (``numpy.frexp``), so
+    ``floor(t m) = (M m) >> (53 - e)``, exact in uint64 while ``m <= 2^11``.
+    """
+    mantissa, exponent = np.frexp(t)
+    big = (mantissa * float(1 << _MANTISSA_BITS)).astype(np.uint64)  # exact: a 53-bit integer
+    shift = (_MANTISSA_BITS - exponent).astype(np.int64)  # >= 52, since t <= 1
+    index = np.zeros(t.shape[0], dtype=np.uint64)
+    for j, m in enumerate(cells):
+        m64 = np.uint64(m)
+        product = big[:, j] * m64
+        s = shift[:, j]
+        c = np.where(s < 64, product >> np.minimum(s, 63).astype(np.uint64), np.uint64(0))
+        index = index * m64 + np.minimum(c, np.uint64(m - 1))
+    return index
+
+
+def encode_cells(encoder: Encoder, points: NDArray[np.float64]) -> NDArray[np.uint64]:
+    """``encoder.encode`` of every row of ``points``, on arrays (:func:`unsupported` must say ``None``).
+
+    Parameters
+    ----------
+    encoder : UniformGridEncoder, GridTreeEncoder or CellListEncoder
+    points : numpy.ndarray of float64, shape (n, d)
+        Finite coordinates (the caller checks; the SDK raises ``EncodingError`` on others).
+
+    Returns
+    -------
+    numpy.ndarray of uint64, shape (n,)
+    """
+    if isinstance(encoder, UniformGridEncoder):
+        return _uniform_codes(_normalized(encoder.domain.lower, encoder.domain.upper, points),
+                              encoder.cells_per_dimension)
+    if isinstance(encoder, GridTreeEncoder):
+        return _tree_codes(_normalized(encoder.domain.lower, encoder.domain.upper, points), encoder.level)
+    if isinstance(encoder, CellListEncoder):
+        d = encoder.domain.dimension
+        levels = np.array([cell.level for cell in encoder.cells], dtype=np.int64)
+        indices = np.array([cell.morton_index for cell in encoder.cells], dtype=np.uint64)
+        deepest = int(levels.max())
+        code = _tree_codes(_normalized(encoder.domain.lower, encoder.domain.upper, points), deepest)
+        out = np.full(points.shape[0], -1, dtype=np.int64)
+        # The cells partition the box: each point's ancestor is listed at exactly one level.
+        for level in np.unique(levels).tolist():
+            at = np.flatnonzero(levels == level)
+            order = np.argsort(indices[at])
+            table, positions = indices[at][order], at[order]
+            ancestor = code >> np.uint64((deepest - level) * d)
+            k = np.minimum(np.searchsorted(table, ancestor), table.size - 1)
+            hit = table[k] == ancestor
+            out[hit] = positions[k[hit]]
+        if out.size and int(out.min()) < 0:
+            raise AssertionError("a validated partition holds every point")  # pragma: no cover
+        return out.astype(np.uint64)
+    raise TypeError(f"no array encoding for {type(encoder).__name__}")
+
+
+def draw_payloads(component: Component, values: NDArray[np.uint64], rng: np.random.Generator) -> list[Payload]:
+    """The component's randomized payloads of encoded ``values``, as the SDK's ``randomize`` returns them.
+
+    GRR: ``int``; unary encoding: the packed ``bytes``; local hashing: :class:`HashedValue`.
+    """
+    mechanism = component.mechanism
+    v = values.astype(np.int64)  # every oracle's domain_size is at most 2^63
+    if isinstance(mechanism, GRRParams):
+        return list(draw_grr(mechanism, v, rng).tolist())
+    if isinstance(mechanism, UnaryEncodingParams):
+        return [row.tobytes() for row in draw_unary(mechanism, v, rng)]
+    if isinstance(mechanism, LocalHashingParams):
+        seeds, buckets = draw_local_hashing(mechanism, v, rng)
+        return [HashedValue(s, b) for s, b in zip(seeds.tolist(), buckets.tolist())]
+    raise TypeError(f"no array randomizer for {mechanism.KIND}")
