@@ -403,7 +403,7 @@ def test_grid_clustering_has_no_infinite_epsilon_bypass() -> None:
         grid_clustering(x, math.inf, variant="tree", seed=0, backend=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=f"d <= {MAX_DIMENSION}"):
         grid_clustering(np.zeros((10, MAX_DIMENSION + 1)), 1.0, variant="tree", seed=0, backend=None)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="variant must be one of uniform, tree, iterative"):
+    with pytest.raises(ValueError, match="variant must be one of uniform, density, tree, iterative"):
         grid_config(Box.of(x), 1.0, "quadtree")
     assert grid_config(Box.of(x), 1.0, "iterative").grid.variant == 3
 

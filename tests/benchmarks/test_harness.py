@@ -64,7 +64,7 @@ def _suite(blocks: tuple[Block, ...], **kwargs: object) -> Suite:
 
 def test_every_baseline_is_registered_once_with_valid_metadata() -> None:
     expected = {"kmeans++", "kmeans-random", "dbscan", "density-am-kmeans", "dplloyd", "dpqt-kmeans",
-                "improved-dp-kmeans", "ldp-laplace-points", "ldp-oue-grid", "ugc", "agc-tree", "agc-iter",
+                "improved-dp-kmeans", "ldp-laplace-points", "ldp-oue-grid", *GRID_PROTOCOLS,
                 *CENTER_CAMPAIGNS}
     assert expected <= set(ADAPTERS)
     for name, cls in ADAPTERS.items():
@@ -73,7 +73,7 @@ def test_every_baseline_is_registered_once_with_valid_metadata() -> None:
         assert cls.description
     assert ADAPTERS["ldp-oue-grid"].uses_collector
     assert not ADAPTERS["dbscan"].has_centers
-    for name in ("ugc", "agc-tree", "agc-iter"):
+    for name in GRID_PROTOCOLS:
         grid = ADAPTERS[name]
         assert grid.privacy == "ldp" and grid.data_kinds == frozenset({"nd"}) and grid.uses_collector
         assert not grid.has_centers and not grid.noiseless_bypass and grid.max_dimension == 12
@@ -81,7 +81,7 @@ def test_every_baseline_is_registered_once_with_valid_metadata() -> None:
         campaign = ADAPTERS[name]
         assert campaign.privacy == "ldp" and campaign.data_kinds == frozenset({"nd"}) and campaign.uses_collector
         assert campaign.has_centers and not campaign.noiseless_bypass and campaign.max_dimension is None
-    no_bypass = {"ugc", "agc-tree", "agc-iter", *CENTER_CAMPAIGNS}
+    no_bypass = {*GRID_PROTOCOLS, *CENTER_CAMPAIGNS}
     assert all(cls.noiseless_bypass for name, cls in ADAPTERS.items() if name not in no_bypass)
 
 
@@ -703,7 +703,8 @@ def test_main_writes_the_variant_verdict(tmp_path: Path, in_process: None, monke
     assert runner.main(["--suite", "tiny", "--jobs", "1", "--out", str(tmp_path), "--quiet", "--no-plots"]) in (0, 1)
     results = json.loads((tmp_path / "results.json").read_text())
     comparisons = results["verdict"]["comparisons"]
-    assert len(comparisons) == 6 and all(c["seeds"] == 6 for c in comparisons)
+    pairs = len(GRID_PROTOCOLS) * (len(GRID_PROTOCOLS) - 1)  # ordered pairs, one dataset x (n, epsilon) cell
+    assert len(comparisons) == pairs and all(c["seeds"] == 6 for c in comparisons)
     assert {c["verdict"] for c in comparisons} <= {"wins", "loses", "no difference"}
     assert "Wilcoxon" in results["verdict"]["test"] and results["verdict"]["summary"]["default"]
     assert any(c["kind"] == "bound" and c["id"] == "shapes-median" and c["passed"] for c in results["checks"])

@@ -833,10 +833,10 @@ CLI = KindCli(
         CliParam(flag="--cells", field="initial_cells_per_dimension", type="cells", metavar="M[,M2...]",
                  numeric_only=True, help="the initial cells per dimension"),
         CliParam(flag="--variant", field="variant", type="choice",
-                 choices=(("uniform", GridVariant.UNIFORM), ("tree", GridVariant.TREE),
-                          ("iterative", GridVariant.ITERATIVE), ("density", GridVariant.DENSITY)),
-                 help="uniform (UGC, no feedback), tree (TreeAdaptive, default), iterative (IterAdaptive) or "
-                      "density (noise-derived density modes, not in the paper)"),
+                 choices=(("uniform", GridVariant.UNIFORM), ("density", GridVariant.DENSITY),
+                          ("tree", GridVariant.TREE), ("iterative", GridVariant.ITERATIVE)),
+                 help="uniform (UGC, no feedback), density (noise-derived density modes, not in the paper), "
+                      "tree (TreeAdaptive, default) or iterative (IterAdaptive)"),
         CliParam(flag="--granularity", field="granularity", type="choice",
                  choices=(("paper", Granularity.PAPER), ("consistent", Granularity.CONSISTENT)),
                  help="cell side rule: paper (Theorem 1 as printed) or consistent (default)"),
