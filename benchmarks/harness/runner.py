@@ -754,6 +754,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="parallel worker processes (default min(2, CPUs); 1 runs in this process)")
     parser.add_argument("--protocols", nargs="+", default=None, help="run only these protocols")
+    parser.add_argument("--ns", nargs="+", type=int, default=None, metavar="N",
+                        help="run only the blocks at these population sizes (their bounds only)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--record-regressions", action="store_true",
                         help="write this run's medians as the suite's entries of harness/regressions.json; "
@@ -806,6 +808,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         suite = plan_seeds(get_suite(args.suite), tuning=args.tuning, count=args.seeds,
                            record=args.record_regressions)
+        if args.ns:
+            suite = suite.with_ns(tuple(args.ns))
     except ValueError as exc:
         print(f"benchmarks/run.py: refused: {exc}", file=sys.stderr)
         return 2
@@ -826,7 +830,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             written = record_regressions(suite, cells, REGRESSIONS_PATH)
             print(f"recorded {written} regression entries for suite {suite.name} in {REGRESSIONS_PATH}")
-    checks += check_regressions(suite, cells, REGRESSIONS_PATH, complete=not args.protocols)
+    checks += check_regressions(suite, cells, REGRESSIONS_PATH, complete=not (args.protocols or args.ns))
     comparisons = variant_verdicts(records, GRID_PROTOCOLS)
     summary = {
         "suite": suite.name, "description": suite.description, "via_grpc": args.via_grpc, "jobs": args.jobs,

@@ -167,6 +167,15 @@ class Suite:
             raise ValueError("a suite needs at least one seed")
         return replace(self, blocks=tuple(replace(b, seeds=tuple(seeds)) for b in self.blocks))
 
+    def with_ns(self, ns: tuple[int, ...]) -> Suite:
+        """This suite cut to the population sizes ``ns``: blocks and bounds of other sizes left out."""
+        wanted = set(ns)
+        blocks = tuple(replace(b, ns=tuple(n for n in b.ns if n in wanted)) for b in self.blocks if wanted & set(b.ns))
+        if not blocks:
+            raise ValueError(f"the {self.name} suite runs no block at n = {', '.join(map(str, sorted(wanted)))}; "
+                             f"its sizes are {', '.join(map(str, sorted({n for b in self.blocks for n in b.ns})))}")
+        return replace(self, blocks=blocks, bounds=tuple(b for b in self.bounds if not b.ns or wanted & set(b.ns)))
+
 
 #: The seeds defaults and tolerances are tuned on, and the disjoint seeds the suites report on.
 TUNING_SEEDS = tuple(range(20))

@@ -392,6 +392,17 @@ def test_the_runner_refuses_to_report_on_tuning_seeds_or_tune_on_reporting_seeds
     assert [b.seeds for b in runner.plan_seeds(suite, tuning=True, count=2, record=True).blocks] == [(5, 6)]
 
 
+def test_a_suite_cut_to_some_population_sizes_keeps_only_their_blocks_and_bounds() -> None:
+    from harness.suites import SHAPES
+
+    cut = SHAPES.with_ns((100_000,))
+    assert {n for b in cut.blocks for n in b.ns} == {100_000}
+    assert cut.bounds and all(100_000 in b.ns for b in cut.bounds)
+    assert len(cut.bounds) < len(SHAPES.bounds)
+    with pytest.raises(ValueError, match="runs no block at n = 7; its sizes are 100000, 1000000"):
+        SHAPES.with_ns((7,))
+
+
 def test_main_refuses_to_record_regressions_on_reporting_seeds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "regressions.json"
