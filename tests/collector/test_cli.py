@@ -24,6 +24,7 @@ from ldp_collector.cli_args import kind_values
 from ldp_collector.config import CollectorConfig
 from ldp_collector.demo import DEFAULT_VARIANT as DEMO_VARIANT
 from ldp_collector.demo import VARIANTS as DEMO_VARIANTS
+from ldp_collector.demo import _matched_colours
 from ldp_collector.kinds import KINDS, Kind
 from ldp_collector.kinds.base import NUMERIC, CliParam
 from ldp_collector.serde import kind_number
@@ -405,6 +406,15 @@ def test_demo_finds_the_moons(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert len(clusters) >= 2 and sum(clustering["shares"].values()) == pytest.approx(1.0)
     assert clustering["png"] == str(tmp_path / "demo-clusters.png")
     assert (tmp_path / "demo-clusters.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_truth_colours_follow_the_matched_clusters() -> None:
+    """The picture's truth panel renames each true group after the cluster it overlaps best (one to
+    one); a group matched to no cluster gets a name of its own."""
+    labels = np.array([0, 0, 1, 1, 2])
+    found = np.array([1, 1, 0, -1, -1])
+    assert _matched_colours(labels, found).tolist() == [1, 1, 0, 0, 4]
+    assert _matched_colours(labels, np.full(5, -1)).tolist() == labels.tolist()  # nothing found: as they are
 
 
 def test_demo_variant_choices(capsys: pytest.CaptureFixture[str]) -> None:

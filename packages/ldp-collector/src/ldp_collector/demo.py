@@ -49,6 +49,7 @@ from .simulation.datasets import make_dataset
 from .simulation.evaluation import cell_labels, evaluate_clustering, evaluate_histogram, histogram_truth
 from .simulation.population import numeric_bounds
 from .simulation.runner import CampaignRun, RemoteCollector, run_campaign
+from .simulation.scores import linear_sum_assignment
 
 __all__ = ["DEFAULT_DEVICES", "DEFAULT_VARIANT", "VARIANTS", "ClusteringSummary", "DemoSummary", "clusters_png",
            "print_summary", "run_demo"]
@@ -268,10 +269,28 @@ def _clustering_summary(run: CampaignRun, x: NDArray[np.float64], labels: NDArra
     png = None
     if out is not None:
         png = plot_grid_clustering(
-            cell_map, out, points=x, labels_true=labels, seed=parameters["seed"],
+            cell_map, out, points=x, labels_true=None if labels is None else _matched_colours(labels, found),
+            seed=parameters["seed"],
             title=f"{parameters['dataset']}: {parameters['devices']:,} devices, epsilon = {parameters['epsilon']:g}, "
                   f"grid clustering (variant {parameters['variant']}), ARI {scores.get('ari', math.nan):.3f}")
     return ClusteringSummary(parameters=parameters, run=run, scores=scores, shares=shares, png=png)
+
+
+def _matched_colours(labels: NDArray[np.int64], found: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The true labels renamed after the clusters they match best (Hungarian matching on the points'
+    overlap), so that the truth panel and the cluster map colour a matched group alike."""
+    truth, true_index = np.unique(labels, return_inverse=True)
+    clusters = np.unique(found[found >= 0])
+    if clusters.size == 0:
+        return labels
+    overlap = np.zeros((truth.size, clusters.size))
+    kept = found >= 0
+    np.add.at(overlap, (true_index[kept], np.searchsorted(clusters, found[kept])), 1.0)
+    rows, cols = linear_sum_assignment(overlap, maximize=True)
+    # Unmatched true groups take names after the clusters' (their own colours).
+    names = np.arange(truth.size, dtype=np.int64) + int(clusters.max()) + 1
+    names[rows] = clusters[cols]
+    return names[true_index]
 
 
 def _cell_range(index: int, cells: int, low: float, high: float) -> str:
