@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="PNG heat map (default ./ldp-demo.png); the clustering's PNG is FILE's name + '-clusters'")
     demo.add_argument("--variant", choices=DEMO_VARIANTS, default=DEMO_VARIANT,
                       help=f"grid clustering variant (default {DEMO_VARIANT})")
-    demo.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    demo.add_argument("--no-plot", action="store_true", help="skip the PNGs")
     demo.add_argument("--submit", choices=("packed", "reports"), default="packed",
                       help="SubmitPacked (msgpack) or SubmitReports (protobuf)")
     demo.add_argument("--json", action="store_true", help="print one JSON summary")
