@@ -67,3 +67,29 @@ def test_plot_grid_clustering_renders_a_png(tmp_path: Path) -> None:
         plot_grid_clustering(_irregular_map(), tmp_path / "bad.png", points=np.zeros((5, 3)))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         plot_grid_clustering(_irregular_map(), tmp_path / "missing" / "grid.png")
+
+
+def test_plot_grid_clustering_beside_the_truth(tmp_path: Path) -> None:
+    """With the points' true labels (the demo's picture): two panels, the truth beside the map."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    rng = np.random.default_rng(1)
+    points = np.column_stack([rng.uniform(0.0, 4.0, 2000), rng.uniform(10.0, 12.0, 2000)])
+    labels = (points[:, 0] > 2.0).astype(np.int64)
+    opened: list[object] = []
+    original = plt.subplots
+
+    def counting_subplots(*args: object, **kwargs: object) -> object:
+        fig, axes = original(*args, **kwargs)
+        opened.append(axes)
+        return fig, axes
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plt, "subplots", counting_subplots)
+        path = plot_grid_clustering(_irregular_map(), tmp_path / "beside.png", points=points, labels_true=labels,
+                                    max_points=500, title="truth beside the map")
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    assert np.shape(opened[0]) == (1, 2)
+    with pytest.raises(InvalidParameterError, match="labels_true needs the points"):
+        plot_grid_clustering(_irregular_map(), tmp_path / "bad.png", labels_true=labels)
+    with pytest.raises(InvalidParameterError, match=r"one label per point \(2000\)"):
+        plot_grid_clustering(_irregular_map(), tmp_path / "bad.png", points=points, labels_true=labels[:10])

@@ -25,7 +25,8 @@ Commands
     ``--plot FILE`` draws the result: a histogram's estimates, or a grid clustering's final cells
     coloured by cluster over the points.
 ``demo``
-    Embedded end-to-end run over real gRPC (:mod:`ldp_collector.demo`), writes ``ldp-demo.png``.
+    Embedded end-to-end run over real gRPC (:mod:`ldp_collector.demo`): a histogram and a grid
+    clustering, writes ``ldp-demo.png`` and ``ldp-demo-clusters.png``.
 ``plot``
     PNG of a histogram campaign's estimates, or of a grid campaign's published clustering (needs
     the ``[plot]`` extra).
@@ -86,6 +87,8 @@ from .cli_output import (
 )
 from .cli_simulate import add_simulate_parser
 from .config import ConfigError, load_config
+from .demo import DEFAULT_VARIANT as DEMO_VARIANT
+from .demo import VARIANTS as DEMO_VARIANTS
 from .errors import CollectorError
 from .operator import KINDS, CampaignStateError, OperatorClient
 from .plotting import MatplotlibMissingError
@@ -255,7 +258,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     summary = run_demo(n=args.n, dataset=args.dataset, cells=args.cells, epsilon=args.epsilon, seed=args.seed,
                        out=None if args.no_plot else args.out, quiet=args.quiet or args.json,
-                       packed=args.submit == "packed")
+                       packed=args.submit == "packed", variant=args.variant)
     if args.json:
         print_json(summary.to_dict(), sys.stdout)
     else:
@@ -353,8 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--cells", type=uint32, default=16, help="grid cells per dimension (default 16)")
     demo.add_argument("--epsilon", type=positive_float, default=2.0)
     demo.add_argument("--seed", type=non_negative_int, default=0)
-    demo.add_argument("--out", metavar="FILE", default="ldp-demo.png", help="PNG heat map (default ./ldp-demo.png)")
-    demo.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    demo.add_argument("--out", metavar="FILE", default="ldp-demo.png",
+                      help="PNG heat map (default ./ldp-demo.png); the clustering's PNG is FILE's name + '-clusters'")
+    demo.add_argument("--variant", choices=DEMO_VARIANTS, default=DEMO_VARIANT,
+                      help=f"grid clustering variant (default {DEMO_VARIANT})")
+    demo.add_argument("--no-plot", action="store_true", help="skip the PNGs")
     demo.add_argument("--submit", choices=("packed", "reports"), default="packed",
                       help="SubmitPacked (msgpack) or SubmitReports (protobuf)")
     demo.add_argument("--json", action="store_true", help="print one JSON summary")

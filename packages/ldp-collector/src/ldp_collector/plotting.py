@@ -8,7 +8,8 @@ A grid clustering (the :class:`~ldp_client.clusters.CellClusterModel` of a ``GRI
 irregular grid: every cell's rectangle in the data's units
 (:func:`ldp_client.encoders.geometry.tree_cell_bounds`), filled with its cluster's colour, noise
 cells left transparent with a grey outline, over a scatter of (a subsample of) the points when
-they are known (simulations, benchmarks).
+they are known (simulations, benchmarks); with the points' true labels, beside a panel of the
+same points coloured by them (the demo's picture).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .model import CampaignConfig, Estimates
 __all__ = [
     "MatplotlibMissingError",
     "draw_grid_clustering",
+    "draw_labelled_points",
     "estimates_grid",
     "grid_cell_rectangles",
     "plot_density_comparison",
@@ -212,6 +214,40 @@ def grid_cell_rectangles(cell_map: CellClusterModel) -> NDArray[np.float64]:
     return out
 
 
+def _subsample(points: ArrayLike, labels: ArrayLike | None, max_points: int,
+               seed: int) -> tuple[NDArray[np.float64], NDArray[np.int64] | None]:
+    """At most ``max_points`` of the ``(n, 2)`` points (and their labels), a subsample seeded by ``seed``."""
+    x = np.asarray(points, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != 2:
+        raise InvalidParameterError(f"points must be an (n, 2) array, got shape {x.shape}")
+    y = None if labels is None else np.asarray(labels, dtype=np.int64)
+    if y is not None and y.shape != (len(x),):
+        raise InvalidParameterError(f"labels must hold one label per point ({len(x)}), got shape {y.shape}")
+    if len(x) > max_points:
+        keep = np.random.default_rng(seed).choice(len(x), size=max_points, replace=False)
+        x, y = x[keep], None if y is None else y[keep]
+    return x, y
+
+
+def draw_labelled_points(ax: Any, points: ArrayLike, labels: ArrayLike, *, max_points: int = DEFAULT_MAX_POINTS,
+                         seed: int = 0) -> None:
+    """Scatter 2-D points coloured by their (true) labels on matplotlib axes ``ax``.
+
+    The same subsample (``max_points``, ``seed``) as :func:`draw_grid_clustering` draws, so the two
+    panels of :func:`plot_grid_clustering` show the same points; ``-1`` (noise) is grey.
+    """
+    require_matplotlib()
+    import matplotlib
+
+    x, y = _subsample(points, labels, max_points, seed)
+    assert y is not None
+    palette = matplotlib.colormaps["tab10"]
+    colours = [palette(label % 10) if label >= 0 else (0.6, 0.6, 0.6, 1.0) for label in y.tolist()]
+    ax.scatter(x[:, 0], x[:, 1], s=3, c=colours, alpha=0.7, linewidths=0)
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+
+
 def draw_grid_clustering(ax: Any, cell_map: CellClusterModel, points: ArrayLike | None = None, *,
                          max_points: int = DEFAULT_MAX_POINTS, seed: int = 0, legend: bool = True) -> None:
     """Draw a 2-D grid clustering on matplotlib axes ``ax`` (module docstring).
@@ -235,11 +271,7 @@ def draw_grid_clustering(ax: Any, cell_map: CellClusterModel, points: ArrayLike 
     rectangles = grid_cell_rectangles(cell_map)
     labels = np.asarray(cell_map.labels, dtype=np.int64)
     if points is not None:
-        x = np.asarray(points, dtype=np.float64)
-        if x.ndim != 2 or x.shape[1] != 2:
-            raise InvalidParameterError(f"points must be an (n, 2) array, got shape {x.shape}")
-        if len(x) > max_points:
-            x = x[np.random.default_rng(seed).choice(len(x), size=max_points, replace=False)]
+        x, _ = _subsample(points, None, max_points, seed)
         ax.scatter(x[:, 0], x[:, 1], s=2, c="black", alpha=0.45, linewidths=0, zorder=1)
     palette = matplotlib.colormaps["tab10"]
     faces = np.array([(*palette(int(label) % 10)[:3], 0.5) if label >= 0 else (0.6, 0.6, 0.6, 0.0)
@@ -265,20 +297,50 @@ def draw_grid_clustering(ax: Any, cell_map: CellClusterModel, points: ArrayLike 
 
 def plot_grid_clustering(cell_map: CellClusterModel, out: str | os.PathLike[str], *,
                          points: ArrayLike | None = None, title: str = "", max_points: int = DEFAULT_MAX_POINTS,
-                         seed: int = 0) -> Path:
+                         seed: int = 0, labels_true: ArrayLike | None = None) -> Path:
     """Plot a 2-D grid clustering (:func:`draw_grid_clustering`); writes a PNG.
+
+    Parameters
+    ----------
+    cell_map : CellClusterModel
+    out : path-like
+        The PNG to write.
+    points : array_like, shape (n, 2), optional
+        The clustered points, drawn under the cells.
+    title : str
+    max_points, seed : int
+        The points' subsample.
+    labels_true : array_like, shape (n,), optional
+        The points' true labels (simulations): a panel of the points coloured by them is drawn
+        beside the clustering, over the same axes (needs ``points``).
 
     Raises
     ------
     InvalidParameterError
-        Not a 2-D map, or points of the wrong shape.
+        Not a 2-D map, points of the wrong shape, or ``labels_true`` without one label per point.
     """
     plt = require_matplotlib()
-    fig, ax = plt.subplots(figsize=(6.4, 5.4), layout="constrained")
+    if labels_true is not None and points is None:
+        raise InvalidParameterError("labels_true needs the points they label")
+    panels = 1 if labels_true is None else 2
+    fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 5.4), squeeze=False, layout="constrained")
     try:
+        ax = axes[0, -1]
         draw_grid_clustering(ax, cell_map, points, max_points=max_points, seed=seed)
         clusters = len(set(cell_map.labels) - {-1})
-        ax.set_title(title or f"{clusters} clusters over {len(cell_map.cells)} cells", fontsize=9)
+        summary = f"{clusters} clusters over {len(cell_map.cells)} cells"
+        if labels_true is None:
+            ax.set_title(title or summary, fontsize=9)
+        else:
+            assert points is not None
+            truth = axes[0, 0]
+            draw_labelled_points(truth, points, labels_true, max_points=max_points, seed=seed)
+            truth.set_xlim(ax.get_xlim())
+            truth.set_ylim(ax.get_ylim())
+            truth.set_title(f"truth: {len(set(np.asarray(labels_true).tolist()) - {-1})} labelled groups", fontsize=9)
+            ax.set_title(f"published cluster map: {summary}", fontsize=9)
+            if title:
+                fig.suptitle(title, fontsize=10)
         return _save(fig, out)
     finally:
         plt.close(fig)
