@@ -355,14 +355,12 @@ def test_simulate_lsh_tree_kinds(capsys: pytest.CaptureFixture[str], kind: str) 
 @pytest.mark.integration
 def test_demo_small_writes_the_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     png = tmp_path / "demo.png"
-    started = time.perf_counter()
+    # No wall-clock bound here: the demo's run time is measured (README), not asserted under load.
     code, out, err = run_cli(capsys, "demo", "--n", "20000", "--out", str(png), "--quiet")
-    elapsed = time.perf_counter() - started
     assert code == 0, err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "20,000 reports over gRPC (SubmitPacked" in out and "top 10 cells by estimate" in out
     assert "mean |error|/SE" in out and f"wrote {png}" in out
-    assert elapsed < 30
     # The clustering part: its variant named, the ARI printed, the second picture written.
     clusters_png = tmp_path / "demo-clusters.png"
     assert f"LDP grid clustering (variant {DEMO_VARIANT})" in out and "20,000 reports over gRPC" in out
