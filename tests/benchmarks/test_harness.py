@@ -392,6 +392,14 @@ def test_the_runner_refuses_to_report_on_tuning_seeds_or_tune_on_reporting_seeds
     assert [b.seeds for b in runner.plan_seeds(suite, tuning=True, count=2, record=True).blocks] == [(5, 6)]
 
 
+def test_the_shapes_suite_holds_the_engine_default_variant_to_the_acceptance() -> None:
+    from harness.suites import DEFAULT_GRID_PROTOCOL
+
+    from ldp_collector.kinds.grid import DEFAULT_VARIANT
+
+    assert ADAPTERS[DEFAULT_GRID_PROTOCOL].variant == DEFAULT_VARIANT.name.lower()  # type: ignore[attr-defined]
+
+
 def test_a_suite_cut_to_some_population_sizes_keeps_only_their_blocks_and_bounds() -> None:
     from harness.suites import SHAPES
 

@@ -163,7 +163,11 @@ def test_the_largest_wire_values_still_parse() -> None:
     (["simulate", "--kind", "heavy_hitters", "--dataset", "moons", "--granularity-level", "3"],
      "--granularity-level applies to grid campaigns, not heavy_hitters"),
     (["campaign", "create", "--kind", "grid", "--epsilon", "1", "--dims", "0:1,0:1", "--max-iterations", "2"],
-     "--max-iterations applies to the iterative grid variant (--variant iterative), not tree (the default)"),
+     "--max-iterations applies to the iterative grid variant (--variant iterative), not density (the default)"),
+    (["campaign", "create", "--kind", "grid", "--epsilon", "1", "--dims", "0:1,0:1", "--tree-height", "3"],
+     "--tree-height applies to the tree and iterative grid variants, not density (the default)"),
+    (["simulate", "--kind", "grid", "--dataset", "moons", "--granularity", "paper"],
+     "--granularity applies to the uniform, tree and iterative grid variants, not density (the default)"),
     (["campaign", "create", "--kind", "grid", "--epsilon", "1", "--dims", "0:1,0:1", "--variant", "uniform",
       "--tree-height", "3"], "--tree-height applies to the tree and iterative grid variants, not uniform"),
     (["campaign", "create", "--kind", "grid", "--epsilon", "1", "--dims", "0:1,0:1", "--cells", "4,8"],
@@ -220,7 +224,7 @@ def test_build_campaign_config_grid() -> None:
     assert config.grid.initial_cells_per_dimension == 8 and config.grid.tree_height == 5
     assert config.grid.max_iterations == 2 and config.grid.granularity_level == 4
     assert config.budget_policy == campaigns_pb2.SPLIT and config.close_after_reports == 1000
-    # Unset options stay 0: the engine fills in its defaults (tree, consistent, ...).
+    # Unset options stay 0: the engine fills in its defaults (density, consistent, ...).
     config = cli.build_campaign_config("grid", epsilon=1.0, bounds=((0.0,), (1.0,)))
     assert config.WhichOneof("parameters") == "grid"
     assert config.grid.variant == grid.VARIANT_UNSPECIFIED and config.grid.granularity == grid.GRANULARITY_UNSPECIFIED

@@ -38,6 +38,7 @@ from ldp_collector.kinds.grid import (
     DEFAULT_MAX_CELLS,
     DEFAULT_MAX_ITERATIONS,
     DEFAULT_REFINEMENT_SHARE,
+    DEFAULT_VARIANT,
     GridEngine,
     _pool_prior,
 )
@@ -150,14 +151,18 @@ def categorical(c: campaigns_pb2.CampaignConfig) -> None:
     # PARTITION: each report spends the whole epsilon, at most 20.
     ({"epsilon": 25.0}, {}, r"epsilon 25 .*\(0, 20\]"),
     # SPLIT: epsilon / R per report, R = 3 rounds for TREE, 2 for UNIFORM, max_iterations + 2 for ITERATIVE.
-    ({"budget_policy": SPLIT, "epsilon": 61.0}, {}, r"epsilon 20\.3.*\(0, 20\]"),
+    ({"budget_policy": SPLIT, "epsilon": 61.0}, {"variant": TREE}, r"epsilon 20\.3.*\(0, 20\]"),
+    ({"budget_policy": SPLIT, "epsilon": 41.0}, {}, r"epsilon 20\.5"),  # the default, DENSITY: R = 2
     ({"budget_policy": SPLIT, "epsilon": 41.0}, {"variant": UNIFORM}, r"epsilon 20\.5"),
     ({"budget_policy": SPLIT, "epsilon": 85.0}, {"variant": ITERATIVE, "max_iterations": 2}, r"epsilon 21\.25"),
     ({}, {"calibration_share": 1.5}, "calibration_share"),
     ({}, {"calibration_share": -0.1}, "calibration_share"),
     ({}, {"calibration_share": math.nan}, "calibration_share"),
     ({}, {"refinement_share": 1.0}, "refinement_share"),
-    ({}, {"calibration_share": 0.5, "refinement_share": 0.45}, r"calibration_share \+ grid.refinement_share"),
+    ({}, {"variant": TREE, "calibration_share": 0.5, "refinement_share": 0.45},
+     r"calibration_share \+ grid.refinement_share"),
+    ({}, {"refinement_share": 0.3}, "refinement_share must be 0 for the DENSITY"),  # the default variant
+    ({}, {"granularity": GRID.PAPER}, "granularity PAPER does not apply to the DENSITY variant"),
     ({}, {"variant": UNIFORM, "refinement_share": 0.3}, "refinement_share must be 0 for the UNIFORM"),
     ({}, {"variant": DENSITY, "refinement_share": 0.3}, "refinement_share must be 0 for the DENSITY"),
     ({}, {"initial_cells_per_dimension": 3}, "initial_cells_per_dimension"),
@@ -230,13 +235,15 @@ def test_defaults_are_filled_in() -> None:
     original = grid_config()
     prepared = prepare_campaign(config_from_proto(original))
     p = prepared.config.parameters
-    assert p.variant == TREE and p.granularity == GRID.CONSISTENT
+    assert p.variant == DENSITY == DEFAULT_VARIANT and p.granularity == GRID.CONSISTENT
     assert p.max_cells == DEFAULT_MAX_CELLS == 4096
     assert p.initial_cells_per_dimension == 16  # finest level with at most 256 cells in 2-d
     assert p.max_iterations == DEFAULT_MAX_ITERATIONS
     assert p.dense_threshold == DEFAULT_DENSE_Z and p.core_threshold == DEFAULT_CORE_Z
     assert p.calibration_share == pytest.approx(DEFAULT_CALIBRATION_SHARE)
-    assert p.refinement_share == pytest.approx(DEFAULT_REFINEMENT_SHARE)
+    assert p.refinement_share == 0  # DENSITY reports once, on one grid: no refinement groups
+    tree = prepare_campaign(config_from_proto(grid_config(variant=TREE))).config.parameters
+    assert tree.refinement_share == pytest.approx(DEFAULT_REFINEMENT_SHARE)
     assert prepared.config.budget_policy == PARTITION
     assert original.grid.variant == GRID.VARIANT_UNSPECIFIED  # the input is not modified
     # The stored config round-trips to the same engine layout.

@@ -12,13 +12,13 @@ Phases (each a round; every RoundSpec is computed from the previous round's repo
     2. **Refine** (groups B), by ``variant``:
 
        * ``UNIFORM`` (UGC, no refinement): no B round; the grid is the uniform level ``L0``.
-       * ``DENSITY`` (not in the paper): no B round; the grid is the uniform level at which the
+       * ``DENSITY`` (not in the paper; the default, :data:`DEFAULT_VARIANT`): no B round; the grid is the uniform level at which the
          typical occupied cell is resolved after smoothing
          (:func:`~ldp_collector.estimation.density_clustering.snr_level`), and the aggregation
          is :func:`~ldp_collector.estimation.density_clustering.cluster_density` (smoothing, a
          dense test with false-discovery-rate control, significant modes, border cells) instead of
          the paper's Algorithm 4.
-       * ``TREE`` (TreeAdaptive, default): one round in which subgroup ``i`` reports its cell at
+       * ``TREE`` (TreeAdaptive): one round in which subgroup ``i`` reports its cell at
          tree level ``L0 + i`` (levels ``L0 .. H``; ``H`` from Theorem 3's range, capped at
          :data:`MAX_TREE_LEVELS` levels), each with the variance-optimal frequency oracle for
          that level's ``2^(l d)`` cells. The server walks the tree top-down
@@ -118,6 +118,7 @@ __all__ = [
     "DEFAULT_DENSE_Z",
     "DEFAULT_MAX_CELLS",
     "DEFAULT_MAX_ITERATIONS",
+    "DEFAULT_VARIANT",
     "MAX_GRID_CELLS",
     "MAX_GRID_DIMENSION",
     "DEFAULT_REFINEMENT_SHARE",
@@ -182,6 +183,11 @@ class GridVariant(ProtoEnum):
     DENSITY = 4  # not in the paper: noise-derived density modes on one uniform grid
 
 
+#: The variant of a campaign that names none: the one that won most data set x (n, epsilon) cells of the
+#: paired comparison over the reporting seeds (benchmarks/README.md, "Grid variants: the verdict").
+DEFAULT_VARIANT = GridVariant.DENSITY
+
+
 class Granularity(ProtoEnum):
     """``ldp.v1.GridParameters.Granularity``: the rule of the aggregation grid's side."""
 
@@ -197,7 +203,7 @@ class GridParams(KindParams):
     Attributes
     ----------
     variant : GridVariant
-        UNSPECIFIED: TREE.
+        UNSPECIFIED: :data:`DEFAULT_VARIANT` (DENSITY).
     granularity : Granularity
         UNSPECIFIED: CONSISTENT.
     initial_cells_per_dimension : int
@@ -254,7 +260,7 @@ class GridParams(KindParams):
             grid that is not a power of two, or limits out of range.
         """
         d = numeric_domain(config, "grid").dimension
-        variant = self.variant or GridVariant.TREE
+        variant = self.variant or DEFAULT_VARIANT
         granularity = self.granularity or Granularity.CONSISTENT
         if d > MAX_GRID_DIMENSION:
             raise InvalidArgumentError(
@@ -293,6 +299,9 @@ class GridParams(KindParams):
                 ("dense_threshold", self.dense_threshold, DEFAULT_DENSE_Z)))
         calibration_share = self.calibration_share or DEFAULT_CALIBRATION_SHARE
         refinement_share = self.refinement_share
+        if variant == GridVariant.DENSITY and granularity == Granularity.PAPER:
+            raise InvalidArgumentError("grid.granularity PAPER does not apply to the DENSITY variant: it chooses its "
+                                       "level from the noise (grid.granularity_level fixes one)")
         refines = variant in (GridVariant.TREE, GridVariant.ITERATIVE)
         if refinement_share == 0 and refines:
             refinement_share = DEFAULT_REFINEMENT_SHARE
@@ -329,7 +338,7 @@ class GridEngine(CampaignEngine):
     config : ldp.v1.CampaignConfig
         Validated by :func:`ldp_collector.campaigns.prepare_campaign`: a numeric domain.
     params : GridParams
-        Resolved (:meth:`GridParams.resolve`): variant TREE, granularity CONSISTENT, the shares,
+        Resolved (:meth:`GridParams.resolve`): variant DENSITY, granularity CONSISTENT, the shares,
         thresholds and limits of the module constants unless set.
 
     Raises
@@ -808,13 +817,17 @@ def _pool_prior(cells: Sequence[TreeCell], counts: NDArray[np.float64], se: NDAr
 
 
 def _check_cli(given: Mapping[str, Any]) -> None:
-    """The flags a variant takes (the engine's default variant is tree: say so when a flag needs another)."""
+    """The flags a variant takes (say so, naming the default variant, when a flag needs another)."""
     variant = given.get("variant")
+    default = DEFAULT_VARIANT.name.lower()
+    named = variant or f"{default} (the default)"
     if "max_iterations" in given and variant != "iterative":
-        raise ValueError(f"--max-iterations applies to the iterative grid variant (--variant iterative), "
-                         f"not {variant or 'tree (the default)'}")
-    if "tree_height" in given and variant in ("uniform", "density"):
-        raise ValueError(f"--tree-height applies to the tree and iterative grid variants, not {variant}")
+        raise ValueError(f"--max-iterations applies to the iterative grid variant (--variant iterative), not {named}")
+    if "tree_height" in given and (variant or default) in ("uniform", "density"):
+        raise ValueError(f"--tree-height applies to the tree and iterative grid variants, not {named}")
+    if "granularity" in given and (variant or default) == "density":
+        raise ValueError(f"--granularity applies to the uniform, tree and iterative grid variants, not {named}: it "
+                         f"chooses its level from the noise (--granularity-level fixes one)")
 
 
 def _simulation_report(config: CampaignConfig) -> dict[str, Any]:
@@ -835,8 +848,8 @@ CLI = KindCli(
         CliParam(flag="--variant", field="variant", type="choice",
                  choices=(("uniform", GridVariant.UNIFORM), ("density", GridVariant.DENSITY),
                           ("tree", GridVariant.TREE), ("iterative", GridVariant.ITERATIVE)),
-                 help="uniform (UGC, no feedback), density (noise-derived density modes, not in the paper), "
-                      "tree (TreeAdaptive, default) or iterative (IterAdaptive)"),
+                 help="uniform (UGC, no feedback), density (noise-derived density modes, not in the paper; "
+                      "default), tree (TreeAdaptive) or iterative (IterAdaptive)"),
         CliParam(flag="--granularity", field="granularity", type="choice",
                  choices=(("paper", Granularity.PAPER), ("consistent", Granularity.CONSISTENT)),
                  help="cell side rule: paper (Theorem 1 as printed) or consistent (default)"),

@@ -230,6 +230,7 @@ class GridParameters(_message.Message):
     class _VariantEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[GridParameters._Variant.ValueType], _builtins.type):
         DESCRIPTOR: _descriptor.EnumDescriptor
         VARIANT_UNSPECIFIED: GridParameters._Variant.ValueType  # 0
+        """the collector's default: DENSITY (TREE before DENSITY existed)"""
         UNIFORM: GridParameters._Variant.ValueType  # 1
         """UGC: no feedback"""
         TREE: GridParameters._Variant.ValueType  # 2
@@ -243,6 +244,7 @@ class GridParameters(_message.Message):
 
     class Variant(_Variant, metaclass=_VariantEnumTypeWrapper): ...
     VARIANT_UNSPECIFIED: GridParameters.Variant.ValueType  # 0
+    """the collector's default: DENSITY (TREE before DENSITY existed)"""
     UNIFORM: GridParameters.Variant.ValueType  # 1
     """UGC: no feedback"""
     TREE: GridParameters.Variant.ValueType  # 2
