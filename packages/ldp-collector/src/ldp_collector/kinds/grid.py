@@ -12,8 +12,8 @@ Phases (each a round; every RoundSpec is computed from the previous round's repo
     2. **Refine** (groups B), by ``variant``:
 
        * ``UNIFORM`` (UGC, no refinement): no B round; the grid is the uniform level ``L0``.
-       * ``DENSITY`` (not in the paper; the default, :data:`DEFAULT_VARIANT`): no B round; the grid is the uniform level at which the
-         typical occupied cell is resolved after smoothing
+       * ``DENSITY`` (not in the paper; the default, :data:`DEFAULT_VARIANT`): no B round; the
+         grid is the uniform level at which the typical occupied cell is resolved after smoothing
          (:func:`~ldp_collector.estimation.density_clustering.snr_level`), and the aggregation
          is :func:`~ldp_collector.estimation.density_clustering.cluster_density` (smoothing, a
          dense test with false-discovery-rate control, significant modes, border cells) instead of
