@@ -508,8 +508,13 @@ def check_claims(claims: Sequence[Claim], cells: dict[tuple[str, str, int, str],
     return out
 
 
-def check_bounds(bounds: Sequence[Bound], records: Sequence[RunRecord]) -> list[CheckResult]:
-    """Every bound against every matching successful run."""
+def check_bounds(bounds: Sequence[Bound], records: Sequence[RunRecord], *, complete: bool = True) -> list[CheckResult]:
+    """Every bound against every matching successful run.
+
+    A bound's (protocol, data set) cell without any successful run is a failed check, never a silent
+    pass: required when the run was ``complete`` (the whole suite), reported when it was cut
+    (``--protocols``, ``--ns``) and may have left the cell out on purpose.
+    """
     out = []
     for bound in bounds:
         matching = [r for r in records if r.error is None and r.protocol in bound.protocols
@@ -519,7 +524,11 @@ def check_bounds(bounds: Sequence[Bound], records: Sequence[RunRecord]) -> list[
             for dataset_label in bound.datasets:
                 values = [r.metrics.get(bound.metric, math.nan) for r in matching
                           if r.protocol == protocol and r.dataset == dataset_label]
+                where = f"{protocol} on {dataset_label} (eps={epsilon_label(bound.epsilon)}" + (
+                    f", n={'/'.join(str(n) for n in bound.ns)})" if bound.ns else ")")
                 if not values:
+                    out.append(CheckResult(kind="bound", id=bound.id, statement=bound.statement, passed=False,
+                                           required=complete, detail=f"{where}: no successful run to check"))
                     continue
                 runs = len(values)
                 if bound.over == "median":
@@ -533,8 +542,6 @@ def check_bounds(bounds: Sequence[Bound], records: Sequence[RunRecord]) -> list[
                 limits = " and ".join(s for s in (
                     f"<= {bound.maximum:g}" if bound.maximum is not None else "",
                     f">= {bound.minimum:g}" if bound.minimum is not None else "") if s)
-                where = f"{protocol} on {dataset_label} (eps={epsilon_label(bound.epsilon)}" + (
-                    f", n={'/'.join(str(n) for n in bound.ns)})" if bound.ns else ")")
                 seen = (f"median {worst_low:.4f} over {runs} seeds" if bound.over == "median"
                         else f"in [{worst_low:.4f}, {worst_high:.4f}] over {runs} runs")
                 detail = f"{where}: {bound.metric} {seen}, required {limits}"
@@ -821,7 +828,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     checks = [CheckResult(kind="run", id="run", statement="every run completes", passed=False,
                           detail=f"{r.protocol} / {r.dataset} / n={r.n} / eps={r.epsilon} / seed={r.seed}:\n{r.error}")
               for r in records if r.error is not None]
-    checks += check_bounds(suite.bounds, records)
+    checks += check_bounds(suite.bounds, records, complete=not (args.protocols or args.ns))
     checks += check_claims(suite.claims, cells)
     checks += check_densest_regions(records, suite.densest_required)
     if args.record_regressions:

@@ -251,6 +251,19 @@ def test_bounds_apply_to_every_run() -> None:
     assert cells[("p", "d", 10, "inf")].median["m"] == pytest.approx(1.01)
 
 
+def test_a_bound_without_any_run_fails_instead_of_passing_silently() -> None:
+    bound = Bound(id="b", statement="s", protocols=("p", "q"), datasets=("d",), epsilon=math.inf, metric="m",
+                  maximum=1.02)
+    runs = [_record("p", "inf", s, m=1.0) for s in range(3)]
+    checks = check_bounds([bound], runs)
+    missing = [c for c in checks if "q on d" in c.detail]
+    assert len(missing) == 1 and not missing[0].passed and missing[0].required
+    assert "no successful run to check" in missing[0].detail
+    # A run cut by --protocols or --ns reports the missing cell without failing the suite.
+    [cut] = [c for c in check_bounds([bound], runs, complete=False) if "q on d" in c.detail]
+    assert not cut.passed and not cut.required
+
+
 def test_regressions_record_and_detect(tmp_path: Path) -> None:
     suite = _suite((), regression_metrics=("cost_ratio", "ari"))
     cells = {c.key: c for c in (_cell("p", "1", cost_ratio=2.0, ari=0.8),)}
