@@ -93,6 +93,10 @@ U32, U64 = 2**32, 2**64
 @pytest.mark.parametrize(("argv", "message"), [
     (["campaign", "create", "--epsilon", "1", "--categories", str(U64)],
      f"argument --categories: expected an integer in [1, {U64 - 1}], got {U64}"),
+    (["campaign", "create", "--epsilon", "1", "--categories", "4", "--seed", str(U64)],
+     f"argument --seed: expected an integer in [0, {U64 - 1}], got {U64}"),
+    (["simulate", "--kind", "nettree", "--dataset", "mixture", "--seed", "-1"],
+     f"argument --seed: expected an integer in [0, {U64 - 1}], got -1"),
     (["campaign", "create", "--epsilon", "1", "--categories", "4", "--min-reports", str(U64)],
      f"argument --min-reports: expected an integer in [1, {U64 - 1}], got {U64}"),
     (["campaign", "create", "--epsilon", "1", "--categories", "4", "--close-after", str(U64)],
@@ -444,11 +448,17 @@ def test_campaign_commands(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
     monkeypatch.setenv("LDP_OPERATOR_TOKEN", TOKEN)
     remote = ["--collector", server.address]
     code, out, err = run_cli(capsys, "campaign", "create", *remote, "--categories", "8", "--epsilon", "1",
-                             "--id", "cli-test", "--description", "from the CLI", "--label", "team=maps", "--json")
+                             "--id", "cli-test", "--description", "from the CLI", "--label", "team=maps",
+                             "--seed", str(U64 - 1), "--json")
     assert code == 0, err
     created = json.loads(out)
     assert created["config"]["campaign_id"] == "cli-test" and created["state"] == "COLLECTING"
     assert created["config"]["labels"] == {"team": "maps"}
+    assert created["config"]["seed"] == str(U64 - 1)  # JSON writes a uint64 as a string
+    code, out, err = run_cli(capsys, "campaign", "create", *remote, "--categories", "8", "--epsilon", "1",
+                             "--id", "cli-drawn-seed", "--json")
+    assert code == 0, err
+    assert int(json.loads(out)["config"]["seed"]) >= 0  # unset: drawn by the collector and stored
 
     code, out, err = run_cli(capsys, "campaign", "create", *remote, "--dims=-1:1,0:2", "--cells", "4",
                              "--epsilon", "2", "--id", "cli-grid")

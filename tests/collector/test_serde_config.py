@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ def _numeric_message() -> campaigns_pb2.CampaignConfig:
     config = campaigns_pb2.CampaignConfig(
         campaign_id="serde-1", kind=campaigns_pb2.HISTOGRAM, epsilon=2.5, budget_policy=campaigns_pb2.SPLIT,
         min_reports_per_round=7, close_after_reports=70, description="every field",
-        labels={"team": "geo", "run": "3"}, round_duration=duration_pb2.Duration(seconds=90, nanos=5))
+        labels={"team": "geo", "run": "3"}, round_duration=duration_pb2.Duration(seconds=90, nanos=5), seed=0)
     config.domain.numeric.lower.extend([0.0, -1.5])
     config.domain.numeric.upper.extend([1.0, 2.5])
     config.histogram.cells_per_dimension.extend([4, 3])
@@ -38,13 +39,15 @@ def test_config_round_trips_field_for_field() -> None:
     assert config.domain.numeric is not None and config.domain.numeric.upper == (1.0, 2.5)
     assert config.round_duration == Duration(seconds=90, nanos=5) and dict(config.labels) == {"team": "geo", "run": "3"}
     assert config.parameters == HistogramParams(cells_per_dimension=(4, 3), oracle=FrequencyOracle.OUE, windows=2)
+    assert config.seed == 0  # set to 0, not unset: presence is kept
     assert serde.config_to_proto(config) == message
     assert serde.config_from_bytes(serde.config_to_bytes(config)) == config
     categorical = campaigns_pb2.CampaignConfig(kind=campaigns_pb2.HEAVY_HITTERS, epsilon=1.0,
                                                domain=campaigns_pb2.Domain(categorical_size=64))
     model = serde.config_from_proto(categorical)
     assert model.domain == Domain(categorical_size=64) and model.parameters is None and model.round_duration is None
-    assert serde.config_to_proto(model) == categorical
+    assert model.seed is None
+    assert serde.config_to_proto(model) == categorical and not serde.config_to_proto(model).HasField("seed")
 
 
 def test_stored_configuration_is_the_input_with_defaults_and_resolved_parameters() -> None:
@@ -55,6 +58,25 @@ def test_stored_configuration_is_the_input_with_defaults_and_resolved_parameters
     expected.CopyFrom(message)
     serde.params_to_proto("histogram", prepared.engine.params, expected)
     assert serde.config_to_bytes(prepared.config) == expected.SerializeToString()
+
+
+def test_an_unset_campaign_seed_is_drawn_at_creation_and_stored() -> None:
+    """The stored configuration always carries the seed its engine's public randomness comes from."""
+    message = _numeric_message()
+    message.ClearField("seed")
+    seeds = {prepare_campaign(serde.config_from_proto(message)).config.seed for _ in range(2)}
+    assert None not in seeds and len(seeds) == 2  # 64 random bits: a repeat has probability 2^-64
+    stored = serde.config_from_bytes(serde.config_to_bytes(prepare_campaign(serde.config_from_proto(message)).config))
+    assert stored.seed is not None
+    message.seed = 2**64 - 1
+    assert prepare_campaign(serde.config_from_proto(message)).config.seed == 2**64 - 1
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64, True])
+def test_a_campaign_seed_outside_uint64_is_refused(seed: int) -> None:
+    config = serde.config_from_proto(_numeric_message())
+    with pytest.raises(InvalidArgumentError, match=r"seed must be an integer in \[0, 2\^64 - 1\]"):
+        prepare_campaign(dataclasses.replace(config, seed=seed))
 
 
 @pytest.mark.parametrize(("mutate", "message"), [

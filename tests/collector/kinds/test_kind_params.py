@@ -156,6 +156,8 @@ def test_defaults_are_filled_in_one_place(name: str) -> None:
     expected.CopyFrom(config)
     expected.budget_policy = campaigns_pb2.PARTITION
     expected.min_reports_per_round = 1
+    assert prepared.config.seed is not None  # drawn at creation: the stored configuration carries it
+    expected.seed = prepared.config.seed
     serde.params_to_proto(name, resolved, expected)
     assert serde.config_to_bytes(prepared.config) == expected.SerializeToString()
     assert prepared.engine.params == resolved

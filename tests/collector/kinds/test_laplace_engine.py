@@ -46,7 +46,7 @@ KMEANS, FCM, MNFCM = int(LAPLACE.KMEANS), int(LAPLACE.FCM), int(LAPLACE.MNFCM)
 def laplace_config(lower: Sequence[float] = (0.0, 0.0), upper: Sequence[float] = (1.0, 1.0), *, epsilon: float = 4.0,
                    k: int = 4, campaign_id: str = "", **params: Any) -> campaigns_pb2.CampaignConfig:
     config = campaigns_pb2.CampaignConfig(
-        campaign_id=campaign_id, kind=campaigns_pb2.LAPLACE, epsilon=epsilon,
+        seed=0, campaign_id=campaign_id, kind=campaigns_pb2.LAPLACE, epsilon=epsilon,
         domain=campaigns_pb2.Domain(numeric=encoders_pb2.NumericDomain(lower=list(lower), upper=list(upper))))
     config.laplace.k = k
     for key, value in params.items():

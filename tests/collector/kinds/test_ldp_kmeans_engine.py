@@ -64,7 +64,7 @@ def kmeans_config(lower: Sequence[float] = (0.0, 0.0), upper: Sequence[float] = 
                   epsilon: float = 4.0, policy: int = PARTITION, campaign_id: str = "km",
                   **params: Any) -> campaigns_pb2.CampaignConfig:
     config = campaigns_pb2.CampaignConfig(
-        campaign_id=campaign_id, kind=campaigns_pb2.LDP_KMEANS, epsilon=epsilon,
+        seed=0, campaign_id=campaign_id, kind=campaigns_pb2.LDP_KMEANS, epsilon=epsilon,
         budget_policy=policy,  # type: ignore[arg-type]
         domain=campaigns_pb2.Domain(numeric=encoders_pb2.NumericDomain(lower=list(lower), upper=list(upper))))
     config.ldp_kmeans.k = k

@@ -46,7 +46,7 @@ NT = campaigns_pb2.NetTreeParameters
 def nettree_config(lower: Sequence[float], upper: Sequence[float], *, epsilon: float = 4.0, k: int = 4,
                    campaign_id: str = "", **params: Any) -> campaigns_pb2.CampaignConfig:
     config = campaigns_pb2.CampaignConfig(
-        campaign_id=campaign_id, kind=campaigns_pb2.NETTREE, epsilon=epsilon,
+        seed=0, campaign_id=campaign_id, kind=campaigns_pb2.NETTREE, epsilon=epsilon,
         domain=campaigns_pb2.Domain(numeric=encoders_pb2.NumericDomain(lower=list(lower), upper=list(upper))))
     config.nettree.k = k
     for key, value in params.items():

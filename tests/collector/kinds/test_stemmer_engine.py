@@ -44,7 +44,7 @@ def stemmer_config(lower: Sequence[float], upper: Sequence[float], *, epsilon: f
                    campaign_id: str = "", policy: int = campaigns_pb2.BUDGET_POLICY_UNSPECIFIED,
                    **params: Any) -> campaigns_pb2.CampaignConfig:
     config = campaigns_pb2.CampaignConfig(
-        campaign_id=campaign_id, kind=campaigns_pb2.STEMMER, epsilon=epsilon, budget_policy=policy,  # type: ignore[arg-type]
+        seed=0, campaign_id=campaign_id, kind=campaigns_pb2.STEMMER, epsilon=epsilon, budget_policy=policy,  # type: ignore[arg-type]
         domain=campaigns_pb2.Domain(numeric=encoders_pb2.NumericDomain(lower=list(lower), upper=list(upper))))
     config.stemmer.k = k
     for key, value in params.items():

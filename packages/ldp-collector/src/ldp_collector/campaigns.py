@@ -38,6 +38,7 @@ __all__ = [
     "campaign_of",
     "make_engine",
     "new_campaign_id",
+    "new_campaign_seed",
     "prepare_campaign",
     "resolve_params",
     "round_status",
@@ -61,6 +62,11 @@ _MAX_CATEGORICAL_SIZE = 2**63
 def new_campaign_id() -> str:
     """A random, URL-safe campaign id (``c-`` + 16 bytes of OS randomness, 24 characters)."""
     return "c-" + secrets.token_urlsafe(16)
+
+
+def new_campaign_seed() -> int:
+    """A random campaign seed (64 bits of OS randomness): the engine's public randomness."""
+    return secrets.randbits(64)
 
 
 def _check_common(config: CampaignConfig) -> None:
@@ -93,6 +99,9 @@ def _check_common(config: CampaignConfig) -> None:
         if d.seconds < 0 or d.nanos < 0 or not 0 <= d.nanos < 10**9 or d.total_seconds <= 0:
             raise InvalidArgumentError(
                 f"round_duration must be positive, got {d.seconds}s {d.nanos}ns")
+    if config.seed is not None and (isinstance(config.seed, bool) or not isinstance(config.seed, int)
+                                    or not 0 <= config.seed < 2**64):
+        raise InvalidArgumentError(f"seed must be an integer in [0, 2^64 - 1], got {config.seed!r}")
     if len(config.description) > MAX_DESCRIPTION_CHARS:
         raise InvalidArgumentError(
             f"description must be at most {MAX_DESCRIPTION_CHARS} characters, got {len(config.description)}")
@@ -126,8 +135,9 @@ class PreparedCampaign:
 def prepare_campaign(config: CampaignConfig) -> PreparedCampaign:
     """Validate ``config``, fill its defaults and build its engine (``config`` itself is frozen).
 
-    Defaults: a random campaign id when empty, budget policy PARTITION, ``min_reports_per_round``
-    1, and the kind's parameters as their ``resolve`` fills them.
+    Defaults: a random campaign id when empty, a random campaign seed when unset (so that the
+    stored configuration always carries the seed its engine draws from), budget policy PARTITION,
+    ``min_reports_per_round`` 1, and the kind's parameters as their ``resolve`` fills them.
 
     Raises
     ------
@@ -147,7 +157,7 @@ def prepare_campaign(config: CampaignConfig) -> PreparedCampaign:
         except InvalidParameterError as exc:
             raise InvalidArgumentError(str(exc)) from None
     out = dataclasses.replace(
-        config, campaign_id=campaign_id,
+        config, campaign_id=campaign_id, seed=new_campaign_seed() if config.seed is None else config.seed,
         budget_policy=config.budget_policy or BudgetPolicy.PARTITION,
         min_reports_per_round=config.min_reports_per_round or DEFAULT_MIN_REPORTS_PER_ROUND)
     params = resolve_params(out)

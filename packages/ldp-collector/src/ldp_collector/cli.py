@@ -71,6 +71,7 @@ from .cli_args import (
     positive_float,
     positive_int,
     seconds_up_to,
+    seed_uint64,
     uint32,
     uint64,
 )
@@ -160,7 +161,7 @@ def _cmd_campaign_create(args: argparse.Namespace) -> int:
         args.kind, epsilon=args.epsilon, categories=args.categories, bounds=args.dims,
         budget_policy=args.budget_policy, min_reports=args.min_reports, close_after=args.close_after,
         round_duration_s=args.round_duration, campaign_id=args.id or "", description=args.description or "",
-        labels=args.label or (), **kind_values(args))
+        labels=args.label or (), seed=args.seed, **kind_values(args))
     with _operator(args) as operator:
         campaign = operator.create_campaign(config)
     if args.json:
@@ -324,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--round-duration", metavar="SECONDS", type=seconds_up_to(_MAX_DURATION_S),
                         help="close a round automatically after this long")
     create.add_argument("--id", help="campaign id (default: assigned by the collector)")
+    create.add_argument("--seed", type=seed_uint64,
+                        help="campaign seed: the engine's public randomness, so that a run can be repeated "
+                             "(default: drawn by the collector; public, not a privacy parameter)")
     create.add_argument("--description")
     create.add_argument("--label", metavar="KEY=VALUE", type=key_value, action="append", help="repeatable")
     create.add_argument("--json", action="store_true", help="print the campaign as JSON")

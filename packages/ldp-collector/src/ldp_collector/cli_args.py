@@ -72,6 +72,8 @@ def int_in(low: int, high: int) -> Callable[[str], int]:
 
 uint32 = int_in(1, _UINT32_MAX)
 uint64 = int_in(1, _UINT64_MAX)
+#: A campaign seed (``CampaignConfig.seed``: any uint64, 0 included).
+seed_uint64 = int_in(0, _UINT64_MAX)
 
 
 def positive_float(text: str, high: float = math.inf) -> float:
@@ -220,7 +222,8 @@ def build_campaign_config(kind: str, *, epsilon: float, categories: int | None =
                           budget_policy: str | None = None, min_reports: int | None = None,
                           close_after: int | None = None, round_duration_s: float | None = None,
                           campaign_id: str = "", description: str = "",
-                          labels: Sequence[tuple[str, str]] = (), **params: Any) -> campaigns_pb2.CampaignConfig:
+                          labels: Sequence[tuple[str, str]] = (), seed: int | None = None,
+                          **params: Any) -> campaigns_pb2.CampaignConfig:
     """An ``ldp.v1.CampaignConfig`` from plain values; the collector validates the ranges.
 
     Parameters
@@ -229,6 +232,8 @@ def build_campaign_config(kind: str, *, epsilon: float, categories: int | None =
         A registered kind (``"grid"``).
     epsilon, categories, bounds, budget_policy, min_reports, close_after, round_duration_s, campaign_id, description, labels
         The campaign's common fields (exactly one of ``categories`` and ``bounds``).
+    seed : int, optional
+        The campaign seed (the engine's public randomness); ``None`` lets the collector draw one.
     **params
         The kind's flags by argparse destination (``cells=(8, 8)``, ``variant="iterative"``, ``k=4``):
         each fills the field its :class:`~ldp_collector.kinds.base.CliParam` names; ``None`` (or
@@ -264,6 +269,8 @@ def build_campaign_config(kind: str, *, epsilon: float, categories: int | None =
         config.min_reports_per_round = min_reports
     if close_after is not None:
         config.close_after_reports = close_after
+    if seed is not None:
+        config.seed = seed
     if round_duration_s is not None:
         config.round_duration.FromNanoseconds(round(round_duration_s * 1e9))
     spec = KINDS[kind]

@@ -31,9 +31,9 @@ from .cli_args import (
     cell_counts,
     kind_values,
     label_column,
-    non_negative_int,
     positive_float,
     positive_int,
+    seed_uint64,
     uint32,
 )
 from .cli_output import cell_map_of, clustering_text, estimates_of, finite, number_text, print_json
@@ -80,7 +80,9 @@ def add_simulate_parser(commands: Any, add_remote: Any) -> None:
     simulate.add_argument("--plot", metavar="FILE",
                           help="write a PNG: a histogram's estimates or a grid clustering over the points "
                                "(needs the [plot] extra)")
-    simulate.add_argument("--seed", type=non_negative_int, default=0)
+    simulate.add_argument("--seed", type=seed_uint64, default=0,
+                          help="seeds the data, the devices and the campaign seed (the engine's public "
+                               "randomness): the same command gives the same result (default 0)")
     add_remote(simulate, required=False)
     simulate.add_argument("--mode", choices=("auto", "device", "direct", "vector"), default="auto",
                           help="device: one SDK Device per simulated device; direct: the same steps without them; "
@@ -160,8 +162,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         points, size = _value_points(x, lower, upper, cells)
         domain = {"categories": size}
     # The flags build the wire's message (as ``campaign create`` sends it); the run takes the model.
+    # The campaign seed is --seed itself, so that the engine's public randomness repeats too.
     config = config_from_proto(build_campaign_config(kind.name, epsilon=args.epsilon, budget_policy=args.budget_policy,
-                                                     **domain, **values))
+                                                     seed=args.seed, **domain, **values))
     run = _run_simulation(args, config, points)
     parameters: dict[str, Any] = {
         "kind": kind.name, **data_info, "n": int(len(x)), "d": int(d), "epsilon": args.epsilon, "seed": args.seed,

@@ -122,6 +122,8 @@ class CampaignConfig:
     round_duration: Duration | None = None
     description: str = ""
     labels: Mapping[str, str] = field(default_factory=frozen_mapping)
+    #: The engine's public randomness; ``None``: drawn at creation (or, stored before the field, the campaign id's).
+    seed: int | None = None
     parameters: Any = None
 
     def __post_init__(self) -> None:

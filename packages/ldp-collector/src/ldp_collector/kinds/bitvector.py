@@ -209,7 +209,7 @@ class BitVectorEngine(CampaignEngine):
         return RoundPlan(spec=spec)
 
     def _seed(self) -> int:
-        return campaign_seed(self.campaign_id)
+        return campaign_seed(self.config)
 
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
         """Cluster the debiased reports in the encoded space, decode the centers, finish the campaign."""

@@ -19,6 +19,7 @@ from ldp_client.encoders.base import NumericDomain
 from ldp_client.errors import InvalidParameterError
 
 from ..errors import InvalidArgumentError
+from ..model import CampaignConfig
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -59,14 +60,17 @@ class ProtoEnum(enum.IntEnum):
         return member
 
 
-def campaign_seed(campaign_id: str, salt: str = "") -> int:
-    """Seed of a campaign's server-side post-processing (k-means restarts, projections, shifts).
+def campaign_seed(config: CampaignConfig, salt: str = "") -> int:
+    """Seed of a campaign's public randomness (projections, hash seeds, shifts, k-means starts).
 
-    ``sha256(salt + campaign_id)``'s first 8 bytes, little-endian: reproducible from the public
-    campaign id and needing no secret, since everything it seeds is post-processing or public
-    geometry. ``salt`` (``"nettree:"``, ...) keeps the kinds' streams apart.
+    The first 8 bytes, little-endian, of ``sha256(salt + "seed:" + str(config.seed))``: the same
+    campaign seed gives the same engine choices, so a run can be repeated. A configuration stored
+    before the seed field (``config.seed`` is None) keeps its old stream,
+    ``sha256(salt + config.campaign_id)``. Neither needs a secret: everything it seeds is
+    post-processing or public geometry. ``salt`` (``"nettree:"``, ...) keeps the kinds' streams apart.
     """
-    return int.from_bytes(hashlib.sha256(f"{salt}{campaign_id}".encode()).digest()[:8], "little")
+    key = config.campaign_id if config.seed is None else f"seed:{config.seed}"
+    return int.from_bytes(hashlib.sha256(f"{salt}{key}".encode()).digest()[:8], "little")
 
 
 def check_report_epsilon(epsilon: float, who: str) -> None:

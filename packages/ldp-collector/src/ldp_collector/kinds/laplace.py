@@ -241,7 +241,7 @@ class LaplaceEngine(CampaignEngine):
         return RoundPlan(spec=spec)
 
     def _seed(self) -> int:
-        return campaign_seed(self.campaign_id, "laplace:")
+        return campaign_seed(self.config, "laplace:")
 
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
         """Decode the noisy points, cluster them and finish the campaign."""

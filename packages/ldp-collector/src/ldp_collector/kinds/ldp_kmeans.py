@@ -457,7 +457,7 @@ class LdpKmeansEngine(CampaignEngine):
 
     def _seed(self) -> int:
         """Seed of the server's k-means and re-seeding (post-processing: reproducible, needs no secret)."""
-        return campaign_seed(self.campaign_id)
+        return campaign_seed(self.config)
 
     # -- rounds -----------------------------------------------------------------------------------
 

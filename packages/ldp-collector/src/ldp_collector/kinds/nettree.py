@@ -277,7 +277,7 @@ class NetTreeEngine(CampaignEngine):
             raise InvalidArgumentError(f"nettree: {exc}") from None
 
     def _seed(self) -> int:
-        return campaign_seed(self.campaign_id, "nettree:")
+        return campaign_seed(self.config, "nettree:")
 
     def _node_encoder(self, level: int, seed: int) -> Encoder:
         if self.params.node_map == NodeMap.SHIFTED_GRID:

@@ -229,7 +229,7 @@ class StemmerEngine(CampaignEngine):
     # -- layout -------------------------------------------------------------------------------------
 
     def _seed(self) -> int:
-        return campaign_seed(self.campaign_id, "stemmer:")
+        return campaign_seed(self.config, "stemmer:")
 
     def _subgroup(self, index: int) -> tuple[int, int]:
         """``(r, j)`` (0-based repetition, 1-based scale) of subgroup ``index``."""

@@ -575,6 +575,7 @@ class CampaignConfig(_message.Message):
     ROUND_DURATION_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
     HISTOGRAM_FIELD_NUMBER: _builtins.int
     HEAVY_HITTERS_FIELD_NUMBER: _builtins.int
     GRID_FIELD_NUMBER: _builtins.int
@@ -594,6 +595,11 @@ class CampaignConfig(_message.Message):
     close_after_reports: _builtins.int
     """Close a round automatically once it holds this many reports (0 = never)."""
     description: _builtins.str
+    seed: _builtins.int
+    """Public randomness of the engine (projections, hash seeds, shifts, pivots, k-means++ starts);
+    drawn at creation when unset. Public, not a privacy parameter. Unset on a campaign stored
+    before the field: its engine derives that randomness from campaign_id.
+    """
     @_builtins.property
     def domain(self) -> Global___Domain: ...
     @_builtins.property
@@ -631,6 +637,7 @@ class CampaignConfig(_message.Message):
         round_duration: _duration_pb2.Duration | None = ...,
         description: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        seed: _builtins.int | None = ...,
         histogram: Global___HistogramParameters | None = ...,
         heavy_hitters: Global___HeavyHitterParameters | None = ...,
         grid: Global___GridParameters | None = ...,
@@ -640,12 +647,17 @@ class CampaignConfig(_message.Message):
         laplace: Global___LaplaceParameters | None = ...,
         ldp_kmeans: Global___LdpKmeansParameters | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["bitvector", b"bitvector", "domain", b"domain", "grid", b"grid", "heavy_hitters", b"heavy_hitters", "histogram", b"histogram", "laplace", b"laplace", "ldp_kmeans", b"ldp_kmeans", "nettree", b"nettree", "parameters", b"parameters", "round_duration", b"round_duration", "stemmer", b"stemmer"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_seed", b"_seed", "bitvector", b"bitvector", "domain", b"domain", "grid", b"grid", "heavy_hitters", b"heavy_hitters", "histogram", b"histogram", "laplace", b"laplace", "ldp_kmeans", b"ldp_kmeans", "nettree", b"nettree", "parameters", b"parameters", "round_duration", b"round_duration", "seed", b"seed", "stemmer", b"stemmer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitvector", b"bitvector", "budget_policy", b"budget_policy", "campaign_id", b"campaign_id", "close_after_reports", b"close_after_reports", "description", b"description", "domain", b"domain", "epsilon", b"epsilon", "grid", b"grid", "heavy_hitters", b"heavy_hitters", "histogram", b"histogram", "kind", b"kind", "labels", b"labels", "laplace", b"laplace", "ldp_kmeans", b"ldp_kmeans", "min_reports_per_round", b"min_reports_per_round", "nettree", b"nettree", "parameters", b"parameters", "round_duration", b"round_duration", "stemmer", b"stemmer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seed", b"_seed", "bitvector", b"bitvector", "budget_policy", b"budget_policy", "campaign_id", b"campaign_id", "close_after_reports", b"close_after_reports", "description", b"description", "domain", b"domain", "epsilon", b"epsilon", "grid", b"grid", "heavy_hitters", b"heavy_hitters", "histogram", b"histogram", "kind", b"kind", "labels", b"labels", "laplace", b"laplace", "ldp_kmeans", b"ldp_kmeans", "min_reports_per_round", b"min_reports_per_round", "nettree", b"nettree", "parameters", b"parameters", "round_duration", b"round_duration", "seed", b"seed", "stemmer", b"stemmer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__seed: _TypeAlias = _typing.Literal["seed"]  # noqa: Y015
+    _WhichOneofArgType__seed: _TypeAlias = _typing.Literal["_seed", b"_seed"]  # noqa: Y015
     _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["histogram", "heavy_hitters", "grid", "stemmer", "nettree", "bitvector", "laplace", "ldp_kmeans"]  # noqa: Y015
     _WhichOneofArgType_parameters: _TypeAlias = _typing.Literal["parameters", b"parameters"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__seed) -> _WhichOneofReturnType__seed | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType_parameters) -> _WhichOneofReturnType_parameters | None: ...
 
 Global___CampaignConfig: _TypeAlias = CampaignConfig  # noqa: Y015
