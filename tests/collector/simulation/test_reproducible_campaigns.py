@@ -102,3 +102,21 @@ def test_a_campaign_stored_without_a_seed_keeps_the_stream_of_its_id() -> None:
     assert engine.first_round().spec.tasks == make_engine(config).first_round().spec.tasks
     other = make_engine(dataclasses.replace(config, campaign_id="other-campaign"))
     assert engine.first_round().spec.tasks != other.first_round().spec.tasks
+
+
+def test_run_campaign_seeds_a_campaign_that_sets_no_seed(tmp_path: Any) -> None:
+    """The simulation API repeats whole too: without a campaign seed, run_campaign's seed becomes it."""
+    import numpy as np
+
+    from ldp_collector.core import Collector
+    from ldp_collector.simulation.runner import run_campaign
+    from ldp_collector.storage.sqlite import SqliteReportStore
+
+    x = np.random.default_rng(0).uniform(0.0, 1.0, size=(300, 2))
+    config = cli.build_campaign_config("histogram", epsilon=2.0, bounds=([0.0, 0.0], [1.0, 1.0]))
+    model = serde.config_from_proto(config)
+    assert model.seed is None
+    collector = Collector(SqliteReportStore(tmp_path / "s.db"))
+    unset = run_campaign(collector, model, x, seed=41, quiet=True)
+    chosen = run_campaign(collector, dataclasses.replace(model, seed=7), x, seed=42, quiet=True)
+    assert unset.campaign.config.seed == 41 and chosen.campaign.config.seed == 7

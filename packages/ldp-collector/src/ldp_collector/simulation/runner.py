@@ -15,7 +15,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
@@ -324,7 +324,9 @@ def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig
     points : numpy.ndarray or sequence
         One point per device (see :class:`Population`).
     seed : int
-        Seed of the population's mechanisms (simulation only, not privacy-preserving).
+        Seed of the population's mechanisms (simulation only, not privacy-preserving), and the
+        campaign seed (the engine's public randomness) when ``config`` sets none, so that a
+        simulation repeats whole.
     policy : DevicePolicy, optional
         Default :data:`SIMULATION_POLICY`.
     mode : {"auto", "device", "direct", "vector"}
@@ -355,7 +357,7 @@ def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig
     population = Population(points, seed=seed, policy=policy, mode=mode)
     n = len(population)
     started = time.perf_counter()
-    campaign = backend.create_campaign(config)
+    campaign = backend.create_campaign(config if config.seed is not None else replace(config, seed=seed))
     campaign_id = campaign.config.campaign_id
     sent = accepted = duplicates = rejected = rounds = 0
     reasons: Counter[str] = Counter()
