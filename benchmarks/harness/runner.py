@@ -273,6 +273,7 @@ def resolution_cost(protocol: str, x: NDArray[np.float64], diagnostics: dict[str
 def run_task(task: Task, reference: float | None) -> RunRecord:
     """Run one task and score it; exceptions become ``error`` (with the traceback)."""
     from ldp_collector.estimation.kmeans import assign, lloyd
+    from ldp_collector.simulation.evaluation import floor_scores
     from ldp_collector.simulation.scores import evaluate_clustering
 
     started = time.perf_counter()
@@ -292,6 +293,9 @@ def run_task(task: Task, reference: float | None) -> RunRecord:
         record.metrics = evaluate_clustering(x, labels_true, predicted, centers=out.centers,
                                              reference_cost=reference if out.centers is not None else None)
         record.diagnostics = {key: float(v) for key, v in out.diagnostics.items()}
+        if out.centers is not None and reference is not None and len(x):
+            # Measured / the result's own noise floor (the center kinds report one, the baselines do not).
+            record.metrics.update(floor_scores(record.diagnostics, record.metrics, reference / len(x)))
         record.densest_region_clustered = densest_region_clustered(x, out)
         if out.centers is not None and out.centers.size <= 2048:
             record.centers = np.asarray(out.centers, dtype=np.float64).round(6).tolist()
@@ -729,7 +733,8 @@ def record_regressions(suite: Suite, cells: dict[tuple[str, str, int, str], Cell
 
 
 #: Metrics where lower is better (everything else: higher is better).
-_LOWER_IS_BETTER = frozenset({"cost_ratio", "cost", "cost_per_point", "nicv", "center_error", "noise_share"})
+_LOWER_IS_BETTER = frozenset({"cost_ratio", "cost", "cost_per_point", "nicv", "center_error", "noise_share",
+                              "cost_over_floor", "center_error_over_floor"})
 
 
 # -- entry point ---------------------------------------------------------------------------------------

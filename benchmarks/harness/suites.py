@@ -137,7 +137,10 @@ class Suite:
     #: Metrics drawn against epsilon and n.
     plot_metrics: tuple[str, ...] = ("cost_ratio", "ari")
     #: Metrics in the Markdown table.
-    table_metrics: tuple[str, ...] = ("cost_ratio", "ari", "f_measure", "cost_per_point")
+    #: (``cost_over_floor`` and ``center_error_over_floor``: measured over the result's own noise floor, for the
+    #: kinds that report one -- ``ldp_collector.estimation.center_floor``.)
+    table_metrics: tuple[str, ...] = ("cost_ratio", "ari", "f_measure", "cost_per_point", "cost_over_floor",
+                                      "center_error_over_floor")
     #: Metrics recorded in ``regressions.json``.
     regression_metrics: tuple[str, ...] = ("cost_ratio", "ari")
     #: Seeds that defaults, thresholds and the recorded regressions may be chosen on (``--tuning`` runs them;

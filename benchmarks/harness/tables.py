@@ -32,6 +32,7 @@ CELL_LEGEND = (f"Each cell: median over seeds (p10 v) = the 10th-percentile seed
 _METRIC_TITLES = {
     "cost_ratio": "cost / k-means", "ari": "ARI", "nmi": "NMI", "f_measure": "F", "cost_per_point": "NICV (cost/n)",
     "nicv": "NICV (own means)", "accuracy": "Hungarian acc.", "center_error": "centre error",
+    "cost_over_floor": "cost ÷ floor", "center_error_over_floor": "centre error ÷ floor",
 }
 
 

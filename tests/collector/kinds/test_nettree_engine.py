@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import tempfile
 from collections.abc import Sequence
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -23,11 +24,20 @@ from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, Vect
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.estimation.heavy_hitters import bonferroni_z
+from ldp_collector.estimation.net_tree import (
+    DETECTION_POWER,
+    MASS_FRACTION,
+    NetTreeLayout,
+    node_epsilon_needed,
+    signal_to_noise,
+)
 from ldp_collector.kinds import KINDS
 from ldp_collector.kinds._lsh import vector_shape
 from ldp_collector.kinds.nettree import (
     DEFAULT_DEPTH,
     DEFAULT_NODE_SHARE,
+    MIN_NODE_SHARE,
     NetTreeEngine,
     default_bits_per_level,
     leaf_nodes,
@@ -215,3 +225,55 @@ def test_noiseless_limit_matches_nonprivate_kmeans() -> None:
     scores = evaluate_clustering(result, x, truth)
     # Measured: ARI 1.000 and cost ratio 1.01 (the leaves that miss the mass threshold are the only loss).
     assert scores["ari"] > 0.99 and ratio < 1.05, (scores, ratio)
+
+
+@pytest.mark.parametrize("n", [1e4, 1e6, 1e8])
+def test_the_needed_node_epsilon_gives_the_needed_signal_to_noise(n: float) -> None:
+    """At ``node_epsilon_needed`` the average cluster's signal-to-noise is exactly MASS_FRACTION (z_alpha + z_power)."""
+    layout = NetTreeLayout(levels=4, child_bits=2)
+    k, alpha = 8, 0.05
+    eps = node_epsilon_needed(n, k, layout, alpha)
+    z = bonferroni_z(int(k * MASS_FRACTION * 4), alpha) + NormalDist().inv_cdf(1 - (1 - DETECTION_POWER) / (k * 4))
+    assert signal_to_noise(n, k, eps, layout.levels) == pytest.approx(MASS_FRACTION * z, rel=1e-9)
+    assert node_epsilon_needed(4 * n, k, layout, alpha) < eps  # more devices, less epsilon for the tree
+
+
+def test_expected_reports_plans_the_node_share() -> None:
+    """The tree gets what it needs for the expected population (at most half); unknown, half; a set share wins."""
+    def share(**params: Any) -> float:
+        engine = engine_for(nettree_config([0.0] * 10, [1.0] * 10, epsilon=2.0, k=8, **params))
+        assert engine.node_epsilon + engine.vector_epsilon <= 2.0
+        return float(engine.config.parameters.node_share)
+
+    layout = NetTreeLayout(levels=DEFAULT_DEPTH, child_bits=default_bits_per_level(8, DEFAULT_DEPTH))
+    assert share() == DEFAULT_NODE_SHARE
+    assert share(expected_reports=10**6) == pytest.approx(node_epsilon_needed(1e6, 8, layout, 0.05) / 2.0)
+    assert 0.3 < share(expected_reports=10**6) < 0.5
+    assert share(expected_reports=10**4) == DEFAULT_NODE_SHARE  # the tree would need more than half: capped
+    assert share(expected_reports=10**12) == MIN_NODE_SHARE
+    assert share(expected_reports=10**6, node_share=0.7) == 0.7
+    with pytest.raises(InvalidArgumentError, match="expected_reports"):
+        share(expected_reports=10**13)
+
+
+def test_simulate_plans_for_its_own_population(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """``simulate`` sets expected_reports to the simulated n unless --expected-reports says otherwise."""
+    from ldp_collector import cli, cli_simulate
+
+    class Stop(BaseException):
+        """Ends the command once the campaign is built (a BaseException: no handler of the CLI takes it)."""
+
+    configs: list[Any] = []
+
+    def built(args: Any, config: Any, points: Any) -> Any:
+        configs.append(config)
+        raise Stop
+
+    monkeypatch.setattr(cli_simulate, "_run_simulation", built)
+    for extra in ((), ("--expected-reports", "5000000")):
+        with pytest.raises(Stop):
+            cli.main(["simulate", "--kind", "nettree", "--dataset", "mixture", "--d", "2", "--k", "3", "--n", "300",
+                      *extra])
+    capsys.readouterr()
+    assert [c.parameters.expected_reports for c in configs] == [300, 5_000_000]

@@ -152,8 +152,8 @@ def host_port(text: str) -> str:
 # -- the kinds' flags ------------------------------------------------------------------------------
 
 #: Argument parsers of the kinds' value types (``"switch"`` and ``"choice"`` need none).
-_VALUE_TYPES: dict[str, Callable[[str], Any]] = {"uint32": uint32, "positive_float": positive_float,
-                                                 "cells": cell_counts}
+_VALUE_TYPES: dict[str, Callable[[str], Any]] = {"uint32": uint32, "uint64": uint64,
+                                                 "positive_float": positive_float, "cells": cell_counts}
 
 
 def _kind_flags() -> dict[str, tuple[tuple[Kind, CliParam], ...]]:

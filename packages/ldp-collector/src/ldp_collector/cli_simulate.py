@@ -154,6 +154,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         values["cells"] = cells
     if "k" in declared:
         values["k"] = args.k or (int(labels.max()) + 1 if labels is not None else None)
+    if "expected_reports" in declared:  # the simulation knows its population: the plan uses it
+        values["expected_reports"] = values.get("expected_reports") or len(x)
     points: Any = x
     domain: dict[str, Any] = {"bounds": (lower, upper)}
     if NUMERIC not in kind.domains:

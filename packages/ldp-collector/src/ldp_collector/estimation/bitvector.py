@@ -66,6 +66,7 @@ __all__ = [
     "dbscan_encoded",
     "debias_bits",
     "decode_centers",
+    "decoded_center_variances",
     "expected_pattern",
     "kmeans_encoded",
     "pairwise_sq_distances",
@@ -558,4 +559,29 @@ def decode_centers(centers: ArrayLike, layout: BitVectorLayout, *, grid: int = D
             tied = li <= low + 1e-9 * max(1.0, abs(low))
             h_best = int(np.flatnonzero(tied.any(axis=1))[0])
             out[i, j] = float(np.median(zs[tied[h_best]]))
+    return out
+
+
+def decoded_center_variances(centers: ArrayLike, sizes: ArrayLike, layout: BitVectorLayout, bit_variance: float,
+                             rng: np.random.Generator, *, replicates: int = 32) -> NDArray[np.float64]:
+    """Per-coordinate noise variance of each decoded center (original units), shape (k, d).
+
+    A center's debiased bit means carry independent noise of variance ``bit_variance / size`` per bit;
+    :func:`decode_centers` is a nonlinear fit (plateaus, a spread), so the variance it passes on is
+    measured by a parametric bootstrap: ``replicates`` draws of that noise added to the bit means,
+    each decoded, the mean squared distance to the decoded center per coordinate. Deterministic for
+    a seeded ``rng``; ``inf`` for an empty cluster.
+    """
+    c = np.atleast_2d(np.asarray(centers, dtype=np.float64))
+    m = np.asarray(sizes, dtype=np.float64).reshape(-1)
+    out = np.full((len(c), layout.dimension), np.inf)
+    live = m > 0
+    if not live.any() or replicates < 2:
+        return out
+    base = decode_centers(c[live], layout)
+    sd = np.sqrt(bit_variance / m[live])[:, None]
+    total = np.zeros_like(base)
+    for _ in range(replicates):
+        total += (decode_centers(c[live] + sd * rng.standard_normal(c[live].shape), layout) - base) ** 2
+    out[live] = total / replicates
     return out

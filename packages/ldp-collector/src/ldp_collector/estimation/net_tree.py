@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -61,6 +62,7 @@ from .heavy_hitters import bonferroni_z
 from .kmeans import kmeans_plus_plus, lloyd
 
 __all__ = [
+    "DETECTION_POWER",
     "MASS_FRACTION",
     "CoresetCenters",
     "LevelSelection",
@@ -70,6 +72,7 @@ __all__ = [
     "children",
     "coreset_centers",
     "detection_sigma",
+    "node_epsilon_needed",
     "grid_node_positions",
     "grow_tree",
     "shifted_cell_centres",
@@ -80,6 +83,8 @@ __all__ = [
 
 #: A kept node holds at least 1 / MASS_FRACTION of an average cluster (n / k devices).
 MASS_FRACTION = 4.0
+#: Probability that the tree detects all its clusters' nodes together (:func:`node_epsilon_needed`).
+DETECTION_POWER = 0.95
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,26 @@ def signal_to_noise(n: float, k: int, epsilon: float, levels: int) -> float:
     """``(n / k) / sigma``: an average cluster's count in units of :func:`detection_sigma`."""
     sigma = detection_sigma(n, epsilon, levels)
     return (n / k) / sigma if sigma > 0 else math.inf
+
+
+def node_epsilon_needed(n: float, k: int, layout: NetTreeLayout, alpha: float, *, power: float = DETECTION_POWER) -> float:
+    """The smallest node epsilon at which the tree finds every cluster: ``2 asinh(S k sqrt(n T) / n)``.
+
+    A node holding ``1 / MASS_FRACTION`` of an average cluster (``n / (MASS_FRACTION k)`` devices)
+    must pass the Bonferroni threshold ``z_alpha sigma`` of its level (``z_alpha`` over the
+    ``k MASS_FRACTION 2^b`` children of such nodes) with probability ``power`` for all ``k T`` such
+    detections together (``z_power = Phi^-1(1 - (1 - power) / (k T))``). So the average cluster's
+    signal-to-noise ratio (:func:`signal_to_noise`) must reach ``S = MASS_FRACTION (z_alpha +
+    z_power)``; with ``sigma = sqrt(n T) / sinh(eps / 2)`` (:func:`detection_sigma`) that is the
+    epsilon above. Nothing here is fitted: at n = 1e6, k = 8, T = 4, b = 2, alpha = 0.05 it gives
+    S = 26 and a node epsilon of 0.81 (the feasibility boundary measured SNR 25 for ARI >= 0.9).
+    """
+    if not (n > 0 and k >= 1 and 0.0 < alpha < 1.0 and 0.0 < power < 1.0):
+        raise InvalidParameterError(f"need n > 0, k >= 1 and alpha, power in (0, 1), got {n}, {k}, {alpha}, {power}")
+    tested = int(min(k * MASS_FRACTION * 2**layout.child_bits, 2**62))
+    z = bonferroni_z(tested, alpha) + NormalDist().inv_cdf(1.0 - (1.0 - power) / (k * layout.levels))
+    needed = MASS_FRACTION * z
+    return 2.0 * math.asinh(needed * k * math.sqrt(n * layout.levels) / n)
 
 
 def center_error_floor(n: float, k: int, variance: float, leaves_per_cluster: float = 1.0) -> float:

@@ -134,7 +134,7 @@ NUMERIC, CATEGORICAL = "numeric", "categorical_size"
 #: Value types of a kind's command-line flag; the CLI maps each to its argument parser: an integer in
 #: a ``uint32`` field's range (``"uint32"``), a positive number, cells per dimension (``M`` or
 #: ``M1,M2,...``), an on/off switch, or one of the flag's ``choices``.
-CliType = Literal["uint32", "positive_float", "cells", "switch", "choice"]
+CliType = Literal["uint32", "uint64", "positive_float", "cells", "switch", "choice"]
 #: How the simulator scores a kind's result: histogram estimates against the true counts, heavy
 #: hitters against the true top values, or a clustering against the dataset's labels.
 SimulatedResult = Literal["histogram", "heavy_hitters", "clustering"]

@@ -58,10 +58,12 @@ from ..estimation.bitvector import (
     BitVectorLayout,
     dbscan_encoded,
     decode_centers,
+    decoded_center_variances,
     kmeans_encoded,
     public_pivots,
     unpack_bit_payloads,
 )
+from ..estimation.center_floor import floor_diagnostics
 from ..model import CampaignConfig, CampaignState, Clustering, Result
 from .base import (
     K_PARAM,
@@ -253,6 +255,9 @@ class BitVectorEngine(CampaignEngine):
             centers = decode_centers(fit.centers[keep], layout)
             clustering = replace(clustering, k=len(centers), centers=tuple(centers.ravel().tolist()),
                                  weights=tuple((fit.sizes[keep] / n).tolist()))
+            variances = decoded_center_variances(fit.centers[keep], fit.sizes[keep], layout,
+                                                 float(mechanism.bit_variance), np.random.default_rng((self._seed(), 1)))
+            diagnostics.update(floor_diagnostics(variances, fit.sizes[keep]))
             diagnostics["encoded_cost"] = fit.cost
             diagnostics["encoded_cost_per_report"] = fit.cost / n
             diagnostics["iterations"] = float(fit.iterations)

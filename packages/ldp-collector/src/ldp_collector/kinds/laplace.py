@@ -55,6 +55,7 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import decode_report_payloads
+from ..estimation.center_floor import floor_diagnostics, unit_to_data_variance
 from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_c_means
 from ..estimation.kmeans import weighted_kmeans
 from ..model import CampaignConfig, CampaignState, Clustering, Result
@@ -292,6 +293,11 @@ class LaplaceEngine(CampaignEngine):
         lower = np.asarray(self.domain.lower, dtype=np.float64)
         upper = np.asarray(self.domain.upper, dtype=np.float64)
         original = lower + centers * (upper - lower)
+        # A center is (about) the mean of its share of the decoded points: the noise adds the mechanism's
+        # variance divided by the points it pools (for FCM, its fuzzy share of n).
+        counts = np.asarray(shares, dtype=np.float64) * n
+        noise = np.divide(mechanism.noise_variance, counts, out=np.full_like(counts, np.inf), where=counts > 0)
+        diagnostics.update(floor_diagnostics(unit_to_data_variance(noise, lower, upper, unit_width=1.0), counts))
         clustering = Clustering(k=k, dimension=d, centers=tuple(original.reshape(-1).tolist()),
                                 weights=tuple(shares.tolist()), fuzzifier=fuzzifier)
         result = Result(state=CampaignState.FINISHED, clustering=clustering, warnings=tuple(warnings))

@@ -155,6 +155,7 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads, make_accumulate_fn
+from ..estimation.center_floor import floor_diagnostics
 from ..estimation.frequency import GRRAggregator
 from ..estimation.kmeans import weighted_kmeans
 from ..estimation.vectors import vector_component, vector_estimates
@@ -222,6 +223,10 @@ class LabelUpdate:
     updated: NDArray[np.bool_]
     #: Whether each center was re-seeded instead (not significant, and not the last round).
     reseeded: NDArray[np.bool_]
+    #: Per-coordinate noise variance (k, d) of each updated center, normalized units (``inf`` where not
+    #: updated): the ratio estimator's linearization ``sum_i a_i^2 (v_i - c)^2 / ((p - q) N_c)^2``
+    #: with ``a_i = [l_i = c] - q``, which counts the label's and the vector's randomization together.
+    variances: NDArray[np.float64]
 
 
 def reseed_centers(centers: NDArray[np.float64], counts: NDArray[np.float64], significant: NDArray[np.bool_],
@@ -319,11 +324,16 @@ def label_update(labels: NDArray[np.int64], vectors: NDArray[np.float64], grr: G
     updated = (counts > MIN_COUNT_Z * se) & (counts > 0)
     centers = previous.copy()
     centers[updated] = sums[updated] / counts[updated, None]
+    variances = np.full((k, d), np.inf)
+    for c in np.flatnonzero(updated):
+        a2 = ((labels == c) - q) ** 2
+        variances[c] = (a2[:, None] * (vectors - centers[c]) ** 2).sum(axis=0) / ((p - q) * counts[c]) ** 2
     centers = np.clip(centers, 0.0, 1.0)
     reseeded = np.zeros(k, dtype=np.bool_)
     if rng is not None:
         centers, reseeded = reseed_centers(centers, counts, updated, rng)
-    return LabelUpdate(centers=centers, counts=counts, count_std_errors=se, updated=updated, reseeded=reseeded)
+    return LabelUpdate(centers=centers, counts=counts, count_std_errors=se, updated=updated, reseeded=reseeded,
+                       variances=variances)
 
 
 @dataclass(frozen=True)
@@ -597,8 +607,9 @@ class LdpKmeansEngine(CampaignEngine):
         clustering = Clustering(k=self.k, dimension=self.dimension,
                                 centers=tuple(self._to_original(update.centers).ravel().tolist()),
                                 weights=tuple(weights.tolist()))
+        floor = floor_diagnostics(update.variances * self._width[None, :] ** 2, weights)
         return Result(state=CampaignState.FINISHED, estimates=estimates, clustering=clustering,
-                      warnings=tuple(warnings))
+                      warnings=tuple(warnings), diagnostics=floor)
 
 
 #: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).

@@ -29,7 +29,9 @@ The server step
 Diagnostics
     Nodes tested / kept / threshold per level, the detection signal-to-noise ratio (DESIGN §7.4),
     the leaves (coreset size), the coverage (leaf mass / n), the vector randomizer's variance and
-    the resulting center-error floor ``k sqrt(V / n)`` per coordinate (``[-1, 1]`` units).
+    the resulting center-error floor ``k sqrt(V / n)`` per coordinate (``[-1, 1]`` units), and the
+    result's noise floor in the data's units (:mod:`ldp_collector.estimation.center_floor`): each
+    center's vector noise ``L n V / w^2`` (``L`` leaves pooled, ``w`` their count).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
+from ..estimation.center_floor import floor_diagnostics, unit_to_data_variance
 from ..estimation.frequency import make_aggregator
 from ..estimation.net_tree import (
     LevelEstimator,
@@ -64,6 +67,7 @@ from ..estimation.net_tree import (
     detection_sigma,
     grid_node_positions,
     grow_tree,
+    node_epsilon_needed,
     shifted_cell_centres,
     signal_to_noise,
 )
@@ -74,6 +78,7 @@ from .base import (
     K_PARAM,
     NUMERIC,
     CampaignEngine,
+    CliParam,
     Kind,
     KindCli,
     KindParams,
@@ -101,6 +106,10 @@ __all__ = [
 DEFAULT_DEPTH = 4
 MAX_DEPTH = 16
 DEFAULT_NODE_SHARE = 0.5
+#: Smallest node share ``expected_reports`` may plan (a tree starved below it cannot be told from noise
+#: by the population estimate the plan rests on).
+MIN_NODE_SHARE = 0.05
+MAX_EXPECTED_REPORTS = 10**12
 DEFAULT_FALSE_POSITIVE_RATE = 0.05
 #: Largest projected dimension (DESIGN §7.4: d' <= 16); the shifted grid allows at most 8 (2^8 children).
 MAX_PROJECTION = 16
@@ -156,9 +165,14 @@ class NetTreeParams(KindParams):
         SimHash hyperplanes per level (0 = :func:`default_bits_per_level`); the shifted grid's is
         ``projection_dimension``.
     node_share : float
-        Share of epsilon spent on the node report, in (0, 1) (0 = 0.5).
+        Share of epsilon spent on the node report, in (0, 1) (0 = from ``expected_reports``, else 0.5).
     false_positive_rate : float
         Family-wise false-positive rate of the node thresholds per level, in (0, 1) (0 = 0.05).
+    expected_reports : int
+        Devices the operator expects to report (0 = unknown). With ``node_share`` unset, the node
+        share is the smallest at which the tree detects every cluster at that population
+        (:func:`~ldp_collector.estimation.net_tree.node_epsilon_needed` over epsilon), between
+        ``MIN_NODE_SHARE`` and 0.5: the vector, whose noise sets the centers' floor, gets the rest.
     """
 
     k: int = 0
@@ -170,6 +184,7 @@ class NetTreeParams(KindParams):
     bits_per_level: int = 0
     node_share: float = 0.0
     false_positive_rate: float = 0.0
+    expected_reports: int = 0
 
     def resolve(self, config: CampaignConfig) -> NetTreeParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
@@ -213,15 +228,26 @@ class NetTreeParams(KindParams):
         if not 1 <= max_nodes_per_level <= MAX_NODES:
             raise InvalidArgumentError(f"nettree.max_nodes_per_level must be in [1, {MAX_NODES}], got "
                                        f"{max_nodes_per_level}")
-        node_share = self.node_share or DEFAULT_NODE_SHARE
-        if not (math.isfinite(node_share) and 0.0 < node_share < 1.0):
-            raise InvalidArgumentError(f"nettree.node_share must be in (0, 1), got {node_share:g}")
         false_positive_rate = self.false_positive_rate or DEFAULT_FALSE_POSITIVE_RATE
         if not (math.isfinite(false_positive_rate) and 0.0 < false_positive_rate < 1.0):
             raise InvalidArgumentError(f"nettree.false_positive_rate must be in (0, 1), got {false_positive_rate:g}")
+        if not 0 <= self.expected_reports <= MAX_EXPECTED_REPORTS:
+            raise InvalidArgumentError(f"nettree.expected_reports must be in [0, {MAX_EXPECTED_REPORTS}], got "
+                                       f"{self.expected_reports}")
+        node_share = self.node_share or self.planned_node_share(
+            config.epsilon, k, NetTreeLayout(levels=depth, child_bits=bits_per_level), false_positive_rate)
+        if not (math.isfinite(node_share) and 0.0 < node_share < 1.0):
+            raise InvalidArgumentError(f"nettree.node_share must be in (0, 1), got {node_share:g}")
         return replace(self, depth=depth, node_map=node_map, projection_dimension=projection_dimension,
                        bits_per_level=bits_per_level, max_nodes_per_level=max_nodes_per_level,
                        node_share=node_share, false_positive_rate=false_positive_rate)
+
+    def planned_node_share(self, epsilon: float, k: int, layout: NetTreeLayout, false_positive_rate: float) -> float:
+        """The node share for ``expected_reports`` devices (0.5 when unknown): what the tree needs, capped at 0.5."""
+        if not self.expected_reports:
+            return DEFAULT_NODE_SHARE
+        needed = node_epsilon_needed(float(self.expected_reports), k, layout, false_positive_rate) / epsilon
+        return min(DEFAULT_NODE_SHARE, max(MIN_NODE_SHARE, needed))
 
 
 class NetTreeEngine(CampaignEngine):
@@ -416,11 +442,17 @@ class NetTreeEngine(CampaignEngine):
             cell_mse = np.full(fit.centers.shape[0], side * side / 12.0)
             centers = combine_center_estimates(fit.centers, center_variance, cell_means, cell_mse)
             diagnostics["cell_side"] = float(side)
+            # The combination weighs the noisy vector mean by cell_mse / (variance + cell_mse): its noise shrinks by
+            # that factor squared (the cell means carry no privacy noise, only their quantization).
+            center_variance = center_variance * (cell_mse / (center_variance + cell_mse)) ** 2
         fit_weights = fit.weights
         unit = np.clip((centers + 1.0) / 2.0, 0.0, 1.0)
         lower = np.asarray(self.domain.lower, dtype=np.float64)
         upper = np.asarray(self.domain.upper, dtype=np.float64)
         original = lower + unit * (upper - lower)
+        diagnostics.update(floor_diagnostics(
+            unit_to_data_variance(np.repeat(center_variance[:, None], d, axis=1), lower, upper, unit_width=2.0),
+            fit_weights))
         clustering = Clustering(k=int(original.shape[0]), dimension=d, centers=tuple(original.reshape(-1).tolist()),
                                 weights=tuple((fit_weights / fit_weights.sum()).tolist()))
         diagnostics["published_centers"] = float(original.shape[0])
@@ -477,7 +509,12 @@ def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
 
 
 #: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
-CLI = KindCli(result="clustering", params=(K_PARAM,))
+#: ``--expected-reports`` (``simulate``: the simulated population when not given).
+CLI = KindCli(result="clustering", params=(
+    K_PARAM,
+    CliParam(flag="--expected-reports", field="expected_reports", type="uint64", metavar="N",
+             help="devices expected to report: the node share of epsilon is planned for them (nettree)"),
+))
 
 #: The NETTREE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="nettree", engine=NetTreeEngine,

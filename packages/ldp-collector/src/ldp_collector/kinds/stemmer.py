@@ -71,6 +71,7 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
+from ..estimation.center_floor import floor_diagnostics, unit_to_data_variance
 from ..estimation.frequency import FrequencyAggregator, make_aggregator
 from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.kmeans import assign, weighted_kmeans
@@ -369,34 +370,36 @@ class StemmerEngine(CampaignEngine):
         warnings = list(state["warnings"])
         n_b = 0
         candidates: list[list[float]] = []
+        candidate_variances: list[float] = []
         for i in range(self.subgroups):
             r, j = self._subgroup(i)
             keys = [h for h in heavy if h[0] == r and h[1] == j]
             got = sums_for(i, np.array([h[2] for h in keys], dtype=np.uint64)) if keys else None
             if got is None:
                 continue
-            sums, _, reporters = got
+            sums, variance, reporters = got
             n_b += reporters
             for row, h in zip(sums, keys):
                 expected = h[3] * reporters  # the key's share of round A times this subgroup's size
                 if expected <= 0:
                     continue
                 candidates.append((row[:d] / expected).tolist())
+                candidate_variances.append(variance / expected**2)
         diagnostics["means_reports"] = float(n_b)
         diagnostics["candidates"] = float(len(candidates))
         if not candidates:
             return self._finish_empty(diagnostics, warnings + ["round B produced no candidate center"])
         cand = np.clip(np.asarray(candidates), -1.0, 1.0)
         if len(cand) < 2:  # nothing to weigh or choose from: publish the one candidate
-            return self._finish(cand, np.ones(len(cand)), diagnostics, warnings + [
+            return self._finish(cand, np.ones(len(cand)), np.asarray(candidate_variances), diagnostics, warnings + [
                 f"round B produced {len(cand)} candidate center for k = {self.params.k}: published as is"])
         encoder = NearestCandidateEncoder(domain=self.domain, dimension=d,
                                           centers=tuple(self._to_original(cand).ravel().tolist()))
         oracle = choose_frequency_oracle(len(cand), self.round_epsilon, MAX_PAYLOAD_BITS)
         tasks = [GroupTask(groups=tuple(self._groups("weights")),
                            components=(Component(encoder=encoder, mechanism=oracle),))]
-        new_state = pack_state("weights", candidates=cand.ravel().tolist(), diagnostics=diagnostics,
-                               warnings=warnings)
+        new_state = pack_state("weights", candidates=cand.ravel().tolist(), candidate_variances=candidate_variances,
+                               diagnostics=diagnostics, warnings=warnings)
         return RoundOutcome(next_round=RoundPlan(spec=self._spec(round_ + 1, tasks), engine_state=new_state),
                             diagnostics=diagnostics)
 
@@ -445,20 +448,23 @@ class StemmerEngine(CampaignEngine):
         # that spans two clusters then drags its center: at epsilon = infinity (exact counts, sums and
         # weights, mixture d = 10, k = 8) pooling gave cost ratios 2.1-6.6, these means 1.01-1.49.
         centers = np.clip(fit.centers, -1.0, 1.0)
+        # Each center's noise: the weighted mean of its candidates' round-B means (a state written before the
+        # floor was reported has no candidate variances: the floor is then left out, never guessed).
+        cand_var = np.asarray(state.get("candidate_variances", [math.inf] * m), dtype=np.float64)[kept_idx]
+        owned = np.bincount(labels, weights=coreset_w, minlength=kk)
+        center_variances = np.bincount(labels, weights=coreset_w**2 * cand_var, minlength=kk) / np.maximum(owned, 1e-300)**2
         if kk < k:
             warnings.append(f"only {kk} candidates passed the weight threshold for k = {k}: {kk} centers published")
         if not self.lloyd:
-            return self._finish(centers, np.bincount(labels, weights=coreset_w, minlength=kk).astype(np.float64),
-                                diagnostics, warnings)
+            return self._finish(centers, owned.astype(np.float64), center_variances, diagnostics, warnings)
         encoder = BucketedVectorEncoder(domain=self.domain, nearest=NearestCandidateEncoder(
             domain=self.domain, dimension=d, centers=tuple(self._to_original(centers).ravel().tolist())))
         mechanism = BucketizedVectorParams(bucket_bits=encoder.bucket_bits, dimension=d + 1,
                                            epsilon=self.round_epsilon, shape=self.vector_shape)
         tasks = [GroupTask(groups=tuple(self._groups("lloyd")),
                            components=(Component(encoder=encoder, mechanism=mechanism),))]
-        new_state = pack_state("lloyd", centers=centers.ravel().tolist(),
-                               weights=np.bincount(labels, weights=coreset_w, minlength=kk).tolist(),
-                               diagnostics=diagnostics, warnings=warnings)
+        new_state = pack_state("lloyd", centers=centers.ravel().tolist(), weights=owned.tolist(),
+                               center_variances=center_variances.tolist(), diagnostics=diagnostics, warnings=warnings)
         return RoundOutcome(next_round=RoundPlan(spec=self._spec(round_ + 1, tasks), engine_state=new_state),
                             diagnostics=diagnostics)
 
@@ -485,15 +491,17 @@ class StemmerEngine(CampaignEngine):
         warnings = list(state["warnings"])
         diagnostics["lloyd_reports"] = float(reporters)
         centers = previous
+        center_variances = np.asarray(state.get("center_variances", [math.inf] * len(previous)), dtype=np.float64)
         if sums is not None:
             counts = sums[:, d]
             moved = counts > MIN_COUNT_Z * math.sqrt(variance)
             centers = np.where(moved[:, None], sums[:, :d] / np.where(moved, counts, 1.0)[:, None], previous)
             se = np.sqrt(variance) / np.where(moved, counts, np.inf)
+            center_variances = np.where(moved, se**2, center_variances)
             diagnostics.update(lloyd_centers_moved=float(moved.sum()),
                                lloyd_center_se_mean=float(se[moved].mean()) if moved.any() else 0.0)
         return self._finish(np.clip(centers, -1.0, 1.0), np.asarray(state["weights"], dtype=np.float64),
-                            diagnostics, warnings)
+                            center_variances, diagnostics, warnings)
 
     # -- results ------------------------------------------------------------------------------------
 
@@ -503,9 +511,15 @@ class StemmerEngine(CampaignEngine):
         out: NDArray[np.float64] = lower + np.clip((centered + 1.0) / 2.0, 0.0, 1.0) * (upper - lower)
         return out
 
-    def _finish(self, centers: NDArray[np.float64], weights: NDArray[np.float64], diagnostics: dict[str, float],
-                warnings: list[str]) -> RoundOutcome:
+    def _finish(self, centers: NDArray[np.float64], weights: NDArray[np.float64], variances: NDArray[np.float64],
+                diagnostics: dict[str, float], warnings: list[str]) -> RoundOutcome:
+        """Publish ``centers`` (``[-1, 1]`` units) with their weights and their noise floor from ``variances``
+        (each center's per-coordinate noise variance, ``[-1, 1]`` units)."""
         w = np.clip(weights, 0.0, None)
+        lower, upper = self.domain.lower, self.domain.upper
+        diagnostics.update(floor_diagnostics(
+            unit_to_data_variance(np.repeat(np.asarray(variances, dtype=np.float64).reshape(-1, 1), self.dimension,
+                                            axis=1), lower, upper, unit_width=2.0), w))
         clustering = Clustering(
             k=int(centers.shape[0]), dimension=self.dimension, centers=tuple(self._to_original(centers).ravel().tolist()),
             weights=tuple((w / w.sum() if w.sum() > 0 else np.full(w.size, 1.0 / w.size)).tolist()))

@@ -11,6 +11,7 @@ to non-private k-means) with the shared scores of :mod:`.scores`. :func:`evaluat
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from ldp_client.clusters import CellClusterModel
 from ldp_client.errors import InvalidParameterError
 from ldp_client.spec import RoundSpec
 
+from ..estimation.center_floor import FLOOR_CENTER_ERROR, FLOOR_EXCESS_COST, floor_cost_ratio
 from ..estimation.kmeans import assign
 from ..kinds import KINDS, Kind
 from ..model import Estimates, Result
@@ -36,6 +38,7 @@ __all__ = [
     "evaluate_heavy_hitters",
     "evaluate_histogram",
     "evaluate_run",
+    "floor_scores",
     "histogram_truth",
     "kmeans",
 ]
@@ -189,12 +192,33 @@ def evaluate_clustering(result: Result, points: ArrayLike, labels_true: ArrayLik
         reference = reference_kmeans_cost(x, max(1, min(k or len(centers), len(x))), seed)
         out = evaluate_labels(x, labels_true, predicted, centers=centers, reference_cost=reference)
         out["clusters"] = float(len(centers))
+        out.update(floor_scores(result.diagnostics, out, reference / len(x)))
         return out
     if clustering.cell_map is not None and clustering.cell_map.cells:
         out = evaluate_labels(x, labels_true, cell_labels(clustering.cell_map, x))
         out["clusters"] = float(len(set(clustering.cell_map.labels) - {-1}))
         return out
     raise InvalidParameterError("the result holds no clustering (neither centers nor a cell map)")
+
+
+def floor_scores(diagnostics: Mapping[str, float], scores: Mapping[str, float],
+                 optimal_cost_per_point: float) -> dict[str, float]:
+    """The measured figures beside the result's own noise floor (:mod:`ldp_collector.estimation.center_floor`).
+
+    ``floor_cost_ratio`` (``1 + floor excess / OPT``) and ``cost_over_floor`` (measured cost ratio over it);
+    ``floor_center_error`` and ``center_error_over_floor`` (with true labels). Empty when the result
+    reports no floor.
+    """
+    out: dict[str, float] = {}
+    if FLOOR_EXCESS_COST in diagnostics and "cost_ratio" in scores:
+        predicted = floor_cost_ratio(float(diagnostics[FLOOR_EXCESS_COST]), optimal_cost_per_point)
+        out["floor_cost_ratio"] = predicted
+        out["cost_over_floor"] = float(scores["cost_ratio"]) / predicted
+    if FLOOR_CENTER_ERROR in diagnostics and "center_error" in scores:
+        floor = float(diagnostics[FLOOR_CENTER_ERROR])
+        out["floor_center_error"] = floor
+        out["center_error_over_floor"] = float(scores["center_error"]) / floor if floor > 0 else math.inf
+    return out
 
 
 # -- by kind ---------------------------------------------------------------------------

@@ -395,6 +395,7 @@ class NetTreeParameters(_message.Message):
     BITS_PER_LEVEL_FIELD_NUMBER: _builtins.int
     NODE_SHARE_FIELD_NUMBER: _builtins.int
     FALSE_POSITIVE_RATE_FIELD_NUMBER: _builtins.int
+    EXPECTED_REPORTS_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     projection_dimension: _builtins.int
     depth: _builtins.int
@@ -409,6 +410,11 @@ class NetTreeParameters(_message.Message):
     """Share of epsilon spent on the node report; the rest goes to the bucketized vector (0 = 0.5)."""
     false_positive_rate: _builtins.float
     """Family-wise false-positive rate of the node thresholds per level (0 = 0.05)."""
+    expected_reports: _builtins.int
+    """Devices the operator expects to report (0 = unknown). With node_share unset, the node report gets
+    the smallest share of epsilon at which the tree detects every cluster at this population (at most
+    0.5; the rest goes to the vector); unknown, the share is 0.5.
+    """
     def __init__(
         self,
         *,
@@ -421,10 +427,11 @@ class NetTreeParameters(_message.Message):
         bits_per_level: _builtins.int = ...,
         node_share: _builtins.float = ...,
         false_positive_rate: _builtins.float = ...,
+        expected_reports: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "cluster_in_projected_space", b"cluster_in_projected_space", "depth", b"depth", "false_positive_rate", b"false_positive_rate", "k", b"k", "max_nodes_per_level", b"max_nodes_per_level", "node_map", b"node_map", "node_share", b"node_share", "projection_dimension", b"projection_dimension"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "cluster_in_projected_space", b"cluster_in_projected_space", "depth", b"depth", "expected_reports", b"expected_reports", "false_positive_rate", b"false_positive_rate", "k", b"k", "max_nodes_per_level", b"max_nodes_per_level", "node_map", b"node_map", "node_share", b"node_share", "projection_dimension", b"projection_dimension"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,125 @@
+"""The noise floor of a center result: what the privacy noise alone costs the published centers.
+
+Every center kind estimates each center ``c`` from reports whose randomization has a known
+variance, so each published center carries a per-coordinate noise variance ``s_cj^2`` (in the
+data's units) that the server can compute without seeing a raw point: the mechanism's variance,
+the number of reports pooled and the debiasing the kind applies. This module turns those
+variances into the two figures every center result reports beside its centers
+(:func:`floor_diagnostics`), so that a user can tell "the clusters were found and the centers sit
+where the noise puts them" from "the algorithm went wrong":
+
+``floor_center_error``
+    The expected distance between a published center and the mean it estimates, averaged over the
+    centers: ``mean_c E||delta_c||`` with ``delta_c ~ N(0, diag(s_c^2))``. For equal variances
+    ``s^2`` in ``d`` coordinates this is the chi mean ``s sqrt(2) Gamma((d + 1) / 2) / Gamma(d / 2)``;
+    for unequal ones :func:`expected_norm` uses the same factor on ``sqrt(sum_j s_cj^2)`` (within a
+    few percent for the ratios of coordinate spreads a box domain gives). It is comparable
+    directly with the harness's ``center_error`` (mean distance between matched true and published
+    centers).
+``floor_excess_cost``
+    The k-means cost per point the noise adds: a center off by ``delta_c`` adds ``||delta_c||^2``
+    to the cost of each of its points, so the expected excess per point is
+    ``sum_c w_c sum_j s_cj^2 / sum_c w_c`` (``w_c`` = the devices the center stands for).
+    The predicted cost ratio against non-private k-means is ``1 + floor_excess_cost / OPT`` with
+    ``OPT`` the optimal cost per point, which only the evaluation knows (:func:`floor_cost_ratio`).
+
+What the floor leaves out, by design: errors of the algorithm itself (a cluster that was not found,
+two clusters merged, points assigned to the wrong center, the bias of hard assignment on noisy
+reports). A measured figure far above its floor therefore points at the algorithm, not at the
+privacy budget; a figure at its floor can only be improved by more reports, more epsilon for the
+vector step, or a lower-variance randomizer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ldp_client.errors import InvalidParameterError
+
+__all__ = [
+    "FLOOR_CENTER_ERROR",
+    "FLOOR_EXCESS_COST",
+    "expected_norm",
+    "floor_cost_ratio",
+    "floor_diagnostics",
+    "unit_to_data_variance",
+]
+
+#: Diagnostic keys of every center result (module docstring).
+FLOOR_CENTER_ERROR = "floor_center_error"
+FLOOR_EXCESS_COST = "floor_excess_cost"
+
+
+def expected_norm(variances: ArrayLike) -> NDArray[np.float64]:
+    """``E||delta||`` per row for ``delta ~ N(0, diag(row))``: the chi mean on ``sqrt(sum row)``.
+
+    Exact when a row's variances are equal; otherwise the chi-mean factor of ``d`` degrees of
+    freedom applied to the root of the total variance (module docstring).
+    """
+    v = np.atleast_2d(np.asarray(variances, dtype=np.float64))
+    d = v.shape[1]
+    factor = math.sqrt(2.0 / d) * math.exp(math.lgamma((d + 1) / 2.0) - math.lgamma(d / 2.0))
+    out: NDArray[np.float64] = factor * np.sqrt(np.clip(v, 0.0, None).sum(axis=1))
+    return out
+
+
+def unit_to_data_variance(variances: ArrayLike, lower: ArrayLike, upper: ArrayLike, *,
+                          unit_width: float) -> NDArray[np.float64]:
+    """Per-coordinate variances on a normalized box (side ``unit_width``: 2 for ``[-1, 1]``, 1 for
+    ``[0, 1]``) scaled to the domain ``[lower, upper]``: times ``((upper - lower) / unit_width)^2``.
+
+    ``variances`` is ``(c,)`` (the same variance in every normalized coordinate) or ``(c, d)``.
+    """
+    lo = np.asarray(lower, dtype=np.float64).reshape(-1)
+    hi = np.asarray(upper, dtype=np.float64).reshape(-1)
+    v = np.asarray(variances, dtype=np.float64)
+    if v.ndim == 1:
+        v = v[:, None]
+    scale = ((hi - lo) / unit_width) ** 2
+    out: NDArray[np.float64] = v * scale[None, :]
+    return out
+
+
+def floor_diagnostics(variances: ArrayLike, weights: ArrayLike) -> dict[str, float]:
+    """The two floor figures of a center result (module docstring).
+
+    Parameters
+    ----------
+    variances : array_like, shape (c, d)
+        Each published center's per-coordinate noise variance, in the data's units (``inf`` for a
+        center with no significant support: it is left out of both figures).
+    weights : array_like, shape (c,)
+        The devices (or shares) each center stands for; only their ratios matter.
+
+    Returns
+    -------
+    dict
+        ``{FLOOR_CENTER_ERROR: ..., FLOOR_EXCESS_COST: ...}``; empty when no center has a finite
+        variance and a positive weight.
+    """
+    v = np.atleast_2d(np.asarray(variances, dtype=np.float64))
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    if v.shape[0] != w.size:
+        raise InvalidParameterError(f"need one weight per center, got {v.shape[0]} centers and {w.size} weights")
+    if np.any(v < 0) or np.any(np.isnan(v)):
+        raise InvalidParameterError("center variances must be >= 0")
+    ok = np.isfinite(v).all(axis=1) & (w > 0)
+    if not ok.any():
+        return {}
+    v, w = v[ok], w[ok]
+    return {
+        FLOOR_CENTER_ERROR: float(expected_norm(v).mean()),
+        FLOOR_EXCESS_COST: float((w * v.sum(axis=1)).sum() / w.sum()),
+    }
+
+
+def floor_cost_ratio(excess_cost: float, optimal_cost_per_point: float) -> float:
+    """The cost ratio the floor predicts: ``1 + excess / OPT`` (``inf`` when ``OPT`` is 0 and the excess is not)."""
+    if excess_cost < 0 or optimal_cost_per_point < 0:
+        raise InvalidParameterError("costs must be >= 0")
+    if optimal_cost_per_point == 0:
+        return 1.0 if excess_cost == 0 else math.inf
+    return 1.0 + excess_cost / optimal_cost_per_point
