@@ -26,7 +26,7 @@ import pytest
 from ldp.v1 import campaigns_pb2
 from ldp_client import serde
 from ldp_client.encoders import BucketedVectorEncoder, NumericDomain, ShiftedGridEncoder, SimHashEncoder
-from ldp_client.errors import ProtocolError
+from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms import BucketizedVectorParams, VectorShape
 from ldp_client.mechanisms.bucketized_vector import sign
 from ldp_client.payload import Floats, HashedValue, SignedVector
@@ -399,3 +399,17 @@ def test_reports_go_through_submit_storage_and_estimation(tmp_path: Path, monkey
             assert abs(direct.counts.sum() - 300) <= Z * sd
     finally:
         collector.store.close()
+
+
+def test_lloyd_move_goes_to_the_means_of_significant_buckets_only() -> None:
+    from ldp_collector.estimation.vector_sum import LLOYD_MIN_COUNT_Z, lloyd_move
+
+    previous = np.array([[0.0, 0.0], [0.5, 0.5], [-0.5, 0.2]])
+    # Sums of (v, 1): 100 devices at (0.2, -0.4), 30 at (0.6, 0.6) and a count of 2 (not significant at variance 4).
+    sums = np.array([[20.0, -40.0, 100.0], [18.0, 18.0, 30.0], [1.0, 1.0, 2.0]])
+    move = lloyd_move(previous, sums, 4.0)
+    assert move.moved.tolist() == [True, True, False] and 2.0 <= LLOYD_MIN_COUNT_Z * 2.0
+    np.testing.assert_allclose(move.centers, [[0.2, -0.4], [0.6, 0.6], [-0.5, 0.2]])
+    np.testing.assert_allclose(move.variances, [4.0 / 100**2, 4.0 / 30**2, np.inf])
+    with pytest.raises(InvalidParameterError, match="sums"):
+        lloyd_move(previous, sums[:, :2], 4.0)

@@ -100,6 +100,8 @@ def test_defaults_are_filled_in() -> None:
     ({"node_share": 1.0}, "node_share"),
     ({"node_share": -0.5}, "node_share"),
     ({"false_positive_rate": 1.5}, "false_positive_rate"),
+    ({"refinement_share": 0.95}, "refinement_share"),
+    ({"refinement_share": -0.1}, "refinement_share"),
 ])
 def test_bad_parameters_name_the_field(params: dict[str, Any], message: str) -> None:
     k = params.pop("k", 4)
@@ -277,3 +279,34 @@ def test_simulate_plans_for_its_own_population(monkeypatch: pytest.MonkeyPatch,
                       *extra])
     capsys.readouterr()
     assert [c.parameters.expected_reports for c in configs] == [300, 5_000_000]
+
+
+def test_a_refinement_round_goes_to_fresh_devices_with_the_whole_epsilon() -> None:
+    config = nettree_config([0.0] * 3, [1.0] * 3, epsilon=2.0, k=4, refinement_share=0.3)
+    engine = engine_for(config)
+    first = engine.first_round()
+    weights = first.spec.group_weights
+    levels = engine.layout.levels
+    assert len(weights) == levels + 1 and weights[levels] / sum(weights) == pytest.approx(0.3, abs=1e-5)
+    assert [t.groups for t in first.spec.tasks] == [(g,) for g in range(levels)]  # group T waits for round 2
+    split = nettree_config([0.0] * 3, [1.0] * 3, epsilon=2.0, k=4, refinement_share=0.3)
+    split.budget_policy = campaigns_pb2.SPLIT
+    with pytest.raises(InvalidArgumentError, match="PARTITION"):
+        engine_for(split)
+
+
+def test_refinement_moves_the_centers_to_their_devices_means() -> None:
+    """End to end: round 2 asks the held-back group only, each device reports once, the centers move."""
+    x, truth = make_dataset("mixture", 20_000, d=2, k=4, seed=3, separation=4.0)
+    lower, upper = x.min(axis=0) - 1.0, x.max(axis=0) + 1.0
+    config = nettree_config(lower.tolist(), upper.tolist(), epsilon=4.0, k=4, campaign_id="nt-refine",
+                            refinement_share=0.3)
+    outcome = run(config, x)
+    assert outcome.stats.rounds == 2 and outcome.stats.reports_sent == 20_000  # one report per device
+    result = outcome.result
+    d = dict(result.diagnostics)
+    # The held-back group is a binomial share of the devices: within 5 standard deviations of 0.3 n.
+    assert abs(d["refinement_reports"] - 6000) <= 5 * math.sqrt(20_000 * 0.3 * 0.7)
+    assert d["refinement_centers_moved"] == 4 and d["floor_center_error"] > 0
+    scores = evaluate_clustering(result, x, truth)
+    assert scores["ari"] >= ARI_FLOORS["mixture-2d"], scores

@@ -38,14 +38,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldp_client.errors import ProtocolError
+from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, VectorShape
 from ldp_client.mechanisms.local_hashing import SEED_BITS
 from ldp_client.payload import Floats, SignedVector
 
 from .olh_hash import hash_values
 
-__all__ = ["BucketSums", "analytic_variance", "bucket_sums", "decode_signed"]
+__all__ = ["LLOYD_MIN_COUNT_Z", "BucketSums", "LloydMove", "analytic_variance", "bucket_sums", "decode_signed",
+           "lloyd_move"]
 
 #: (reports x buckets) pairs per sign block: about 256 KiB of uint64, so a block stays in cache.
 _BLOCK_PAIRS = 1 << 15
@@ -263,3 +264,38 @@ def analytic_variance(params: BucketizedVectorParams, reports: int) -> float:
     :attr:`BucketSums.variance_bound`); its square root is the worst-case standard error."""
     return float(reports) * _check_params(params).report_second_moment
 
+
+
+#: A Lloyd-round center moves only when its estimated count exceeds this many standard errors.
+LLOYD_MIN_COUNT_Z = 3.0
+
+
+@dataclass(frozen=True)
+class LloydMove:
+    """One Lloyd step from per-center bucket sums (:func:`lloyd_move`), in the sums' units."""
+
+    centers: NDArray[np.float64]
+    #: Per-coordinate noise variance of each moved center (``variance / count^2``); ``inf`` where it stayed.
+    variances: NDArray[np.float64]
+    moved: NDArray[np.bool_]
+
+
+def lloyd_move(previous: ArrayLike, sums: ArrayLike, variance: float, *,
+               min_count_z: float = LLOYD_MIN_COUNT_Z) -> LloydMove:
+    """Move each center to the mean of the devices that chose it, from ``(m, d + 1)`` bucket sums of ``(v, 1)``.
+
+    ``sums[:, d]`` is each center's estimated count, ``variance`` the per-coordinate variance of a
+    bucket sum (:attr:`BucketSums.variance_bound`); a center whose count does not exceed
+    ``min_count_z`` standard errors keeps its place (its mean would be mostly noise).
+    """
+    prev = np.asarray(previous, dtype=np.float64)
+    s = np.asarray(sums, dtype=np.float64)
+    d = prev.shape[1]
+    if s.shape != (prev.shape[0], d + 1):
+        raise InvalidParameterError(f"need ({prev.shape[0]}, {d + 1}) sums for {prev.shape[0]} centers, got {s.shape}")
+    counts = s[:, d]
+    moved = counts > min_count_z * np.sqrt(max(variance, 0.0))
+    safe = np.where(moved, counts, 1.0)
+    centers = np.where(moved[:, None], s[:, :d] / safe[:, None], prev)
+    variances = np.where(moved, max(variance, 0.0) / safe**2, np.inf)
+    return LloydMove(centers=centers, variances=variances, moved=moved)

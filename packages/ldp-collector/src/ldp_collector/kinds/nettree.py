@@ -1,7 +1,8 @@
 """NETTREE campaigns: one-round net-tree k-means (Chang, Ghazi, Kumar, Manurangsi 2021; DESIGN.md §7.4).
 
 One message per device, no feedback round: the protocol for fleets where a second contact is
-expensive. The math lives in :mod:`ldp_collector.estimation.net_tree`; this module turns a
+expensive. Where it is affordable, ``refinement_share`` holds a share of the devices back for one
+Lloyd round (below). The math lives in :mod:`ldp_collector.estimation.net_tree`; this module turns a
 campaign config into the round and the closed round into centers.
 
 The round
@@ -26,6 +27,16 @@ The server step
     geometry, by their representatives projected with the public JL matrix) and the original-space
     sums pooled per cluster.
 
+The refinement round (optional)
+    With ``refinement_share = s``, a group of ``s n`` devices (group ``T``) skips round 1; round 2
+    sends it the round-1 centers, and each of its devices reports, once and with the whole epsilon,
+    the bucketized vector of its point bucketed by its nearest center. Each center moves to the
+    mean of the devices that chose it when their count is significant
+    (:func:`~ldp_collector.estimation.vector_sum.lloyd_move`). This removes what the tree's
+    buckets get wrong (a leaf holding parts of two clusters drags both centers; a small cluster
+    pooled with a large one) at the cost of the round-1 devices it takes: the center noise is
+    about ``k^2 M(eps) / (s n)`` against ``k^2 M(eps_vector) / n`` for the one-round vector.
+
 Diagnostics
     Nodes tested / kept / threshold per level, the detection signal-to-noise ratio (DESIGN §7.4),
     the leaves (coreset size), the coverage (leaf mass / n), the vector randomizer's variance and
@@ -48,6 +59,7 @@ from ldp_client.budget import split_epsilon
 from ldp_client.encoders.base import Encoder
 from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.lsh import ShiftedGridEncoder, SimHashEncoder
+from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.encoders.projection import RandomProjection
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms import choose_frequency_oracle
@@ -56,7 +68,7 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
-from ..estimation.center_floor import floor_diagnostics, unit_to_data_variance
+from ..estimation.center_floor import FLOOR_CENTER_ERROR, FLOOR_EXCESS_COST, floor_diagnostics, unit_to_data_variance
 from ..estimation.frequency import make_aggregator
 from ..estimation.net_tree import (
     LevelEstimator,
@@ -71,8 +83,8 @@ from ..estimation.net_tree import (
     shifted_cell_centres,
     signal_to_noise,
 )
-from ..estimation.vector_sum import bucket_sums
-from ..model import CampaignConfig, CampaignState, Clustering, Result
+from ..estimation.vector_sum import bucket_sums, lloyd_move
+from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
 from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
 from .base import (
     K_PARAM,
@@ -85,7 +97,9 @@ from .base import (
     RoundOutcome,
     RoundPlan,
     RoundReports,
+    load_state,
     numeric_domain,
+    pack_state,
 )
 from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, ProtoEnum, campaign_seed, check_report_epsilon
 
@@ -110,6 +124,9 @@ DEFAULT_NODE_SHARE = 0.5
 #: by the population estimate the plan rests on).
 MIN_NODE_SHARE = 0.05
 MAX_EXPECTED_REPORTS = 10**12
+MAX_REFINEMENT_SHARE = 0.9
+#: Integer group weights are shares of this total (``RoundSpec.group_weights``).
+_WEIGHT_TOTAL = 1_000_000
 DEFAULT_FALSE_POSITIVE_RATE = 0.05
 #: Largest projected dimension (DESIGN §7.4: d' <= 16); the shifted grid allows at most 8 (2^8 children).
 MAX_PROJECTION = 16
@@ -173,6 +190,10 @@ class NetTreeParams(KindParams):
         share is the smallest at which the tree detects every cluster at that population
         (:func:`~ldp_collector.estimation.net_tree.node_epsilon_needed` over epsilon), between
         ``MIN_NODE_SHARE`` and 0.5: the vector, whose noise sets the centers' floor, gets the rest.
+    refinement_share : float
+        Share of the devices held back for a Lloyd refinement round, in [0, MAX_REFINEMENT_SHARE]
+        (0 = no refinement: one round). They report once, in round 2, with the whole epsilon: their
+        point's bucketized vector bucketed by its nearest round-1 center (PARTITION only).
     """
 
     k: int = 0
@@ -185,6 +206,7 @@ class NetTreeParams(KindParams):
     node_share: float = 0.0
     false_positive_rate: float = 0.0
     expected_reports: int = 0
+    refinement_share: float = 0.0
 
     def resolve(self, config: CampaignConfig) -> NetTreeParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
@@ -234,6 +256,13 @@ class NetTreeParams(KindParams):
         if not 0 <= self.expected_reports <= MAX_EXPECTED_REPORTS:
             raise InvalidArgumentError(f"nettree.expected_reports must be in [0, {MAX_EXPECTED_REPORTS}], got "
                                        f"{self.expected_reports}")
+        refinement_share = self.refinement_share
+        if not (math.isfinite(refinement_share) and 0.0 <= refinement_share <= MAX_REFINEMENT_SHARE):
+            raise InvalidArgumentError(f"nettree.refinement_share must be in [0, {MAX_REFINEMENT_SHARE:g}] (0 = no "
+                                       f"refinement round), got {refinement_share:g}")
+        if refinement_share and config.budget_policy == BudgetPolicy.SPLIT:
+            raise InvalidArgumentError("nettree.refinement_share needs the PARTITION budget policy: the refinement "
+                                       "round's devices are fresh ones, each reporting once")
         node_share = self.node_share or self.planned_node_share(
             config.epsilon, k, NetTreeLayout(levels=depth, child_bits=bits_per_level), false_positive_rate)
         if not (math.isfinite(node_share) and 0.0 < node_share < 1.0):
@@ -246,7 +275,8 @@ class NetTreeParams(KindParams):
         """The node share for ``expected_reports`` devices (0.5 when unknown): what the tree needs, capped at 0.5."""
         if not self.expected_reports:
             return DEFAULT_NODE_SHARE
-        needed = node_epsilon_needed(float(self.expected_reports), k, layout, false_positive_rate) / epsilon
+        tree_reports = max(1.0, float(self.expected_reports) * (1.0 - self.refinement_share))
+        needed = node_epsilon_needed(tree_reports, k, layout, false_positive_rate) / epsilon
         return min(DEFAULT_NODE_SHARE, max(MIN_NODE_SHARE, needed))
 
 
@@ -310,18 +340,98 @@ class NetTreeEngine(CampaignEngine):
             return ShiftedGridEncoder(domain=self.domain, projection=self.projection, level=level, seed=seed)
         return SimHashEncoder(domain=self.domain, projection=self.projection, bits=self.layout.bits(level), seed=seed)
 
+    def _group_weights(self) -> tuple[int, ...]:
+        """``T`` equal tree groups, plus the refinement group (group ``T``) when there is one."""
+        levels = self.layout.levels
+        share = float(self.params.refinement_share)
+        if not share:
+            return (1,) * levels
+        per_level = max(1, round((1.0 - share) * _WEIGHT_TOTAL / levels))
+        return (per_level,) * levels + (max(1, _WEIGHT_TOTAL - levels * per_level),)
+
     def first_round(self) -> RoundPlan:
-        """The only round: group ``l - 1`` reports its level-``l`` node and its bucketized vector."""
+        """Group ``l - 1`` reports its level-``l`` node and its bucketized vector (the refinement group waits)."""
         levels = self.layout.levels
         spec = RoundSpec(
-            campaign_id=self.campaign_id, round=1, group_weights=(1,) * levels,
+            campaign_id=self.campaign_id, round=1, group_weights=self._group_weights(),
             tasks=tuple(GroupTask(groups=(g,), components=(self.node_components[g], self.vector))
                         for g in range(levels)),
             campaign_epsilon=self.config.epsilon, max_reports_per_device=1, kind="nettree")
-        return RoundPlan(spec=spec)
+        return RoundPlan(spec=spec, engine_state=pack_state("tree") if self.params.refinement_share else b"")
 
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
-        """Grow the tree, build the coreset, cluster it and publish the centers."""
+        """Round 1: grow the tree, build the coreset, cluster it and publish the centers (or, with a
+        refinement round, send them to the refinement group); round 2: the Lloyd step."""
+        if engine_state and load_state(engine_state, "nettree", ("tree", "refine"))["phase"] == "refine":
+            return self._close_refinement(spec, reports, load_state(engine_state, "nettree"))
+        outcome = self._close_tree(spec, reports)
+        clustering = outcome.result.clustering if outcome.result is not None else None
+        if not self.params.refinement_share or clustering is None or not clustering.centers:
+            return outcome
+        return self._refinement_round(outcome)
+
+    def _refinement_round(self, outcome: RoundOutcome) -> RoundOutcome:
+        """Round 2's plan: the refinement group reports its vector bucketed by its nearest round-1 center."""
+        assert outcome.result is not None and outcome.result.clustering is not None
+        d = self.dimension
+        centers = np.asarray(outcome.result.clustering.centers, dtype=np.float64).reshape(-1, d)
+        encoder = BucketedVectorEncoder(domain=self.domain, nearest=NearestCandidateEncoder(
+            domain=self.domain, dimension=d, centers=tuple(centers.ravel().tolist())))
+        epsilon = float(self.config.epsilon)
+        mechanism = BucketizedVectorParams(bucket_bits=encoder.bucket_bits, dimension=d + 1, epsilon=epsilon,
+                                           shape=vector_shape(d + 1, epsilon))
+        levels = self.layout.levels
+        spec = RoundSpec(campaign_id=self.campaign_id, round=2, group_weights=self._group_weights(),
+                         tasks=(GroupTask(groups=(levels,), components=(Component(encoder=encoder, mechanism=mechanism),)),),
+                         campaign_epsilon=self.config.epsilon, max_reports_per_device=1, kind="nettree")
+        state = pack_state("refine", centers=centers.ravel().tolist(),
+                           weights=list(outcome.result.clustering.weights), diagnostics=dict(outcome.diagnostics),
+                           warnings=list(outcome.result.warnings))
+        return RoundOutcome(next_round=RoundPlan(spec=spec, engine_state=state), diagnostics=outcome.diagnostics)
+
+    def _close_refinement(self, spec: RoundSpec, reports: RoundReports, state: dict[str, Any]) -> RoundOutcome:
+        """The Lloyd step (:func:`~ldp_collector.estimation.vector_sum.lloyd_move`) on the refinement group's sums."""
+        d = self.dimension
+        lower = np.asarray(self.domain.lower, dtype=np.float64)
+        upper = np.asarray(self.domain.upper, dtype=np.float64)
+        previous = np.asarray(state["centers"], dtype=np.float64).reshape(-1, d)
+        weights = np.asarray(state["weights"], dtype=np.float64)
+        diagnostics = {str(key): float(value) for key, value in dict(state["diagnostics"]).items()}
+        warnings = [str(w) for w in state["warnings"]]
+        (component,) = spec.tasks[0].components
+        params = component.mechanism
+        if not isinstance(params, BucketizedVectorParams):
+            raise ProtocolError(f"a nettree refinement round must use bucketized_vector, got {params.KIND}")
+        payloads: list[Any] = []
+        for batch in reports.batches():
+            payloads.extend(decode_report_payloads(batch, component_params_from_spec(spec)).get(
+                f"{self.layout.levels}:0", []))
+        diagnostics["refinement_reports"] = float(len(payloads))
+        for key in (FLOOR_CENTER_ERROR, FLOOR_EXCESS_COST):
+            diagnostics.pop(key, None)  # round 1's floor; the published centers get their own below
+        if not payloads:
+            warnings.append("the refinement round received no reports: round 1's centers published")
+            centers_unit = 2.0 * (previous - lower) / (upper - lower) - 1.0
+            variances = np.full(len(previous), np.inf)
+        else:
+            sums = bucket_sums(params, payloads, np.arange(len(previous), dtype=np.uint64))
+            start = 2.0 * (previous - lower) / (upper - lower) - 1.0
+            move = lloyd_move(start, np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound))
+            centers_unit, variances = np.clip(move.centers, -1.0, 1.0), move.variances
+            diagnostics["refinement_centers_moved"] = float(move.moved.sum())
+            if not move.moved.all():
+                warnings.append(f"{int((~move.moved).sum())} of {len(previous)} centers kept their round-1 place: "
+                                f"too few refinement reports chose them")
+        original = lower + (centers_unit + 1.0) / 2.0 * (upper - lower)
+        diagnostics.update(floor_diagnostics(
+            unit_to_data_variance(np.repeat(variances[:, None], d, axis=1), lower, upper, unit_width=2.0), weights))
+        clustering = Clustering(k=int(original.shape[0]), dimension=d, centers=tuple(original.ravel().tolist()),
+                                weights=tuple(weights.tolist()))
+        result = Result(state=CampaignState.FINISHED, clustering=clustering, warnings=tuple(warnings))
+        return RoundOutcome(result=result, diagnostics=diagnostics)
+
+    def _close_tree(self, spec: RoundSpec, reports: RoundReports) -> RoundOutcome:
+        """Round 1's server step on the reports (:meth:`server_step`)."""
         layout = self.layout
         d = self.dimension
         params_by_group = component_params_from_spec(spec)
@@ -509,11 +619,13 @@ def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
 
 
 #: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
-#: ``--expected-reports`` (``simulate``: the simulated population when not given).
+#: ``--expected-reports`` (``simulate``: the simulated population when not given), ``--refinement-share``.
 CLI = KindCli(result="clustering", params=(
     K_PARAM,
     CliParam(flag="--expected-reports", field="expected_reports", type="uint64", metavar="N",
              help="devices expected to report: the node share of epsilon is planned for them (nettree)"),
+    CliParam(flag="--refinement-share", field="refinement_share", type="positive_float", metavar="SHARE",
+             help="share of the devices held back for a Lloyd refinement round (nettree; default none)"),
 ))
 
 #: The NETTREE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).

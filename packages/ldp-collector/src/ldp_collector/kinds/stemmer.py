@@ -32,8 +32,9 @@ Rounds
        step costs one vector report per device and no label. (LDPKmeans's GRR label plus a fresh
        vector has, per center, about ``q / (p - q)^2`` times the variance at the label's and the
        vector's split epsilons: 9 times more at k = 8, epsilon = 2.) A center moves only when its
-       count passes ``MIN_COUNT_Z`` standard errors, to the mean of its devices (a Lloyd step: the
-       coreset's centers are only where the assignment comes from).
+       count passes ``LLOYD_MIN_COUNT_Z`` standard errors, to the mean of its devices (a Lloyd
+       step, :func:`~ldp_collector.estimation.vector_sum.lloyd_move`: the coreset's centers are
+       only where the assignment comes from).
 
 Budget policies
     ``PARTITION`` (default): the groups of rounds A and B are ``S`` subgroups each, C and D one group
@@ -76,7 +77,7 @@ from ..estimation.frequency import FrequencyAggregator, make_aggregator
 from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
-from ..estimation.vector_sum import bucket_sums
+from ..estimation.vector_sum import bucket_sums, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
 from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
 from .base import (
@@ -110,8 +111,6 @@ RESTARTS = 20
 #: Group shares of rounds A, B, C, D under PARTITION (with and without the Lloyd round).
 SHARES_WITH_LLOYD = (0.25, 0.25, 0.15, 0.35)
 SHARES_WITHOUT_LLOYD = (0.30, 0.45, 0.25)
-#: A round-D center moves only when its count exceeds this many standard errors.
-MIN_COUNT_Z = 3.0
 _PHASES = ("keys", "means", "weights", "lloyd")
 
 
@@ -493,13 +492,11 @@ class StemmerEngine(CampaignEngine):
         centers = previous
         center_variances = np.asarray(state.get("center_variances", [math.inf] * len(previous)), dtype=np.float64)
         if sums is not None:
-            counts = sums[:, d]
-            moved = counts > MIN_COUNT_Z * math.sqrt(variance)
-            centers = np.where(moved[:, None], sums[:, :d] / np.where(moved, counts, 1.0)[:, None], previous)
-            se = np.sqrt(variance) / np.where(moved, counts, np.inf)
-            center_variances = np.where(moved, se**2, center_variances)
+            move = lloyd_move(previous, sums, variance)
+            centers, moved = move.centers, move.moved
+            center_variances = np.where(moved, move.variances, center_variances)
             diagnostics.update(lloyd_centers_moved=float(moved.sum()),
-                               lloyd_center_se_mean=float(se[moved].mean()) if moved.any() else 0.0)
+                               lloyd_center_se_mean=float(np.sqrt(move.variances[moved]).mean()) if moved.any() else 0.0)
         return self._finish(np.clip(centers, -1.0, 1.0), np.asarray(state["weights"], dtype=np.float64),
                             center_variances, diagnostics, warnings)
 

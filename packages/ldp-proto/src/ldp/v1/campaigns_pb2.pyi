@@ -396,6 +396,7 @@ class NetTreeParameters(_message.Message):
     NODE_SHARE_FIELD_NUMBER: _builtins.int
     FALSE_POSITIVE_RATE_FIELD_NUMBER: _builtins.int
     EXPECTED_REPORTS_FIELD_NUMBER: _builtins.int
+    REFINEMENT_SHARE_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     projection_dimension: _builtins.int
     depth: _builtins.int
@@ -415,6 +416,11 @@ class NetTreeParameters(_message.Message):
     the smallest share of epsilon at which the tree detects every cluster at this population (at most
     0.5; the rest goes to the vector); unknown, the share is 0.5.
     """
+    refinement_share: _builtins.float
+    """Share of the devices held back for a Lloyd refinement round (0 = none: one round). They report
+    once, in round 2, with the whole epsilon: their bucketized vector bucketed by the nearest round-1
+    center. Needs the PARTITION budget policy.
+    """
     def __init__(
         self,
         *,
@@ -428,10 +434,11 @@ class NetTreeParameters(_message.Message):
         node_share: _builtins.float = ...,
         false_positive_rate: _builtins.float = ...,
         expected_reports: _builtins.int = ...,
+        refinement_share: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "cluster_in_projected_space", b"cluster_in_projected_space", "depth", b"depth", "expected_reports", b"expected_reports", "false_positive_rate", b"false_positive_rate", "k", b"k", "max_nodes_per_level", b"max_nodes_per_level", "node_map", b"node_map", "node_share", b"node_share", "projection_dimension", b"projection_dimension"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "cluster_in_projected_space", b"cluster_in_projected_space", "depth", b"depth", "expected_reports", b"expected_reports", "false_positive_rate", b"false_positive_rate", "k", b"k", "max_nodes_per_level", b"max_nodes_per_level", "node_map", b"node_map", "node_share", b"node_share", "projection_dimension", b"projection_dimension", "refinement_share", b"refinement_share"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
