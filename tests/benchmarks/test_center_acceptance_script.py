@@ -1,0 +1,34 @@
+"""The center-acceptance benchmark (``benchmarks/center_acceptance.py``) builds the data it says and scores every run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import center_acceptance as acceptance
+import numpy as np
+import pytest
+
+
+def test_the_small_cluster_data_has_its_shares_and_separation() -> None:
+    x, labels, means = acceptance.small_cluster_data(200_000, seed=3)
+    k = len(acceptance.SMALL_SHARES)
+    gaps = np.linalg.norm(means[:, None] - means[None], axis=2) + np.eye(k) * 1e9
+    assert gaps.min() >= acceptance.SEPARATION
+    shares = np.bincount(labels, minlength=k) / len(labels)
+    # Multinomial shares: each within 5 standard errors.
+    se = np.sqrt(np.asarray(acceptance.SMALL_SHARES) * (1 - np.asarray(acceptance.SMALL_SHARES)) / len(labels))
+    assert np.all(np.abs(shares - acceptance.SMALL_SHARES) <= 5 * se)
+    assert np.allclose(x[labels == 5].mean(axis=0), means[5], atol=5 * np.sqrt(1 / (0.02 * 200_000)))
+
+
+def test_a_small_run_scores_every_kind_and_writes_its_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "rows.json"
+    code = acceptance.main(["--experiment", "small", "--n", "3000", "--seeds", "1", "--kinds", "stemmer", "laplace",
+                            "--out", str(out)])
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "| small 2% d=5 k=6 | stemmer | 1 |" in table and "| small 2% d=5 k=6 | laplace | 1 |" in table
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["kind"] for r in rows} == {"stemmer", "laplace"}
+    assert all(r["seed"] == 100 and "small_cluster_found" in r and "cost_over_floor" in r for r in rows)
