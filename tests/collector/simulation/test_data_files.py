@@ -193,6 +193,13 @@ def test_a_column_that_looks_like_labels_is_named(tmp_path: Path) -> None:
     named = tmp_path / "named.csv"
     named.write_text("Class,x,y\n" + "\n".join(f"{c},{a},{b}" for (a, b), c in zip(x, labels, strict=True)) + "\n")
     assert label_column_hint(load_file(named)) == (0, "its header is 'Class'")
+    # "y" is a target beside other features, a coordinate beside "x".
+    xy = tmp_path / "xy.csv"
+    xy.write_text("x,y\n" + "\n".join(f"{a},{b}" for a, b in x) + "\n")
+    assert label_column_hint(load_file(xy)) is None
+    y = tmp_path / "y.csv"
+    y.write_text("a,b,y\n" + "\n".join(f"{a},{b},{b}" for a, b in x) + "\n")
+    assert label_column_hint(load_file(y)) == (2, "its header is 'y'")
     features = tmp_path / "features.csv"
     features.write_text("\n".join(f"{a},{b}" for a, b in x) + "\n")
     assert label_column_hint(load_file(features)) is None

@@ -1220,7 +1220,8 @@ def load_file(path: str | os.PathLike[str], label_column: int | str | None = Non
 def label_column_hint(data: DatasetArrays) -> tuple[int, str] | None:
     """The feature column of a file read without a label column that looks like labels, if any.
 
-    A column looks like labels when its header name is one of :data:`LABEL_NAMES`, or, the last
+    A column looks like labels when its header name is one of :data:`LABEL_NAMES` (``y`` only when
+    no column is named ``x``), or, the last
     column only, when it holds integers with at most 20 distinct values while the file has at
     least five times as many rows as values and at least one more column.
 
@@ -1235,9 +1236,11 @@ def label_column_hint(data: DatasetArrays) -> tuple[int, str] | None:
         return None
     names = data.meta.get("columns")
     if names is not None:
-        for j, name in enumerate(names):
-            if str(name).strip().lower() in LABEL_NAMES:
-                return j, f"its header is {name!r}"
+        lowered = [str(name).strip().lower() for name in names]
+        for j, name in enumerate(lowered):
+            # Beside an "x" column, "y" is a coordinate (the usual 2-D header), not a target.
+            if name in LABEL_NAMES and not (name == "y" and "x" in lowered):
+                return j, f"its header is {names[j]!r}"
     n, d = x.shape
     if d < 2:
         return None
