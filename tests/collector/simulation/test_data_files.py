@@ -129,7 +129,7 @@ _READABLE = {
     "semicolons.csv": "1;2;3\n4;5;6\n",
     "tabs.tsv": "x\ty\tlabel\n1\t2\t0\n3\t4\t1\n",
     "spaces.txt": "# made by hand\n1 2 0\n\n  3   4 1\n",
-    "padded.csv": "x , y , label\n 1 , 2 , a \n3,4,b\n",
+    "padded.csv": "x , y , label\n 1 , 2 , a \n3,4,b\n5,6,a\n",
     "crlf.csv": "x,y,label\r\n1,2,0\r\n3,4,1\r\n",
 }
 

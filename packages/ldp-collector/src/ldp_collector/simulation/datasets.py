@@ -1039,7 +1039,8 @@ def _fast_csv(path: Path, layout: _CsvLayout, label_at: int | None) -> _FileArra
             if np.isnan(raw).any():
                 return None
         else:
-            if np.isin(np.char.lower(raw.astype(str)), list(_MISSING_LABELS)).any():
+            raw = np.char.strip(raw.astype(str))  # " a" and "a" are one class, as the precise path reads them
+            if np.isin(np.char.lower(raw), list(_MISSING_LABELS)).any():
                 return None
             numeric = _numeric_or_none(raw.tolist())
             raw = numeric if numeric is not None else raw
