@@ -93,3 +93,36 @@ def test_plot_grid_clustering_beside_the_truth(tmp_path: Path) -> None:
         plot_grid_clustering(_irregular_map(), tmp_path / "bad.png", labels_true=labels)
     with pytest.raises(InvalidParameterError, match=r"one label per point \(2000\)"):
         plot_grid_clustering(_irregular_map(), tmp_path / "bad.png", points=points, labels_true=labels[:10])
+
+
+_LONG_TITLE = ("grid on /data/fleet/points-2026-11-26.csv, n = 200,000, epsilon = 2 (uniform): "
+               "7 clusters over 1,024 cells, 12 of them noise, ARI 0.873 against the file's labels, "
+               "with the budget policy partition and the calibration round's 64 cells per dimension")
+
+
+@pytest.mark.parametrize("beside_truth", [False, True])
+def test_a_long_title_is_wrapped_inside_the_figure(tmp_path: Path, beside_truth: bool) -> None:
+    """``simulate --plot`` titles name the file and the result: they must not run off the right edge."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    rng = np.random.default_rng(2)
+    points = np.column_stack([rng.uniform(0.0, 4.0, 500), rng.uniform(10.0, 12.0, 500)])
+    labels = (points[:, 0] > 2.0).astype(np.int64) if beside_truth else None
+    figures: list[object] = []
+    original = plt.subplots
+
+    def keeping_subplots(*args: object, **kwargs: object) -> object:
+        fig, axes = original(*args, **kwargs)
+        figures.append(fig)
+        return fig, axes
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plt, "subplots", keeping_subplots)
+        plot_grid_clustering(_irregular_map(), tmp_path / "long.png", points=points, labels_true=labels,
+                             title=_LONG_TITLE)
+    fig = figures[0]
+    fig.draw_without_rendering()  # type: ignore[attr-defined]
+    title = fig._suptitle if beside_truth else fig.axes[-1].title  # type: ignore[attr-defined]
+    assert title.get_text().replace("\n", " ") == _LONG_TITLE and "\n" in title.get_text()
+    extent = title.get_window_extent()
+    width = fig.bbox.width  # type: ignore[attr-defined]
+    assert 0 <= extent.x0 and extent.x1 <= width, (extent, width)

@@ -133,7 +133,7 @@ def test_load_file_reads_npy(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("name", "content", "label_column", "message"), [
     ("missing.csv", None, None, "does not exist"),
-    ("ragged.csv", "1,2\n3\n", None, "data row 2 has 1 columns"),
+    ("ragged.csv", "1,2\n3\n", None, "row 2 has 1 columns, row 1 has 2"),
     ("nan.csv", "1,2\nnan,4\n", None, "row 2, column 1 is nan"),
     ("text.csv", "1,2\n3,abc\n", None, "not a number"),
     ("points.json", "[1, 2]", None, "unsupported format '.json'"),

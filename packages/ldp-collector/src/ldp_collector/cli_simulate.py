@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.grid import UniformGridEncoder
+from ldp_client.errors import InvalidParameterError
 
 from .cli_args import (
     POLICIES,
@@ -41,10 +42,11 @@ from .kinds import KINDS, Kind
 from .kinds.base import NUMERIC
 from .model import CampaignConfig
 from .serde import config_from_proto
-from .simulation.datasets import DATASETS, load_file, make_dataset
+from .simulation.datasets import DATASETS, label_column_hint, load_file, make_dataset
 from .simulation.evaluation import CLUSTERING_KINDS, evaluate_run
 from .simulation.population import AUTO_DEVICE_LIMIT, numeric_bounds
 from .simulation.runner import CampaignRun, RemoteCollector, run_campaign
+from .simulation.sizing import minimum_devices
 
 __all__ = ["add_simulate_parser"]
 
@@ -68,7 +70,11 @@ def add_simulate_parser(commands: Any, add_remote: Any) -> None:
     source = simulate.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", choices=sorted(DATASETS), help="generated dataset")
     source.add_argument("--data", metavar="FILE", help="CSV or .npy file of points")
-    simulate.add_argument("--label-column", metavar="INDEX|last", type=label_column, help="label column of --data")
+    simulate.add_argument("--label-column", metavar="INDEX|last", type=label_column,
+                          help="label column of --data (counted from 0; a missing label is an error)")
+    simulate.add_argument("--header", action=argparse.BooleanOptionalAction,
+                          help="the first row of a --data CSV is (or is not) a header (default: it is exactly when "
+                               "every cell of it is a name)")
     simulate.add_argument("--n", type=positive_int, help="devices (default 20000, or every point of --data)")
     simulate.add_argument("--d", type=positive_int, help="dimension (blobs, mixture)")
     simulate.add_argument("--k", type=uint32, help="clusters (datasets that take k; clustering kinds)")
@@ -101,7 +107,13 @@ def _load_points(args: argparse.Namespace) -> tuple[NDArray[np.float64], NDArray
     if args.data is not None:
         if args.d is not None:
             raise UsageError("--d applies to generated datasets (--dataset), not to --data")
-        x, labels = load_file(args.data, args.label_column)
+        data = load_file(args.data, args.label_column, header=args.header)
+        x, labels = data
+        if (hint := label_column_hint(data)) is not None:
+            column, why = hint
+            name = f" ({data.meta['columns'][column]!r})" if "columns" in data.meta else ""
+            sys.stderr.write(f"ldp-collector: hint: column {column}{name} of {args.data} looks like labels ({why}); "
+                             f"--label-column {column} scores against it instead of taking it as a feature\n")
         info: dict[str, Any] = {"data": str(args.data), "file_points": int(len(x))}
         if args.n is not None and args.n != len(x):
             rng = np.random.default_rng(args.seed)
@@ -113,6 +125,8 @@ def _load_points(args: argparse.Namespace) -> tuple[NDArray[np.float64], NDArray
         return x, labels, info
     if args.label_column is not None:
         raise UsageError("--label-column applies to --data files")
+    if args.header is not None:
+        raise UsageError("--header and --no-header apply to --data files")
     # --k of a clustering kind is the algorithm's; a dataset with a fixed number of clusters keeps its own.
     k = None if DATASETS[args.dataset].fixed_k else args.k
     x, labels = make_dataset(args.dataset, args.n or 20_000, d=args.d, k=k, seed=args.seed)
@@ -154,6 +168,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         values["cells"] = cells
     if "k" in declared:
         values["k"] = args.k or (int(labels.max()) + 1 if labels is not None else None)
+        if values["k"] is None:
+            raise UsageError(f"a {kind.name} simulation needs --k: the data have no labels (--label-column) to take "
+                             "it from")
     if "expected_reports" in declared:  # the simulation knows its population: the plan uses it
         values["expected_reports"] = values.get("expected_reports") or len(x)
     points: Any = x
@@ -167,6 +184,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     # The campaign seed is --seed itself, so that the engine's public randomness repeats too.
     config = config_from_proto(build_campaign_config(kind.name, epsilon=args.epsilon, budget_policy=args.budget_policy,
                                                      seed=args.seed, **domain, **values))
+    minimum = minimum_devices(config)  # before any device runs: "too small" rather than an empty round
+    if len(x) < minimum.devices:
+        raise InvalidParameterError(
+            f"n = {len(x)} is too small for a {kind.name} campaign: it needs at least {minimum.devices} devices "
+            f"({minimum.reason}); give more points or --n {minimum.devices}")
     run = _run_simulation(args, config, points)
     parameters: dict[str, Any] = {
         "kind": kind.name, **data_info, "n": int(len(x)), "d": int(d), "epsilon": args.epsilon, "seed": args.seed,

@@ -15,6 +15,7 @@ same points coloured by them (the demo's picture).
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -86,10 +87,38 @@ def estimates_grid(estimates: Estimates, cells_per_dimension: Sequence[int]) -> 
     return flat.reshape(shape)
 
 
+def _titles(fig: Any) -> list[Any]:
+    """The figure's title and its axes' titles (the texts a long campaign description goes into)."""
+    texts = [ax.title for ax in fig.axes]
+    if fig._suptitle is not None:  # matplotlib keeps the suptitle only here
+        texts.append(fig._suptitle)
+    return [text for text in texts if text.get_text()]
+
+
+def _fit_titles(fig: Any) -> None:
+    """Wrap every title of ``fig`` at spaces until it lies inside the figure.
+
+    The constrained layout makes room for a title's lines but never breaks a line, so a long
+    title (a simulation's parameters and clustering) runs off the right edge. Each pass lays the
+    figure out again, since wrapping a title moves the axes under it.
+    """
+    for text in _titles(fig):
+        full = text.get_text()
+        width = max(len(line) for line in full.splitlines())
+        while width > 20:
+            fig.draw_without_rendering()
+            extent = text.get_window_extent()
+            if extent.x0 >= 0 and extent.x1 <= fig.bbox.width:
+                break
+            width = int(width * 0.85)
+            text.set_text(textwrap.fill(full, width))
+
+
 def _save(fig: Any, out: str | os.PathLike[str]) -> Path:
     path = Path(out)
     if path.parent and not path.parent.exists():
         raise FileNotFoundError(f"cannot write {str(path)!r}: directory {str(path.parent)!r} does not exist")
+    _fit_titles(fig)
     fig.savefig(path, dpi=110)
     return path
 

@@ -64,12 +64,13 @@ import csv
 import importlib
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 from numpy.typing import NDArray
@@ -84,7 +85,9 @@ __all__ = [
     "Dataset",
     "DatasetArrays",
     "DatasetsExtraMissingError",
+    "LABEL_NAMES",
     "iter_chunks",
+    "label_column_hint",
     "load_file",
     "make_dataset",
 ]
@@ -898,6 +901,24 @@ def iter_chunks(name: str, n: int, chunk: int = DEFAULT_CHUNK, *, d: int | None 
 
 # -- files ------------------------------------------------------------------------------------------
 
+#: Header names :func:`label_column_hint` takes for a label column (compared case-insensitively).
+LABEL_NAMES = frozenset({"label", "labels", "class", "classes", "target", "y", "cluster", "species"})
+#: At most this many distinct integer values in the last column make it look like labels.
+_HINT_MAX_CLASSES = 20
+#: Text a label cell must not hold: a missing label (compared case-insensitively).
+_MISSING_LABELS = frozenset({"", "nan"})
+
+
+@dataclass(frozen=True)
+class _CsvLayout:
+    """What the first content line of a CSV says about the rest: its delimiter and header."""
+
+    delimiter: str | None  # None: runs of whitespace
+    names: tuple[str, ...] | None  # the header's cells, or None when the file has no header
+    columns: int
+    header_line: int  # physical line (1-based) of the header, 0 without one
+
+
 def _label_index(label_column: int | str | None, columns: int, path: Path) -> int | None:
     if label_column is None:
         return None
@@ -922,22 +943,6 @@ def _factorize(values: NDArray[np.generic] | list[str]) -> NDArray[np.int64]:
     return out
 
 
-def _read_csv(path: Path) -> list[list[str]]:
-    """Rows of non-blank lines; the delimiter is the first of ``,`` ``;`` tab found in the first
-    line, else runs of whitespace."""
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            lines = [line for line in f.read().splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    except UnicodeDecodeError as exc:
-        raise InvalidParameterError(f"{path} is not a UTF-8 text file: {exc}") from None
-    if not lines:
-        raise InvalidParameterError(f"{path} holds no data rows")
-    delimiter = next((c for c in (",", ";", "\t") if c in lines[0]), None)
-    if delimiter is None:
-        return [line.split() for line in lines]
-    return [[cell.strip() for cell in row] for row in csv.reader(lines, delimiter=delimiter)]
-
-
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -946,33 +951,172 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _load_csv(path: Path, label_column: int | str | None) -> _FileArrays:
-    rows = _read_csv(path)
-    columns = len(rows[0])
-    label_at = _label_index(label_column, columns, path)
-    # A first row whose features are not all numbers is a header (text labels are data).
-    if not all(_is_number(c) for j, c in enumerate(rows[0]) if j != label_at):
-        rows = rows[1:]
-        if not rows:
-            raise InvalidParameterError(f"{path} holds a header but no data rows")
-    for i, row in enumerate(rows):
-        if len(row) != columns:
-            raise InvalidParameterError(
-                f"{path}: data row {i + 1} has {len(row)} columns, the first row has {columns}")
-    feature_columns = [j for j in range(columns) if j != label_at]
+def _content(line: str) -> bool:
+    """A line that holds data (or the header): neither blank nor a ``#`` comment."""
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith("#")
+
+
+def _split(line: str, delimiter: str | None) -> list[str]:
+    if delimiter is None:
+        return line.split()
+    return [cell.strip() for cell in next(csv.reader([line], delimiter=delimiter))]
+
+
+def _open_text(path: Path) -> TextIO:
+    # utf-8-sig: a byte-order mark (as spreadsheet programs write it) is not part of the first cell.
+    return path.open(newline="", encoding="utf-8-sig")
+
+
+def _csv_layout(path: Path, header: bool | None) -> _CsvLayout:
+    """The delimiter (the first of ``,`` ``;`` tab in the first content line, else whitespace) and
+    the header: with ``header=None`` the first content line is a header exactly when every cell of
+    it is a name (not empty, not a number)."""
+    with _open_text(path) as f:
+        first = next(((number, line) for number, line in enumerate(f, start=1) if _content(line)), None)
+    if first is None:
+        raise InvalidParameterError(f"{path} holds no data rows")
+    number, line = first
+    delimiter = next((c for c in (",", ";", "\t") if c in line), None)
+    cells = _split(line, delimiter)
+    if header is None:
+        header = all(cell and not _is_number(cell) for cell in cells)
+    if header:
+        return _CsvLayout(delimiter, tuple(cells), len(cells), number)
+    return _CsvLayout(delimiter, None, len(cells), 0)
+
+
+def _content_lines(f: TextIO, layout: _CsvLayout) -> Iterator[tuple[int, str]]:
+    """``(physical line, text)`` of the data lines: after the header, neither blank nor comments."""
+    return ((number, line) for number, line in enumerate(f, start=1)
+            if number > layout.header_line and _content(line))
+
+
+def _column_text(layout: _CsvLayout, j: int, *, label: bool = False) -> str:
+    """``column 3 ('y')``: 1-based, as a spreadsheet counts, with the header's name."""
+    name = f" ({layout.names[j]!r})" if layout.names is not None else ""
+    return f"{'label column' if label else 'column'} {j + 1}{name}"
+
+
+def _fast_csv(path: Path, layout: _CsvLayout, label_at: int | None) -> _FileArrays | None:
+    """The file parsed by numpy's C reader, or ``None`` when it refuses anything (a bad or
+    missing cell, a ragged row, a non-finite feature, a missing label): :func:`_precise_csv` then
+    reads the file again and says where."""
+    quote = '"' if layout.delimiter is not None else None
+
+    def read(dtype: type[Any]) -> NDArray[Any]:
+        with _open_text(path) as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "input contained no data": the precise path says so
+            lines = (line for _, line in _content_lines(f, layout))
+            out: NDArray[Any] = np.loadtxt(lines, dtype=dtype, delimiter=layout.delimiter, comments=None, ndmin=2,
+                                           quotechar=quote)
+        if out.shape[0] == 0 or out.shape[1] != layout.columns:  # no rows, or not as many columns as row 1
+            raise ValueError("refused")
+        return out
+
+    features = [j for j in range(layout.columns) if j != label_at]
+    labels: NDArray[np.int64] | None = None
     try:
-        x = np.array([[float(row[j]) for j in feature_columns] for row in rows], dtype=np.float64)
-    except ValueError as exc:
-        raise InvalidParameterError(f"{path}: a feature value is not a number ({exc})") from None
+        try:
+            # Numeric labels (the common case): one pass over the file.
+            data = read(np.float64)
+            x = data[:, features]
+            raw: NDArray[Any] | None = data[:, label_at] if label_at is not None else None
+        except ValueError:
+            if label_at is None:
+                return None
+            # Text labels: every cell as text (so that a ragged row is still refused), then the
+            # features converted to numbers.
+            text = read(str)
+            x = text[:, features].astype(np.float64)
+            raw = text[:, label_at]
+    except ValueError:
+        return None
+    if not np.isfinite(x).all():
+        return None
+    if raw is not None:
+        if raw.dtype.kind == "f":
+            if np.isnan(raw).any():
+                return None
+        else:
+            raw = np.char.strip(raw.astype(str))  # " a" and "a" are one class, as the precise path reads them
+            if np.isin(np.char.lower(raw), list(_MISSING_LABELS)).any():
+                return None
+            numeric = _numeric_or_none(raw.tolist())
+            raw = numeric if numeric is not None else raw
+        labels = _factorize(raw)
+    return np.ascontiguousarray(x, dtype=np.float64), labels
+
+
+def _numeric_or_none(values: list[str]) -> NDArray[np.float64] | None:
+    """Text labels as numbers when every one is a number (so ``2`` sorts before ``10``)."""
+    try:
+        return np.array([float(v) for v in values], dtype=np.float64)
+    except ValueError:
+        return None
+
+
+def _precise_csv(path: Path, layout: _CsvLayout, label_at: int | None) -> _FileArrays:
+    """The file parsed cell by cell in Python: slow, and every refusal names its row and column."""
+    features = [j for j in range(layout.columns) if j != label_at]
+    rows: list[list[float]] = []
+    raw_labels: list[str] = []
+    first_row: int | None = None
+    with _open_text(path) as f:
+        for number, line in _content_lines(f, layout):
+            cells = _split(line, layout.delimiter)
+            first_row = first_row or number
+            if len(cells) != layout.columns:
+                where = f"row {layout.header_line} (the header)" if layout.header_line else f"row {first_row}"
+                raise InvalidParameterError(f"{path}: row {number} has {len(cells)} columns, {where} has "
+                                            f"{layout.columns}")
+            # A first row that mixes names and numbers is data by the header rule: say how to say otherwise.
+            hint = " (if this row is a header, say so: --header)" if number == first_row and not layout.header_line else ""
+            rows.append([_cell_value(f"{path}: row {number}, {_column_text(layout, j)}", cells[j], hint)
+                         for j in features])
+            if label_at is not None:
+                label = cells[label_at]
+                if label.lower() in _MISSING_LABELS:
+                    raise InvalidParameterError(
+                        f"{path}: row {number}, {_column_text(layout, label_at, label=True)} is "
+                        f"{'empty' if not label else repr(label)}; every point needs its label (fill it in "
+                        "or remove the row)")
+                raw_labels.append(label)
+    if not rows:
+        raise InvalidParameterError(f"{path} holds a header but no data rows" if layout.names is not None
+                                    else f"{path} holds no data rows")
     labels = None
     if label_at is not None:
-        raw = [row[label_at] for row in rows]
-        labels = _factorize(_numeric_labels(raw) if all(_is_number(v) for v in raw) else raw)
-    return x, labels
+        numeric = _numeric_or_none(raw_labels)
+        labels = _factorize(numeric if numeric is not None else raw_labels)
+    return np.array(rows, dtype=np.float64).reshape(len(rows), len(features)), labels
 
 
-def _numeric_labels(raw: list[str]) -> NDArray[np.float64]:
-    return np.array([float(v) for v in raw], dtype=np.float64)
+def _cell_value(where: str, cell: str, hint: str) -> float:
+    if not cell:
+        raise InvalidParameterError(f"{where} is empty; every feature of a data row needs a number")
+    try:
+        value = float(cell)
+    except ValueError:
+        raise InvalidParameterError(f"{where}: {cell!r} is not a number{hint}") from None
+    if not math.isfinite(value):
+        raise InvalidParameterError(f"{where} is {value}; NaN and infinite values are not allowed")
+    return value
+
+
+def _load_csv(path: Path, label_column: int | str | None, header: bool | None) -> tuple[_FileArrays,
+                                                                                        tuple[str, ...] | None]:
+    layout = _csv_layout(path, header)
+    label_at = _label_index(label_column, layout.columns, path)
+    # Fast path first; the precise one only when the fast one refuses, to locate the error (or to
+    # read what numpy's reader does not, such as a thousands separator Python's float() takes).
+    arrays = _fast_csv(path, layout, label_at)
+    if arrays is None:
+        arrays = _precise_csv(path, layout, label_at)
+    names = None
+    if layout.names is not None:
+        names = tuple(name for j, name in enumerate(layout.names) if j != label_at)
+    return arrays, names
 
 
 def _load_npy(path: Path, label_column: int | str | None) -> _FileArrays:
@@ -991,58 +1135,120 @@ def _load_npy(path: Path, label_column: int | str | None) -> _FileArrays:
     label_at = _label_index(label_column, data.shape[1], path)
     labels = None
     if label_at is not None:
-        labels = _factorize(data[:, label_at])
+        raw = data[:, label_at]
+        missing = np.flatnonzero(np.isnan(raw)) if np.issubdtype(raw.dtype, np.floating) else np.zeros(0, np.intp)
+        if len(missing):
+            raise InvalidParameterError(
+                f"{path}: row {int(missing[0]) + 1}, label column {label_at + 1} is nan "
+                f"({len(missing)} rows in all); every point needs its label (fill it in or remove the row)")
+        labels = _factorize(raw)
         data = np.delete(data, label_at, axis=1)
     return data.astype(np.float64), labels
 
 
-def load_file(path: str | os.PathLike[str], label_column: int | str | None = None) -> DatasetArrays:
+def load_file(path: str | os.PathLike[str], label_column: int | str | None = None, *,
+              header: bool | None = None) -> DatasetArrays:
     """Read points (and optionally labels) from a CSV or ``.npy`` file.
+
+    A CSV's rows are its lines that are neither blank nor comments (first non-blank character
+    ``#``); a UTF-8 byte-order mark is ignored. The delimiter is the first of ``,`` ``;`` tab
+    found in the first row, else runs of whitespace. Large files are parsed by numpy's C reader;
+    a file it refuses is read again cell by cell, so that the error names the row (the line as
+    an editor numbers it) and the column (counted from 1, with the header's name).
 
     Parameters
     ----------
     path : path-like
-        ``.csv`` (comma, semicolon, tab or space separated; a non-numeric first row is a header) or
-        ``.npy`` (a 2-D numeric array; a 1-D array is one feature).
+        ``.csv``, ``.tsv``, ``.txt`` or ``.npy`` (a 2-D numeric array; a 1-D array is one feature).
     label_column : None, int or "last"
-        Column holding the labels (negative indices count from the end); ``None`` when the file
-        holds features only. Labels may be any values (text in CSV); they are mapped to
-        ``0 .. m-1`` in sorted order.
+        Column holding the labels (counted from 0; negative indices count from the end); ``None``
+        when the file holds features only. Labels may be any values (text in CSV); they are
+        mapped to ``0 .. m-1`` in sorted order. A missing label (an empty cell, ``nan``) is
+        refused, never made a class of its own.
+    header : bool or None
+        CSV only. ``True``: the first row is a header; ``False``: it is data; ``None`` (default):
+        it is a header exactly when every cell of it is a name (neither empty nor a number), so
+        that a data row with an empty or bad cell is an error, not a header.
 
     Returns
     -------
-    (numpy.ndarray, numpy.ndarray or None)
-        Points ``(n, d)`` float64 and labels ``(n,)`` int64 (``None`` without a label column).
+    DatasetArrays
+        Points ``(n, d)`` float64 and labels ``(n,)`` int64 (``None`` without a label column);
+        ``meta`` holds ``name`` (``"file"``), ``source``, ``n``, ``d``, ``k`` with labels, and
+        ``columns`` (the features' header names) when the CSV has a header.
 
     Raises
     ------
     InvalidParameterError
-        The file is missing or unreadable, of another format, ragged, empty, holds a non-numeric,
-        NaN or infinite feature, or ``label_column`` is outside its columns. The message names the
-        file.
+        The file is missing or unreadable, of another format, ragged, empty, holds an empty,
+        non-numeric, NaN or infinite feature or a missing label, or ``label_column`` is outside
+        its columns. The message names the file, and the row and column at fault.
     """
     p = Path(path)
     if not p.is_file():
         raise InvalidParameterError(f"data file {str(p)!r} does not exist or is not a file")
     suffix = p.suffix.lower()
+    names: tuple[str, ...] | None = None
     try:
         if suffix == ".npy":
+            if header is not None:
+                raise InvalidParameterError(f"{p}: header applies to CSV files, not to .npy arrays")
             x, labels = _load_npy(p, label_column)
         elif suffix in (".csv", ".tsv", ".txt"):
-            x, labels = _load_csv(p, label_column)
+            (x, labels), names = _load_csv(p, label_column, header)
         else:
             raise InvalidParameterError(f"data file {str(p)!r}: unsupported format {suffix or '(none)'!r}; "
                                         "use .csv (or .tsv/.txt) or .npy")
+    except UnicodeDecodeError as exc:
+        raise InvalidParameterError(f"{p} is not a UTF-8 text file: {exc}") from None
     except OSError as exc:
         raise InvalidParameterError(f"cannot read data file {str(p)!r}: {exc.strerror or exc}") from None
     if x.shape[1] == 0:
         raise InvalidParameterError(f"{p}: no feature columns")
     bad = ~np.isfinite(x)
-    if bad.any():
+    if bad.any():  # an .npy file's (a CSV's are refused where they are read)
         row, col = (int(v) for v in np.argwhere(bad)[0])
-        raise InvalidParameterError(f"{p}: feature value at row {row + 1}, column {col + 1} is {float(x[row, col])}; "
+        raise InvalidParameterError(f"{p}: row {row + 1}, column {col + 1} is {float(x[row, col])}; "
                                     "NaN and infinite values are not allowed")
     meta: dict[str, Any] = {"name": "file", "source": str(p), "n": int(x.shape[0]), "d": int(x.shape[1])}
     if labels is not None:
         meta["k"] = int(labels.max()) + 1
+    if names is not None:
+        meta["columns"] = list(names)
     return DatasetArrays(np.ascontiguousarray(x), labels, meta)
+
+
+def label_column_hint(data: DatasetArrays) -> tuple[int, str] | None:
+    """The feature column of a file read without a label column that looks like labels, if any.
+
+    A column looks like labels when its header name is one of :data:`LABEL_NAMES` (``y`` only when
+    no column is named ``x``), or, the last
+    column only, when it holds integers with at most 20 distinct values while the file has at
+    least five times as many rows as values and at least one more column.
+
+    Returns
+    -------
+    (int, str) or None
+        The column's index (counted from 0, as ``label_column`` takes it) and why it looks like
+        labels (``"its header is 'class'"``); ``None`` when no column does.
+    """
+    x, labels = data
+    if labels is not None:
+        return None
+    names = data.meta.get("columns")
+    if names is not None:
+        lowered = [str(name).strip().lower() for name in names]
+        for j, name in enumerate(lowered):
+            # Beside an "x" column, "y" is a coordinate (the usual 2-D header), not a target.
+            if name in LABEL_NAMES and not (name == "y" and "x" in lowered):
+                return j, f"its header is {names[j]!r}"
+    n, d = x.shape
+    if d < 2:
+        return None
+    last = x[:, -1]
+    if not np.array_equal(last, np.round(last)):
+        return None
+    distinct = len(np.unique(last))
+    if distinct <= _HINT_MAX_CLASSES and n >= 5 * distinct:
+        return d - 1, f"it holds {distinct} distinct integers"
+    return None
