@@ -23,6 +23,10 @@ where the noise puts them" from "the algorithm went wrong":
     The predicted cost ratio against non-private k-means is ``1 + floor_excess_cost / OPT`` with
     ``OPT`` the optimal cost per point, which only the evaluation knows (:func:`floor_cost_ratio`).
 
+A kind that clips its centers into the domain box passes them with the box: each variance is then
+the clipped estimate's mean squared error (:func:`clipped_mse`), which is what the noise costs a
+center that cannot leave the box.
+
 What the floor leaves out, by design: errors of the algorithm itself (a cluster that was not found,
 two clusters merged, points assigned to the wrong center, the bias of hard assignment on noisy
 reports). A measured figure far above its floor therefore points at the algorithm, not at the
@@ -42,6 +46,7 @@ from ldp_client.errors import InvalidParameterError
 __all__ = [
     "FLOOR_CENTER_ERROR",
     "FLOOR_EXCESS_COST",
+    "clipped_mse",
     "expected_norm",
     "floor_cost_ratio",
     "floor_diagnostics",
@@ -83,7 +88,35 @@ def unit_to_data_variance(variances: ArrayLike, lower: ArrayLike, upper: ArrayLi
     return out
 
 
-def floor_diagnostics(variances: ArrayLike, weights: ArrayLike) -> dict[str, float]:
+def clipped_mse(centers: ArrayLike, variances: ArrayLike, lower: ArrayLike, upper: ArrayLike) -> NDArray[np.float64]:
+    """``E[(clip(mu + s Z, a, b) - mu)^2]`` per coordinate, ``Z ~ N(0, 1)``, ``mu`` = the published center.
+
+    The kinds clip their centers into the domain box, which caps the error of a noisy center near a
+    face (and of every center when the noise is as wide as the box). With ``a' = (a - mu) / s`` and
+    ``b' = (b - mu) / s``: ``s^2 (Phi(b') - Phi(a') - b' phi(b') + a' phi(a')) + (a - mu)^2 Phi(a')
+    + (b - mu)^2 (1 - Phi(b'))``. ``mu`` stands in for the unknown true mean (the figure is a plug-in).
+    """
+    mu = np.atleast_2d(np.asarray(centers, dtype=np.float64))
+    v = np.broadcast_to(np.asarray(variances, dtype=np.float64), mu.shape)
+    a = np.broadcast_to(np.asarray(lower, dtype=np.float64), mu.shape)
+    b = np.broadcast_to(np.asarray(upper, dtype=np.float64), mu.shape)
+    out = np.array(v, dtype=np.float64, copy=True)
+    live = np.isfinite(v) & (v > 0)
+    if not live.any():
+        return out
+    s = np.sqrt(v[live])
+    lo, hi, m = a[live], b[live], np.clip(mu[live], a[live], b[live])
+    al, be = (lo - m) / s, (hi - m) / s
+    cdf = np.frompyfunc(lambda t: 0.5 * math.erfc(-t / math.sqrt(2.0)), 1, 1)
+    pdf_a = np.exp(-0.5 * al**2) / math.sqrt(2.0 * math.pi)
+    pdf_b = np.exp(-0.5 * be**2) / math.sqrt(2.0 * math.pi)
+    ca, cb = cdf(al).astype(np.float64), cdf(be).astype(np.float64)
+    out[live] = s**2 * (cb - ca - be * pdf_b + al * pdf_a) + (lo - m) ** 2 * ca + (hi - m) ** 2 * (1.0 - cb)
+    return out
+
+
+def floor_diagnostics(variances: ArrayLike, weights: ArrayLike, *, centers: ArrayLike | None = None,
+                      lower: ArrayLike | None = None, upper: ArrayLike | None = None) -> dict[str, float]:
     """The two floor figures of a center result (module docstring).
 
     Parameters
@@ -93,6 +126,9 @@ def floor_diagnostics(variances: ArrayLike, weights: ArrayLike) -> dict[str, flo
         center with no significant support: it is left out of both figures).
     weights : array_like, shape (c,)
         The devices (or shares) each center stands for; only their ratios matter.
+    centers, lower, upper : array_like, optional
+        The published centers (c, d) and the box the kind clips them into (data units): the
+        variances become the clipped estimate's mean squared error (:func:`clipped_mse`).
 
     Returns
     -------
@@ -106,6 +142,10 @@ def floor_diagnostics(variances: ArrayLike, weights: ArrayLike) -> dict[str, flo
         raise InvalidParameterError(f"need one weight per center, got {v.shape[0]} centers and {w.size} weights")
     if np.any(v < 0) or np.any(np.isnan(v)):
         raise InvalidParameterError("center variances must be >= 0")
+    if centers is not None:
+        if lower is None or upper is None:
+            raise InvalidParameterError("clipped centers need the box's lower and upper corners")
+        v = clipped_mse(centers, v, lower, upper)
     ok = np.isfinite(v).all(axis=1) & (w > 0)
     if not ok.any():
         return {}

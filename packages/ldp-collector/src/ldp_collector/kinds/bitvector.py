@@ -257,7 +257,8 @@ class BitVectorEngine(CampaignEngine):
                                  weights=tuple((fit.sizes[keep] / n).tolist()))
             variances = decoded_center_variances(fit.centers[keep], fit.sizes[keep], layout,
                                                  float(mechanism.bit_variance), np.random.default_rng((self._seed(), 1)))
-            diagnostics.update(floor_diagnostics(variances, fit.sizes[keep]))
+            diagnostics.update(floor_diagnostics(variances, fit.sizes[keep], centers=centers, lower=layout.lower,
+                                                  upper=layout.upper))
             diagnostics["encoded_cost"] = fit.cost
             diagnostics["encoded_cost_per_report"] = fit.cost / n
             diagnostics["iterations"] = float(fit.iterations)

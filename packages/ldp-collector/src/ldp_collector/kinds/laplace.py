@@ -297,7 +297,8 @@ class LaplaceEngine(CampaignEngine):
         # variance divided by the points it pools (for FCM, its fuzzy share of n).
         counts = np.asarray(shares, dtype=np.float64) * n
         noise = np.divide(mechanism.noise_variance, counts, out=np.full_like(counts, np.inf), where=counts > 0)
-        diagnostics.update(floor_diagnostics(unit_to_data_variance(noise, lower, upper, unit_width=1.0), counts))
+        diagnostics.update(floor_diagnostics(unit_to_data_variance(noise, lower, upper, unit_width=1.0), counts,
+                                              centers=original, lower=lower, upper=upper))
         clustering = Clustering(k=k, dimension=d, centers=tuple(original.reshape(-1).tolist()),
                                 weights=tuple(shares.tolist()), fuzzifier=fuzzifier)
         result = Result(state=CampaignState.FINISHED, clustering=clustering, warnings=tuple(warnings))

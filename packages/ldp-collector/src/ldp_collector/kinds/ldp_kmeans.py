@@ -607,7 +607,9 @@ class LdpKmeansEngine(CampaignEngine):
         clustering = Clustering(k=self.k, dimension=self.dimension,
                                 centers=tuple(self._to_original(update.centers).ravel().tolist()),
                                 weights=tuple(weights.tolist()))
-        floor = floor_diagnostics(update.variances * self._width[None, :] ** 2, weights)
+        floor = floor_diagnostics(update.variances * self._width[None, :] ** 2, weights,
+                                  centers=self._to_original(update.centers), lower=self._lower,
+                                  upper=self._lower + self._width)
         return Result(state=CampaignState.FINISHED, estimates=estimates, clustering=clustering,
                       warnings=tuple(warnings), diagnostics=floor)
 

@@ -424,7 +424,8 @@ class NetTreeEngine(CampaignEngine):
                                 f"too few refinement reports chose them")
         original = lower + (centers_unit + 1.0) / 2.0 * (upper - lower)
         diagnostics.update(floor_diagnostics(
-            unit_to_data_variance(np.repeat(variances[:, None], d, axis=1), lower, upper, unit_width=2.0), weights))
+            unit_to_data_variance(np.repeat(variances[:, None], d, axis=1), lower, upper, unit_width=2.0), weights,
+            centers=original, lower=lower, upper=upper))
         clustering = Clustering(k=int(original.shape[0]), dimension=d, centers=tuple(original.ravel().tolist()),
                                 weights=tuple(weights.tolist()))
         result = Result(state=CampaignState.FINISHED, clustering=clustering, warnings=tuple(warnings))
@@ -562,7 +563,7 @@ class NetTreeEngine(CampaignEngine):
         original = lower + unit * (upper - lower)
         diagnostics.update(floor_diagnostics(
             unit_to_data_variance(np.repeat(center_variance[:, None], d, axis=1), lower, upper, unit_width=2.0),
-            fit_weights))
+            fit_weights, centers=original, lower=lower, upper=upper))
         clustering = Clustering(k=int(original.shape[0]), dimension=d, centers=tuple(original.reshape(-1).tolist()),
                                 weights=tuple((fit_weights / fit_weights.sum()).tolist()))
         diagnostics["published_centers"] = float(original.shape[0])

@@ -516,7 +516,8 @@ class StemmerEngine(CampaignEngine):
         lower, upper = self.domain.lower, self.domain.upper
         diagnostics.update(floor_diagnostics(
             unit_to_data_variance(np.repeat(np.asarray(variances, dtype=np.float64).reshape(-1, 1), self.dimension,
-                                            axis=1), lower, upper, unit_width=2.0), w))
+                                            axis=1), lower, upper, unit_width=2.0), w,
+            centers=self._to_original(centers), lower=lower, upper=upper))
         clustering = Clustering(
             k=int(centers.shape[0]), dimension=self.dimension, centers=tuple(self._to_original(centers).ravel().tolist()),
             weights=tuple((w / w.sum() if w.sum() > 0 else np.full(w.size, 1.0 / w.size)).tolist()))
