@@ -25,12 +25,15 @@ from .encoders.base import ENCODERS, Encoder
 from .errors import InvalidParameterError, ProtocolError
 from .mechanisms.base import MECHANISMS, MechanismParams
 
-__all__ = ["ROUND_NOT_OPEN_REASON", "Component", "GroupTask", "RoundNotOpen", "RoundSpec", "Spec", "check_campaign_id"]
+__all__ = ["ERROR_DOMAIN", "ROUND_NOT_OPEN_REASON", "Component", "GroupTask", "RoundNotOpen", "RoundSpec", "Spec", "check_campaign_id"]
 
 MAX_GROUPS = 4096
 MAX_COMPONENTS = 8
 MAX_EPSILON_PER_CAMPAIGN = 100.0
 MAX_SPEC_BYTES = 16 * 1024 * 1024
+#: ``google.rpc.ErrorInfo.domain`` of every error a collector sends: a reason means what
+#: ``docs/errors.md`` says only within this domain.
+ERROR_DOMAIN = "ldp.v1"
 #: ``google.rpc.ErrorInfo.reason`` of the collector's "no round is open yet" answer to
 #: ``GetRoundSpec`` (UNAVAILABLE with ``RetryInfo``): between two rounds, while the server step runs.
 ROUND_NOT_OPEN_REASON = "ROUND_NOT_OPEN"
