@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 
 from ._spec import Spec
-from ._validation import check_float, check_int, check_msgpack_complete
+from ._validation import check_float, check_int, check_msgpack_complete, describe
 from .budget import sum_up
 from .encoders.base import ENCODERS, Encoder
 from .errors import InvalidParameterError, ProtocolError
@@ -44,10 +44,10 @@ _CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 def check_campaign_id(value: Any) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"campaign_id must be a str, got {type(value).__name__}")
+        raise TypeError(f"campaign_id must be a string, got {describe(value)}")
     if not _CAMPAIGN_ID.match(value):
         raise InvalidParameterError(
-            f"campaign_id must be 1-128 characters of [A-Za-z0-9._-] starting alphanumeric, got {value!r}")
+            f"campaign_id must be 1-128 characters of [A-Za-z0-9._-] starting alphanumeric, got {describe(value)}")
     return value
 
 
