@@ -219,7 +219,7 @@ def _decode_page_token(token: str) -> str:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         campaign_id = ""
     if not campaign_id or _encode_page_token(campaign_id) != token:
-        raise InvalidArgumentError(f"page_token {token[:40]!r} is not a token this service issued")
+        raise InvalidArgumentError("page_token is not a token this service issued")
     return campaign_id
 
 
