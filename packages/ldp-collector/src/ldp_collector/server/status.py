@@ -22,7 +22,7 @@ from ldp_client.spec import ERROR_DOMAIN
 
 from ..errors import CollectorError, ErrorReason, InvalidArgumentError
 
-__all__ = ["ERROR_DOMAIN", "Context", "abort", "code_name", "field_path", "reason_of", "status_for_error"]
+__all__ = ["Context", "abort", "code_name", "field_path", "reason_of", "status_for_error"]
 
 #: Longest status message sent; longer ones are cut (they may quote hostile input).
 _MAX_MESSAGE = 1024
