@@ -394,3 +394,11 @@ def test_reflection_lists_and_describes_every_service(channel: grpc.Channel, ver
         assert any(f.package == package and service in {s.name for s in f.service} for f in files), name
     [missing] = reflect(channel, version, [reflection_pb2.ServerReflectionRequest(file_containing_symbol="no.Such")])
     assert missing.error_response.error_code == grpc.StatusCode.NOT_FOUND.value[0]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("method", [V1_METHOD, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"])
+def test_garbage_sent_to_either_reflection_service_is_a_malformed_request(channel: grpc.Channel, method: str) -> None:
+    call = channel.stream_stream(method)
+    status, reason = status_of(lambda: list(call(iter([b"\xff\xff\xff"]))))
+    assert reason == "MALFORMED_REQUEST" and status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
