@@ -500,8 +500,8 @@ def test_bad_payloads_are_protocol_errors() -> None:
     good_ball = ball.randomize((1, [0.6, 0.8]), rng=SeededRng(2))
     assert box.check_payload(good_box) == good_box and ball.check_payload(good_ball) == good_ball
     cases: list[tuple[BucketizedVectorParams, Any, str]] = [
-        (box, (1, b"\x00"), "must be a SignedVector, got tuple"),
-        (box, b"\x00", "must be a SignedVector, got bytes"),
+        (box, (1, b"\x00"), "must be a SignedVector, got an array of 2 items"),
+        (box, b"\x00", "must be a SignedVector, got 1 byte$"),
         (box, SignedVector(2**32, b"\x00"), r"seed must be in \[0, 2\^32\)"),
         (box, SignedVector(-1, b"\x00"), r"seed must be in \[0, 2\^32\)"),
         (box, SignedVector(True, b"\x00"), r"seed must be in \[0, 2\^32\)"),

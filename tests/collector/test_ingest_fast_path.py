@@ -604,7 +604,7 @@ def test_report_columns_is_a_sequence_of_reports() -> None:
     ({"report_ids": [b"short"]}, r"reports\[0\]: report_id must be 16 bytes"),
     ({"campaign_ids": ["bad id"]}, r"reports\[0\]: campaign_id must be"),
     ({"rounds": [U32 + 1]}, r"reports\[0\]: round must be in"),
-    ({"groups": [True]}, r"reports\[0\]: group must be an int, got bool"),
+    ({"groups": [True]}, r"reports\[0\]: group must be an integer, got a boolean"),
     ({"groups": [Outcome.ACCEPTED]}, r"reports\[0\]: report columns must hold exact"),  # an int subclass
     ({"payloads": [()]}, r"reports\[0\]: payloads must be a tuple of 1 to 8"),
     ({"errors": {1: ProtocolError("x")}}, "errors must map positions"),

@@ -95,7 +95,8 @@ def test_refusals_the_model_can_hold_stay_with_the_common_checks() -> None:
     """No kind, or an unknown budget policy number, convert; ``prepare_campaign`` names the field."""
     no_kind = _numeric_message()
     no_kind.kind = campaigns_pb2.CAMPAIGN_KIND_UNSPECIFIED
-    with pytest.raises(InvalidArgumentError, match=r"kind is required; known kinds: \["):
+    # The kinds in words, not a language's list notation (docs/errors.md, section 5).
+    with pytest.raises(InvalidArgumentError, match=r"kind is required; known kinds: bitvector, grid, heavy_hitters, "):
         prepare_campaign(serde.config_from_proto(no_kind))
     policy = _numeric_message()
     policy.budget_policy = 7  # type: ignore[assignment]

@@ -256,7 +256,7 @@ def test_device_rate_limit_answers_resource_exhausted_with_retry_info(limited_se
         # 100 reports at 400/s: the bucket is full again 0.25 s after the first batch.
         assert 0.0 < retry_seconds(details) <= 0.25
         assert details["QuotaFailure"].violations[0].subject == "device_rate_limit"
-        assert details["ErrorInfo"].reason == "RateLimitedError"
+        assert details["ErrorInfo"].reason == "RATE_LIMITED" and details["ErrorInfo"].domain == "ldp.v1"
         time.sleep(retry_seconds(details) + 0.01)
         assert device.SubmitPacked(second, timeout=10).accepted == 100   # nothing of it was stored before
     assert sorted(stored_ids(limited_server, spec)) == sorted(r.report_id for r in reports)

@@ -10,11 +10,49 @@ import msgpack
 from .budget import MAX_MECHANISM_EPSILON
 from .errors import EncodingError, InvalidParameterError
 
+#: Words for the SDK's payload types (their ``ldp.v1`` messages), for :func:`describe`.
+_PAYLOAD_WORDS = {"HashedValue": "a hashed value", "SignedVector": "a signed vector", "Floats": "floats",
+                  "Integers": "integers"}
+
+
+def describe(value: object) -> str:
+    """``value`` in words no programming language owns, for messages that may reach the wire.
+
+    A collector sends these messages to devices written in any language (``ReportOutcome.reason``,
+    ``docs/errors.md``): they name kinds and sizes -- "3 bytes", "a string of 6 characters",
+    "a map of 2 entries" -- never a repr (``b'\x01'``) or a Python type name (``tuple``). Numbers
+    are written as numbers.
+    """
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, str):
+        return f"a string of {_count(len(value), 'character')}"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _count(len(value), "byte")
+    if isinstance(value, dict):
+        return f"a map of {_count(len(value), 'entry', 'entries')}"
+    words = _PAYLOAD_WORDS.get(type(value).__name__)
+    if words is not None:
+        return words
+    if isinstance(value, (list, tuple)):
+        return f"an array of {_count(len(value), 'item')}"
+    return "a value of another kind"
+
+
+def _count(n: int, one: str, many: str = "") -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
 
 def check_int(name: str, value: Any, low: int, high: int) -> int:
     """Return ``value`` if it is an ``int`` (not ``bool``) in ``[low, high]``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        raise TypeError(f"{name} must be an integer, got {describe(value)}")
     if not low <= value <= high:
         raise InvalidParameterError(f"{name} must be in [{low}, {high}], got {value}")
     return value

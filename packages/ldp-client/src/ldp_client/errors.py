@@ -6,6 +6,8 @@ or file at fault, the allowed range and the value received.
 
 from __future__ import annotations
 
+import enum
+
 __all__ = [
     "AlreadyReportedError",
     "BudgetExhaustedError",
@@ -16,10 +18,40 @@ __all__ = [
     "OutboxCorruptedError",
     "PolicyViolationError",
     "ProtocolError",
+    "RejectionCode",
     "StateCorruptedError",
     "StateDirectoryError",
     "TransportError",
 ]
+
+
+class RejectionCode(enum.IntEnum):
+    """Why a collector rejected one report of a batch: ``ldp.v1.RejectionCode`` without its
+    ``REJECTION_CODE_`` prefix, value for value (``docs/errors.md``, section 4).
+
+    The collector sends these and the device reads them, so they live here, beside the device's
+    own errors. A code this SDK does not know reads as ``UNSPECIFIED`` (the list may grow).
+    """
+
+    UNSPECIFIED = 0
+    MALFORMED_REPORT = 1
+    UNKNOWN_CAMPAIGN = 2
+    CAMPAIGN_NOT_COLLECTING = 3
+    ROUND_NOT_OPEN = 4
+    UNKNOWN_GROUP = 5
+    GROUP_NOT_REPORTING = 6
+    WRONG_PAYLOAD_COUNT = 7
+    INVALID_PAYLOAD = 8
+    IMPLAUSIBLE_PAYLOAD = 9
+    ASSIGNMENT_MISMATCH = 10
+
+    @classmethod
+    def of(cls, value: int) -> RejectionCode:
+        """The code numbered ``value``; ``UNSPECIFIED`` for a number this SDK does not know."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNSPECIFIED
 
 
 class LdpError(Exception):

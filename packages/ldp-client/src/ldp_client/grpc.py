@@ -17,7 +17,8 @@ raise :class:`RequestRejectedError` (a :class:`~ldp_client.errors.ProtocolError`
 
 Accepted and duplicate reports are acknowledged (removed from the outbox). A *rejected* report is
 removed as well -- resending the same bytes cannot succeed, and the device never re-samples -- and
-returned in :attr:`DrainResult.rejected` with the collector's reason, so the app can log or surface
+returned in :attr:`DrainResult.rejected` with the collector's :class:`~ldp_client.errors.RejectionCode`
+(``code``, for programs) and reason (``reason``, words for people), so the app can log or surface
 it. Its budget stays charged.
 
 Between two rounds -- while the collector runs the server step that turns one round's reports into
@@ -75,17 +76,18 @@ except ImportError as _exc:
 from ._validation import check_float, check_int
 from .clusters import ClusterModel
 from .device import Device, RoundAssignment
-from .errors import InvalidParameterError, ProtocolError, TransportError
+from .errors import InvalidParameterError, ProtocolError, RejectionCode, TransportError
 from .report import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, REPORT_ID_BYTES, Report, _field_bytes, batch_slices, pack_batch
 from .rng import Rng, resolve_rng
 from .serde import cluster_model_from_proto, report_to_proto, round_spec_from_proto
-from .spec import MAX_RETRY_AFTER, ROUND_NOT_OPEN_REASON, RoundNotOpen, RoundSpec, check_campaign_id
+from .spec import ERROR_DOMAIN, MAX_RETRY_AFTER, ROUND_NOT_OPEN_REASON, RoundNotOpen, RoundSpec, check_campaign_id
 
 __all__ = [
     "CollectorClient",
     "DrainResult",
     "OutcomeStatus",
     "RejectedReport",
+    "RejectionCode",
     "ReportOutcome",
     "RoundNotOpen",
     "RequestRejectedError",
@@ -178,19 +180,22 @@ class OutcomeStatus(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class ReportOutcome:
-    """The collector's answer for one report."""
+    """The collector's answer for one report: for a rejected one, its ``code`` (what a program
+    reads) and ``reason`` (words for people; a collector older than the codes sends only these)."""
 
     report_id: bytes
     status: OutcomeStatus
     reason: str = ""
+    code: RejectionCode = RejectionCode.UNSPECIFIED
 
 
 @dataclass(frozen=True, slots=True)
 class RejectedReport:
-    """A report the collector rejected for good, with its reason (already removed from the outbox)."""
+    """A report the collector rejected for good, with its code and reason (already removed from the outbox)."""
 
     report: Report
     reason: str
+    code: RejectionCode = RejectionCode.UNSPECIFIED
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,7 +526,8 @@ class CollectorClient:
                 status = OutcomeStatus(outcome.status)
             except ValueError:
                 raise ProtocolError(f"outcome {i} has status {outcome.status}, not accepted/duplicate/rejected") from None
-            out.append(ReportOutcome(report_id=report.report_id, status=status, reason=outcome.reason))
+            out.append(ReportOutcome(report_id=report.report_id, status=status, reason=outcome.reason,
+                                     code=RejectionCode.of(outcome.code)))
         return out
 
     def _call(self, method: str, rpc: Callable[..., Resp], request: Any, *, round_not_open: bool = False) -> Resp:
@@ -626,12 +632,14 @@ def retry_delay(exc: grpc.RpcError) -> float | None:
 
 
 def _error_reason(exc: grpc.RpcError) -> str | None:
-    """The ``google.rpc.ErrorInfo`` reason in the call's status details, if any."""
+    """The ``google.rpc.ErrorInfo`` reason of the ``ldp.v1`` domain in the call's status details, if
+    any (a reason names a cause only within its domain: ``docs/errors.md``, section 2)."""
     for detail in _status_details(exc):
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()
             detail.Unpack(info)
-            return str(info.reason)
+            if info.domain == ERROR_DOMAIN:
+                return str(info.reason)
     return None
 
 
@@ -659,7 +667,7 @@ class Sender:
         """Send every pending report, batch by batch, acknowledging each batch's outcomes.
 
         Accepted and duplicate reports are removed from the outbox; rejected ones too, and they are
-        returned with the collector's reason. A failure (:class:`RpcFailedError`,
+        returned with the collector's code and reason. A failure (:class:`RpcFailedError`,
         :class:`RequestRejectedError`) stops the drain; batches sent before it stay acknowledged and
         the rest stays pending for the next drain.
         """
@@ -677,7 +685,7 @@ class Sender:
                 elif outcome.status is OutcomeStatus.DUPLICATE:
                     duplicates += 1
                 else:
-                    rejected.append(RejectedReport(report=report, reason=outcome.reason))
+                    rejected.append(RejectedReport(report=report, reason=outcome.reason, code=outcome.code))
             self._device.acknowledge(r.report_id for r in batch)
         return DrainResult(accepted=accepted, duplicates=duplicates, rejected=tuple(rejected))
 

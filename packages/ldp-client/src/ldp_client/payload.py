@@ -22,6 +22,7 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple, Union
 
+from ._validation import describe
 from .errors import ProtocolError
 
 __all__ = [
@@ -151,4 +152,4 @@ def payload_from_wire(data: Any, where: str = "payload") -> Payload:
             floats = payload_from_wire(inner, f"{where}.inner")
             assert isinstance(floats, Floats)
             return SignedVector(int(data[1]), floats)
-    raise ProtocolError(f"{where}: malformed payload (tag {tag!r}, {len(data)} items)")
+    raise ProtocolError(f"{where}: malformed payload (tag {describe(tag)}, {len(data)} items)")

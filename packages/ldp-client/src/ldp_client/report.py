@@ -46,7 +46,7 @@ from typing import Any, overload
 
 import msgpack
 
-from ._validation import check_int, check_msgpack_complete
+from ._validation import check_int, check_msgpack_complete, describe
 from .encoders.base import MAX_DIMENSION
 from .errors import InvalidParameterError, ProtocolError
 from .payload import MAX_BITS, Payload, payload_from_wire, payload_to_wire
@@ -155,7 +155,7 @@ class Report:
 
     def __post_init__(self) -> None:
         if not isinstance(self.report_id, bytes) or len(self.report_id) != REPORT_ID_BYTES:
-            raise InvalidParameterError(f"report_id must be {REPORT_ID_BYTES} bytes, got {self.report_id!r:.40}")
+            raise InvalidParameterError(f"report_id must be {REPORT_ID_BYTES} bytes, got {describe(self.report_id)}")
         check_campaign_id(self.campaign_id)
         check_int("round", self.round, 0, 2**32 - 1)
         check_int("group", self.group, 0, MAX_GROUPS - 1)

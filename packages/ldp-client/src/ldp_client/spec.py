@@ -19,18 +19,21 @@ from typing import Any
 import msgpack
 
 from ._spec import Spec
-from ._validation import check_float, check_int, check_msgpack_complete
+from ._validation import check_float, check_int, check_msgpack_complete, describe
 from .budget import sum_up
 from .encoders.base import ENCODERS, Encoder
 from .errors import InvalidParameterError, ProtocolError
 from .mechanisms.base import MECHANISMS, MechanismParams
 
-__all__ = ["ROUND_NOT_OPEN_REASON", "Component", "GroupTask", "RoundNotOpen", "RoundSpec", "Spec", "check_campaign_id"]
+__all__ = ["ERROR_DOMAIN", "ROUND_NOT_OPEN_REASON", "Component", "GroupTask", "RoundNotOpen", "RoundSpec", "Spec", "check_campaign_id"]
 
 MAX_GROUPS = 4096
 MAX_COMPONENTS = 8
 MAX_EPSILON_PER_CAMPAIGN = 100.0
 MAX_SPEC_BYTES = 16 * 1024 * 1024
+#: ``google.rpc.ErrorInfo.domain`` of every error a collector sends: a reason means what
+#: ``docs/errors.md`` says only within this domain.
+ERROR_DOMAIN = "ldp.v1"
 #: ``google.rpc.ErrorInfo.reason`` of the collector's "no round is open yet" answer to
 #: ``GetRoundSpec`` (UNAVAILABLE with ``RetryInfo``): between two rounds, while the server step runs.
 ROUND_NOT_OPEN_REASON = "ROUND_NOT_OPEN"
@@ -41,10 +44,10 @@ _CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 def check_campaign_id(value: Any) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"campaign_id must be a str, got {type(value).__name__}")
+        raise TypeError(f"campaign_id must be a string, got {describe(value)}")
     if not _CAMPAIGN_ID.match(value):
         raise InvalidParameterError(
-            f"campaign_id must be 1-128 characters of [A-Za-z0-9._-] starting alphanumeric, got {value!r}")
+            f"campaign_id must be 1-128 characters of [A-Za-z0-9._-] starting alphanumeric, got {describe(value)}")
     return value
 
 

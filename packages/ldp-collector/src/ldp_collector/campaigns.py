@@ -72,7 +72,7 @@ def new_campaign_seed() -> int:
 def _check_common(config: CampaignConfig) -> None:
     """Checks shared by every kind; raises :class:`InvalidArgumentError` naming the field."""
     if not config.kind:
-        raise InvalidArgumentError(f"kind is required; known kinds: {sorted(KINDS)}")
+        raise InvalidArgumentError(f"kind is required; known kinds: {', '.join(sorted(KINDS))}")
     kind_for(config.kind)  # a known, implemented kind
 
     eps = config.epsilon

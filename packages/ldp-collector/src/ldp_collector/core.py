@@ -62,7 +62,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from statistics import NormalDist
 
-from ldp_client.errors import ProtocolError
+from ldp_client.errors import ProtocolError, RejectionCode
 from ldp_client.report import Report, ReportColumns
 from ldp_client.spec import RoundSpec
 
@@ -76,13 +76,14 @@ from .campaigns import (
     round_status,
 )
 from .errors import (
+    ErrorReason,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     OverloadedError,
     RoundNotOpenError,
 )
-from .ingest import Assign, RoundContext, StoredReportColumns, check_request_id, validate_batch
+from .ingest import Assign, Rejection, RoundContext, StoredReportColumns, check_request_id, validate_batch
 from .kinds import CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from .model import Campaign, CampaignConfig, CampaignState, Estimates, Result
 from .serde import (
@@ -218,7 +219,7 @@ def _decode_page_token(token: str) -> str:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         campaign_id = ""
     if not campaign_id or _encode_page_token(campaign_id) != token:
-        raise InvalidArgumentError(f"page_token {token[:40]!r} is not a token this service issued")
+        raise InvalidArgumentError("page_token is not a token this service issued")
     return campaign_id
 
 
@@ -354,18 +355,19 @@ class Collector:
                 retry_after=ROUND_NOT_OPEN_RETRY_SECONDS)
         return self._spec(campaign_id, round_record), False
 
-    def _round_context(self, campaign_id: str) -> tuple[RoundContext | str, AccumulateFn | None]:
+    def _round_context(self, campaign_id: str) -> tuple[RoundContext | Rejection, AccumulateFn | None]:
         """The open round of a campaign (or why its reports are rejected) and its accumulator."""
         try:
             record = self._store.get_campaign(campaign_id)
         except NotFoundError:
-            return f"campaign {campaign_id} does not exist", None
+            return Rejection(RejectionCode.UNKNOWN_CAMPAIGN, f"campaign {campaign_id} does not exist"), None
         if record.state != COLLECTING:
-            return f"campaign {campaign_id} is {record.state}", None
+            return Rejection(RejectionCode.CAMPAIGN_NOT_COLLECTING, f"campaign {campaign_id} is {record.state}"), None
         round_record = self._open_round_record(record)
         if round_record is None:  # between two rounds: a report now is for a round that closed (module docstring)
-            return (f"round {record.current_round} of campaign {campaign_id} closed before the report arrived "
-                    f"(the next round is being prepared)"), None
+            return Rejection(RejectionCode.ROUND_NOT_OPEN,
+                             f"round {record.current_round} of campaign {campaign_id} closed before the report "
+                             f"arrived (the next round is being prepared)"), None
         spec = self._spec(campaign_id, round_record)
         context = RoundContext(campaign_id=campaign_id, round=round_record.round, spec=spec)
         return context, self._accumulate_fn(record, spec)
@@ -393,7 +395,7 @@ class Collector:
         -------
         list of (Outcome, str)
             One ``(outcome, reason)`` per report, in request order; the reason is empty unless the
-            report was rejected. ACCEPTED and DUPLICATE reports are durably stored when this
+            report was rejected, and then a :class:`~ldp_collector.ingest.Rejection` (with its code). ACCEPTED and DUPLICATE reports are durably stored when this
             returns; rejected ones changed nothing, and a batch rejected entirely records nothing.
 
         Raises
@@ -404,12 +406,12 @@ class Collector:
         check_request_id(request_id)
         campaign_ids = sorted(reports.distinct_campaign_ids() if isinstance(reports, ReportColumns)
                               else {r.campaign_id for r in reports if isinstance(r, Report)})
-        contexts: dict[str, RoundContext | str] = {}
+        contexts: dict[str, RoundContext | Rejection] = {}
         functions: dict[tuple[str, int], AccumulateFn] = {}
         # Locks exist only for real campaigns, so made-up campaign ids cost no memory.
         existing = [cid for cid in campaign_ids if self._exists(cid)]
         for cid in set(campaign_ids).difference(existing):
-            contexts[cid] = f"campaign {cid} does not exist"
+            contexts[cid] = Rejection(RejectionCode.UNKNOWN_CAMPAIGN, f"campaign {cid} does not exist")
         with contextlib.ExitStack() as held:
             # Sorted acquisition: a batch never waits for a lock while holding a later one.
             for cid in existing:
@@ -590,14 +592,17 @@ class Collector:
         if round == 0:
             with_estimates = [r for r in self._store.list_rounds(campaign_id) if r.estimates is not None]
             if not with_estimates:
-                raise FailedPreconditionError(f"campaign {campaign_id} has no closed round with estimates yet")
+                raise FailedPreconditionError(f"campaign {campaign_id} has no closed round with estimates yet",
+                                              reason=ErrorReason.NO_ESTIMATES)
             rr = with_estimates[-1]
         else:
             rr = self._store.get_round(campaign_id, round)
             if rr.open:
-                raise FailedPreconditionError(f"round {round} of campaign {campaign_id} is still open")
+                raise FailedPreconditionError(f"round {round} of campaign {campaign_id} is still open",
+                                              reason=ErrorReason.ROUND_STILL_OPEN)
             if rr.estimates is None:
-                raise FailedPreconditionError(f"round {round} of campaign {campaign_id} produced no estimates")
+                raise FailedPreconditionError(f"round {round} of campaign {campaign_id} produced no estimates",
+                                              reason=ErrorReason.NO_ESTIMATES)
         estimates = estimates_from_bytes(rr.estimates or b"", where=f"estimates of round {rr.round} of {campaign_id}")
         if abs(estimates.confidence - confidence) > 1e-12:
             z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
@@ -694,7 +699,7 @@ class Collector:
                     return
             if time.monotonic() >= deadline:
                 raise OverloadedError(f"another collector process is running a server step of campaign "
-                                      f"{campaign_id}; retry later", retry_after=1.0)
+                                      f"{campaign_id}; retry later", retry_after=1.0, reason=ErrorReason.STEP_RUNNING)
             time.sleep(0.05)
 
     def _auto_close_if_full(self, campaign_id: str, round: int) -> None:
@@ -729,7 +734,8 @@ class Collector:
             if auto:
                 return False
             raise FailedPreconditionError(
-                f"round {round} is not open; the open round of campaign {campaign_id} is {record.current_round}")
+                f"round {round} is not open; the open round of campaign {campaign_id} is {record.current_round}",
+                reason=ErrorReason.ROUND_MISMATCH)
         rr = self._store.get_round(campaign_id, round)
         if not rr.open:
             # Closed, still current, and we hold the step lock: the step that closed it was
@@ -747,7 +753,7 @@ class Collector:
                     return False
                 raise FailedPreconditionError(
                     f"round {round} of campaign {campaign_id} holds {count} reports; "
-                    f"min_reports_per_round is {minimum}")
+                    f"min_reports_per_round is {minimum}", reason=ErrorReason.TOO_FEW_REPORTS)
             won = self._store.close_round(campaign_id, round, self._clock())
         if not won:
             return False

@@ -1,12 +1,22 @@
-"""Domain errors of the collector; the servicer maps each to one gRPC status code."""
+"""Domain errors of the collector and the wire's error vocabulary, in one place.
+
+Each error class names the gRPC status code the service answers it with (``code``) and the
+``google.rpc.ErrorInfo`` reason it carries (``reason``, domain ``ldp.v1``). :class:`ErrorReason` is
+the one table of those reasons: ``docs/errors.md`` (section 2) documents exactly this set, and
+``tests/collector/server/test_error_model.py`` checks that nothing else can reach the wire. The
+per-report :class:`~ldp_client.errors.RejectionCode` lives in the SDK (the device reads it).
+"""
 
 from __future__ import annotations
+
+import enum
 
 from ldp_client.spec import ROUND_NOT_OPEN_REASON
 
 __all__ = [
     "AlreadyExistsError",
     "CollectorError",
+    "ErrorReason",
     "FailedPreconditionError",
     "InvalidArgumentError",
     "NotFoundError",
@@ -16,45 +26,104 @@ __all__ = [
 ]
 
 
-class CollectorError(Exception):
-    """Base class; ``code`` names the gRPC status code the service answers with.
+class ErrorReason(enum.StrEnum):
+    """Every ``google.rpc.ErrorInfo.reason`` the collector sends, with the status code it goes with.
 
-    ``reason`` is the ``google.rpc.ErrorInfo`` reason of the answer; ``None`` means the class name.
+    The values are stable wire constants (UPPER_SNAKE_CASE, domain ``ldp.v1``): a client may act on
+    them. A value may be added; none is ever renamed or given another meaning.
     """
 
+    # INVALID_ARGUMENT (with google.rpc.BadRequest)
+    MALFORMED_REQUEST = "MALFORMED_REQUEST"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    INVALID_CAMPAIGN_CONFIG = "INVALID_CAMPAIGN_CONFIG"
+    BATCH_TOO_LARGE = "BATCH_TOO_LARGE"
+    # NOT_FOUND
+    CAMPAIGN_NOT_FOUND = "CAMPAIGN_NOT_FOUND"
+    ROUND_NOT_FOUND = "ROUND_NOT_FOUND"
+    # ALREADY_EXISTS
+    CAMPAIGN_EXISTS = "CAMPAIGN_EXISTS"
+    ROUND_EXISTS = "ROUND_EXISTS"
+    # FAILED_PRECONDITION (with google.rpc.PreconditionFailure)
+    CAMPAIGN_NOT_COLLECTING = "CAMPAIGN_NOT_COLLECTING"
+    ROUND_MISMATCH = "ROUND_MISMATCH"
+    ROUND_STILL_OPEN = "ROUND_STILL_OPEN"
+    TOO_FEW_REPORTS = "TOO_FEW_REPORTS"
+    NO_ESTIMATES = "NO_ESTIMATES"
+    ENROLMENT_DISABLED = "ENROLMENT_DISABLED"
+    STORE_CLOSED = "STORE_CLOSED"
+    STORE_SCHEMA_TOO_NEW = "STORE_SCHEMA_TOO_NEW"
+    # UNAUTHENTICATED
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    # RESOURCE_EXHAUSTED (with google.rpc.QuotaFailure and RetryInfo)
+    RATE_LIMITED = "RATE_LIMITED"
+    # UNAVAILABLE (with google.rpc.RetryInfo)
+    OVERLOADED = "OVERLOADED"
+    ROUND_NOT_OPEN = ROUND_NOT_OPEN_REASON
+    STEP_RUNNING = "STEP_RUNNING"
+    ENROLMENT_RATE_LIMITED = "ENROLMENT_RATE_LIMITED"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    # INTERNAL (no text: the error is logged)
+    INTERNAL = "INTERNAL"
+
+
+class CollectorError(Exception):
+    """Base class; ``code`` names the gRPC status code the service answers with and ``reason``
+    the ``google.rpc.ErrorInfo`` reason (the class's own unless the raiser names a finer one)."""
+
     code = "INTERNAL"
-    reason: str | None = None
+    reason: ErrorReason = ErrorReason.INTERNAL
+
+    def __init__(self, message: str, *, reason: ErrorReason | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
 
 
 class InvalidArgumentError(CollectorError):
+    """A request breaks a rule; ``field`` is the path of the request field at fault (the
+    ``google.rpc.BadRequest`` field path, ``docs/errors.md`` section 3), empty when the request did
+    not parse at all (``MALFORMED_REQUEST``) or the service boundary names it."""
+
     code = "INVALID_ARGUMENT"
+    reason = ErrorReason.INVALID_ARGUMENT
+
+    def __init__(self, message: str, *, field: str = "", reason: ErrorReason | None = None) -> None:
+        super().__init__(message, reason=reason)
+        self.field = field
 
 
 class NotFoundError(CollectorError):
     code = "NOT_FOUND"
+    reason = ErrorReason.CAMPAIGN_NOT_FOUND
 
 
 class AlreadyExistsError(CollectorError):
     code = "ALREADY_EXISTS"
+    reason = ErrorReason.CAMPAIGN_EXISTS
 
 
 class FailedPreconditionError(CollectorError):
     """Wrong or closed round, finished campaign."""
 
     code = "FAILED_PRECONDITION"
+    reason = ErrorReason.CAMPAIGN_NOT_COLLECTING
 
 
 class UnauthenticatedError(CollectorError):
     code = "UNAUTHENTICATED"
+    reason = ErrorReason.UNAUTHENTICATED
 
 
 class OverloadedError(CollectorError):
     """The collector sheds load; ``retry_after`` seconds go into google.rpc.RetryInfo."""
 
     code = "UNAVAILABLE"
+    reason = ErrorReason.OVERLOADED
 
-    def __init__(self, message: str, retry_after: float = 1.0) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, retry_after: float = 1.0, *, reason: ErrorReason | None = None) -> None:
+        super().__init__(message, reason=reason)
         self.retry_after = retry_after
 
 
@@ -65,7 +134,7 @@ class RoundNotOpenError(CollectorError):
     turns into :class:`ldp_client.spec.RoundNotOpen`)."""
 
     code = "UNAVAILABLE"
-    reason = ROUND_NOT_OPEN_REASON
+    reason = ErrorReason.ROUND_NOT_OPEN
 
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message)

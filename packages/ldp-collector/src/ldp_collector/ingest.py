@@ -5,7 +5,9 @@ and is collecting, the report targets the open round, its group reports in that 
 one payload per component of the group's task, and every payload is a possible output of its
 mechanism (shape and range, via ``MechanismParams.check_payload``) and a *plausible* one
 (:func:`check_plausible`). Valid reports become :class:`~ldp_collector.storage.base.StoredReport`
-rows (payloads as msgpack); the others get a REJECTED outcome with the reason. Nothing here
+rows (payloads as msgpack); the others get a REJECTED outcome with a :class:`Rejection`: the
+reason in words (no language-specific notation) carrying its
+:class:`~ldp_client.errors.RejectionCode` (``docs/errors.md``, section 4). Nothing here
 touches the store: :class:`~ldp_collector.core.Collector` stores the valid part and merges the
 store's outcomes back in request order with :meth:`ValidatedBatch.merge`.
 
@@ -60,7 +62,7 @@ import msgpack
 import numpy as np
 
 from ldp_client.device import RoundAssignment
-from ldp_client.errors import ProtocolError
+from ldp_client.errors import ProtocolError, RejectionCode
 from ldp_client.mechanisms.base import MechanismParams
 from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
 from ldp_client.mechanisms.randomized_response import GRRParams
@@ -70,11 +72,13 @@ from ldp_client.report import MAX_BATCH_REPORTS, MAX_REQUEST_ID, Report, ReportC
 from ldp_client.spec import RoundSpec
 
 from .defences import check_assignment
-from .errors import InvalidArgumentError
+from .errors import ErrorReason, InvalidArgumentError
 from .storage.base import Outcome, StoredReport
 
 __all__ = [
     "PLAUSIBILITY_DELTA",
+    "Rejection",
+    "ReportRejectedError",
     "RoundContext",
     "StoredReportColumns",
     "ValidatedBatch",
@@ -99,9 +103,40 @@ class RoundContext:
     spec: RoundSpec
 
 
-#: Looks a campaign up: its open round, or the reason its reports are rejected
-#: (``"campaign x does not exist"``, ``"campaign x is finished"``).
-Lookup = Callable[[str], "RoundContext | str"]
+class Rejection(str):
+    """Why one report is rejected: the message for people (``ReportOutcome.reason``), carrying the
+    code programs read (``code``, ``ReportOutcome.code``).
+
+    A ``str`` so that everything that passes reasons on (outcome tuples, logs) keeps doing so; the
+    response encoder reads the code (:func:`ldp_collector.server.wire.submit_response`).
+    """
+
+    code: RejectionCode
+
+    def __new__(cls, code: RejectionCode, message: str) -> Rejection:
+        self = super().__new__(cls, message)
+        self.code = code
+        return self
+
+    @classmethod
+    def of(cls, error: ProtocolError) -> Rejection:
+        """The rejection of a report that failed with ``error``: its own code when it is a
+        :class:`ReportRejectedError`, else ``MALFORMED_REPORT`` (the report did not decode)."""
+        code = error.code if isinstance(error, ReportRejectedError) else RejectionCode.MALFORMED_REPORT
+        return cls(code, str(error) or "malformed report")
+
+
+class ReportRejectedError(ProtocolError):
+    """A decoded report that does not fit the open round; ``code`` says which rule it broke."""
+
+    def __init__(self, code: RejectionCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+#: Looks a campaign up: its open round, or the rejection of its reports
+#: (``UNKNOWN_CAMPAIGN``, ``CAMPAIGN_NOT_COLLECTING``, ``ROUND_NOT_OPEN`` between two rounds).
+Lookup = Callable[[str], "RoundContext | Rejection"]
 #: The assignment of the sending device in a round: ``(campaign_id, round) -> RoundAssignment``.
 Assign = Callable[[str, int], RoundAssignment]
 
@@ -109,8 +144,9 @@ Assign = Callable[[str, int], RoundAssignment]
 def check_request_id(request_id: object) -> str:
     """Return ``request_id`` if it is a string of 1 to 128 characters, else raise ``InvalidArgumentError``."""
     if not isinstance(request_id, str) or not 1 <= len(request_id) <= MAX_REQUEST_ID:
+        got = f"{len(request_id)} characters" if isinstance(request_id, str) else "no string"
         raise InvalidArgumentError(
-            f"request_id must be a string of 1 to {MAX_REQUEST_ID} characters, got {request_id!r:.60}")
+            f"request_id must be a string of 1 to {MAX_REQUEST_ID} characters, got {got}", field="request_id")
     return request_id
 
 
@@ -181,7 +217,8 @@ def check_plausible(mechanism: MechanismParams, payload: Payload) -> None:
         weight = int.from_bytes(payload, "little").bit_count()
         low, high = hamming_weight_limits(mechanism.domain_size, mechanism.q)
         if not low <= weight <= high:
-            raise ProtocolError(
+            raise ReportRejectedError(
+                RejectionCode.IMPLAUSIBLE_PAYLOAD,
                 f"unary_encoding payload has {weight} bits set; an honest report over {mechanism.domain_size} "
                 f"values has {low} to {high}")
 
@@ -196,29 +233,35 @@ def validate_report(report: Report, context: RoundContext) -> StoredReport:
 
     Raises
     ------
-    ProtocolError
-        With the reason the report is rejected.
+    ReportRejectedError
+        With the code and reason the report is rejected.
     """
     spec = context.spec
     if report.round != context.round:
-        raise ProtocolError(f"round {report.round} is not open (the open round is {context.round})")
+        raise ReportRejectedError(RejectionCode.ROUND_NOT_OPEN,
+                                  f"round {report.round} is not open (the open round is {context.round})")
     if report.group >= len(spec.group_weights):
-        raise ProtocolError(
+        raise ReportRejectedError(
+            RejectionCode.UNKNOWN_GROUP,
             f"group {report.group} is not a group of campaign {context.campaign_id} "
             f"({len(spec.group_weights)} groups)")
     task = spec.task_for(report.group)
     if task is None:
-        raise ProtocolError(f"group {report.group} does not report in round {context.round}")
+        raise ReportRejectedError(RejectionCode.GROUP_NOT_REPORTING,
+                                  f"group {report.group} does not report in round {context.round}")
     if len(report.payloads) != len(task.components):
-        raise ProtocolError(
+        raise ReportRejectedError(
+            RejectionCode.WRONG_PAYLOAD_COUNT,
             f"group {report.group} reports {len(task.components)} payload(s) in round {context.round}, "
             f"got {len(report.payloads)}")
     for i, (component, payload) in enumerate(zip(task.components, report.payloads)):
         try:
             component.mechanism.check_payload(payload)
             check_plausible(component.mechanism, payload)
+        except ReportRejectedError as exc:
+            raise ReportRejectedError(exc.code, f"payload {i}: {exc}") from None
         except ProtocolError as exc:
-            raise ProtocolError(f"payload {i}: {exc}") from None
+            raise ReportRejectedError(RejectionCode.INVALID_PAYLOAD, f"payload {i}: {exc}") from None
     return StoredReport(report_id=report.report_id, campaign_id=report.campaign_id, round=report.round,
                         group=report.group, payloads=pack_payloads(report.payloads))
 
@@ -284,15 +327,15 @@ class ValidatedBatch:
 
     Attributes
     ----------
-    rejected : dict of int to str
-        Request position -> reason, for the reports rejected before storage.
+    rejected : dict of int to Rejection
+        Request position -> rejection, for the reports rejected before storage.
     valid : sequence of StoredReport
         The reports to store, in request order (a :class:`StoredReportColumns` from the fast path).
     positions : sequence of int
         The request position of each entry of ``valid``.
     """
 
-    rejected: dict[int, str]
+    rejected: dict[int, Rejection]
     valid: Sequence[StoredReport]
     positions: Sequence[int]
 
@@ -308,7 +351,8 @@ class ValidatedBatch:
         for k in [k for k, pair in enumerate(merged) if pair is None] if None in merged else ():
             # The store rejects a report whose round closed between validation and commit.
             outcome = Outcome(stored[k])
-            merged[k] = (outcome, f"round {self.valid[k].round} closed before the report was stored"
+            merged[k] = (outcome, Rejection(RejectionCode.ROUND_NOT_OPEN,
+                                            f"round {self.valid[k].round} closed before the report was stored")
                          if outcome == Outcome.REJECTED else "")
         if len(merged) == self.size:  # nothing rejected before storage: positions are 0 .. size - 1
             return merged  # type: ignore[return-value]  # every None was replaced above
@@ -330,7 +374,7 @@ def validate_batch(reports: Sequence[Report | ProtocolError], lookup: Lookup, *,
     """Validate every report of a batch; ``lookup`` is called once per distinct campaign id.
 
     Entries that are already a :class:`ProtocolError` (a malformed report in a packed batch) are
-    rejected with their message. A :class:`~ldp_client.report.ReportColumns` batch takes the
+    rejected with their message (``MALFORMED_REPORT``). A :class:`~ldp_client.report.ReportColumns` batch takes the
     batch-wide fast path (module docstring), with the same result. With ``assign`` (the batch of
     an enrolled device) every report must also carry its assigned report id and hash seeds.
 
@@ -340,16 +384,17 @@ def validate_batch(reports: Sequence[Report | ProtocolError], lookup: Lookup, *,
         If the batch holds more than ``ldp_client.report.MAX_BATCH_REPORTS`` reports.
     """
     if len(reports) > MAX_BATCH_REPORTS:
-        raise InvalidArgumentError(f"a batch holds at most {MAX_BATCH_REPORTS} reports, got {len(reports)}")
+        raise InvalidArgumentError(f"a batch holds at most {MAX_BATCH_REPORTS} reports, got {len(reports)}",
+                                   field="reports", reason=ErrorReason.BATCH_TOO_LARGE)
     if isinstance(reports, ReportColumns) and assign is None:
         return _validate_columns(reports, lookup)
-    contexts: dict[str, RoundContext | str] = {}
-    rejected: dict[int, str] = {}
+    contexts: dict[str, RoundContext | Rejection] = {}
+    rejected: dict[int, Rejection] = {}
     valid: list[StoredReport] = []
     positions: list[int] = []
     for position, report in enumerate(reports):
         if isinstance(report, ProtocolError):
-            rejected[position] = str(report) or "malformed report"
+            rejected[position] = Rejection.of(report)
             continue
         context = contexts.get(report.campaign_id)
         if context is None:
@@ -359,11 +404,15 @@ def validate_batch(reports: Sequence[Report | ProtocolError], lookup: Lookup, *,
             continue
         try:
             row = validate_report(report, context)
-            if assign is not None:
-                check_assignment(report, context.spec, assign(context.campaign_id, context.round))
         except ProtocolError as exc:
-            rejected[position] = str(exc)
+            rejected[position] = Rejection.of(exc)
             continue
+        if assign is not None:
+            try:
+                check_assignment(report, context.spec, assign(context.campaign_id, context.round))
+            except ProtocolError as exc:
+                rejected[position] = Rejection(RejectionCode.ASSIGNMENT_MISMATCH, str(exc))
+                continue
         valid.append(row)
         positions.append(position)
     return ValidatedBatch(rejected=rejected, valid=valid, positions=positions)
@@ -492,7 +541,7 @@ class _Accepted:
 
 def _validate_columns(columns: ReportColumns, lookup: Lookup) -> ValidatedBatch:
     """:func:`validate_batch` of a column batch, checking the common reports batch-wide."""
-    rejected = {position: str(error) or "malformed report" for position, error in columns.errors.items()}
+    rejected = {position: Rejection.of(error) for position, error in columns.errors.items()}
     parts: dict[str, list[int] | None]
     if not columns.errors and len(set(columns.campaign_ids)) == 1:
         parts = {columns.campaign_ids[0]: None}  # None: every position
@@ -528,7 +577,7 @@ def _validate_columns(columns: ReportColumns, lookup: Lookup) -> ValidatedBatch:
 
 
 def _validate_part(columns: ReportColumns, positions: list[int] | None, context: RoundContext,
-                   accepted: _Accepted, rejected: dict[int, str]) -> None:
+                   accepted: _Accepted, rejected: dict[int, Rejection]) -> None:
     """Validate the reports of one campaign (``positions``; None: all) against its open round."""
     every = range(len(columns)) if positions is None else positions
 
@@ -570,6 +619,6 @@ def _validate_part(columns: ReportColumns, positions: list[int] | None, context:
         try:
             row = validate_report(report, context)
         except ProtocolError as exc:
-            rejected[position] = str(exc)
+            rejected[position] = Rejection.of(exc)
         else:
             accepted.add([position], [row.payloads], [columns.payloads[position]])

@@ -32,7 +32,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
-from .errors import CollectorError
+from .errors import CollectorError, ErrorReason
 
 __all__ = ["DEFAULT_MAX_KEYS", "RateLimitedError", "RateLimiter"]
 
@@ -55,6 +55,7 @@ class RateLimitedError(CollectorError):
     """
 
     code = "RESOURCE_EXHAUSTED"
+    reason = ErrorReason.RATE_LIMITED
 
     def __init__(self, message: str, *, limit: str, retry_after: float) -> None:
         super().__init__(message)

@@ -34,7 +34,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._exact import exp_below, log_fraction
-from .._validation import check_epsilon, check_int
+from .._validation import check_epsilon, check_int, describe
 from ..errors import InvalidParameterError, ProtocolError
 from ..payload import MAX_BITS
 from ..rng import Rng, resolve_rng
@@ -139,7 +139,7 @@ class BitwiseRRParams(MechanismParams):
 
     def check_payload(self, payload: Any) -> bytes:
         if not isinstance(payload, bytes) or len(payload) != self.payload_bytes:
-            raise ProtocolError(f"bitwise_rr payload must be {self.payload_bytes} bytes, got {payload!r:.40}")
+            raise ProtocolError(f"bitwise_rr payload must be {self.payload_bytes} bytes, got {describe(payload)}")
         if self.length % 8 and payload[-1] >> (self.length % 8):
             raise ProtocolError(f"bitwise_rr payload has bits set beyond length {self.length}")
         return payload

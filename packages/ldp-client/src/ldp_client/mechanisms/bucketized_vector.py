@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
-from .._validation import check_epsilon, check_int, check_vector
+from .._validation import check_epsilon, check_int, check_vector, describe
 from ..encoders.base import BUCKET_VECTOR, MAX_DIMENSION
 from ..errors import EncodingError, InvalidParameterError, ProtocolError
 from ..payload import Floats, SignedVector, unpack_bits
@@ -183,10 +183,10 @@ class BucketizedVectorParams(MechanismParams):
 
     def check_payload(self, payload: Any) -> SignedVector:
         if not isinstance(payload, SignedVector):
-            raise ProtocolError(f"bucketized_vector payload must be a SignedVector, got {type(payload).__name__}")
+            raise ProtocolError(f"bucketized_vector payload must be a SignedVector, got {describe(payload)}")
         seed, inner = payload
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**SEED_BITS:
-            raise ProtocolError(f"bucketized_vector seed must be in [0, 2^{SEED_BITS}), got {seed!r:.40}")
+            raise ProtocolError(f"bucketized_vector seed must be in [0, 2^{SEED_BITS}), got {describe(seed)}")
         try:
             self.inner.check_payload(inner)
         except ProtocolError as exc:

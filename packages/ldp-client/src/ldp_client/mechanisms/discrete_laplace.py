@@ -49,7 +49,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._exact import discrete_laplace
-from .._validation import check_epsilon, check_int, check_vector
+from .._validation import check_epsilon, check_int, check_vector, describe
 from ..encoders.base import MAX_DIMENSION, UNIT_CUBE
 from ..errors import EncodingError, ProtocolError
 from ..payload import Integers
@@ -131,13 +131,13 @@ class DiscreteLaplaceParams(MechanismParams):
 
     def check_payload(self, payload: Any) -> Integers:
         if not isinstance(payload, Integers):
-            raise ProtocolError(f"discrete_laplace payload must be Integers, got {type(payload).__name__}")
+            raise ProtocolError(f"discrete_laplace payload must be Integers, got {describe(payload)}")
         if len(payload.values) != self.dimension:
             raise ProtocolError(
                 f"discrete_laplace payload must hold {self.dimension} integers, got {len(payload.values)}")
         for v in payload.values:
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ProtocolError(f"discrete_laplace payload values must be ints, got {type(v).__name__}")
+                raise ProtocolError(f"discrete_laplace payload values must be integers, got {describe(v)}")
         return payload
 
     def round_to_grid(self, value: Any) -> list[int]:

@@ -50,7 +50,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._exact import exp_below, log_fraction
-from .._validation import check_epsilon, check_int
+from .._validation import check_epsilon, check_int, describe
 from ..errors import InvalidParameterError, ProtocolError
 from ..payload import HashedValue
 from ..rng import Rng, resolve_rng
@@ -222,12 +222,12 @@ class LocalHashingParams(MechanismParams):
 
     def check_payload(self, payload: Any) -> HashedValue:
         if not isinstance(payload, HashedValue):
-            raise ProtocolError(f"local_hashing payload must be a HashedValue, got {type(payload).__name__}")
+            raise ProtocolError(f"local_hashing payload must be a HashedValue, got {describe(payload)}")
         seed, value = payload
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**SEED_BITS:
-            raise ProtocolError(f"local_hashing seed must be in [0, 2^{SEED_BITS}), got {seed!r}")
+            raise ProtocolError(f"local_hashing seed must be in [0, 2^{SEED_BITS}), got {describe(seed)}")
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.g:
-            raise ProtocolError(f"local_hashing bucket must be in [0, {self.g}), got {value!r}")
+            raise ProtocolError(f"local_hashing bucket must be in [0, {self.g}), got {describe(value)}")
         return payload
 
 

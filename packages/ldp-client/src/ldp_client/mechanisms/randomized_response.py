@@ -27,7 +27,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._exact import exp_below, log_fraction
-from .._validation import check_epsilon, check_int
+from .._validation import check_epsilon, check_int, describe
 from ..errors import ProtocolError
 from ..payload import Payload
 from ..rng import Rng, resolve_rng
@@ -98,7 +98,7 @@ class GRRParams(MechanismParams):
 
     def check_payload(self, payload: Any) -> Payload:
         if isinstance(payload, bool) or not isinstance(payload, int) or not 0 <= payload < self.domain_size:
-            raise ProtocolError(f"grr payload must be an index in [0, {self.domain_size}), got {payload!r}")
+            raise ProtocolError(f"grr payload must be an index in [0, {self.domain_size}), got {describe(payload)}")
         return payload
 
 

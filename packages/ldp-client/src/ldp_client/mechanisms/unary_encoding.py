@@ -37,7 +37,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._exact import exp_below, log_fraction
-from .._validation import check_epsilon, check_int
+from .._validation import check_epsilon, check_int, describe
 from ..errors import InvalidParameterError, ProtocolError
 from ..payload import MAX_BITS
 from ..rng import Rng, resolve_rng
@@ -193,7 +193,7 @@ class UnaryEncodingParams(MechanismParams):
     def check_payload(self, payload: Any) -> bytes:
         if not isinstance(payload, bytes) or len(payload) != self.payload_bytes:
             raise ProtocolError(
-                f"unary_encoding payload must be {self.payload_bytes} bytes, got {payload!r:.40}")
+                f"unary_encoding payload must be {self.payload_bytes} bytes, got {describe(payload)}")
         if self.domain_size % 8 and payload[-1] >> (self.domain_size % 8):
             raise ProtocolError(f"unary_encoding payload has bits set beyond domain_size {self.domain_size}")
         return payload

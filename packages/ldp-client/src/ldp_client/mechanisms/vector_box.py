@@ -47,7 +47,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._exact import log_fraction
-from .._validation import check_vector
+from .._validation import check_vector, describe
 from ..encoders.base import BOX
 from ..errors import EncodingError, ProtocolError
 from ..payload import unpack_bits
@@ -141,7 +141,7 @@ class VectorBoxParams(VectorParams):
     def check_payload(self, payload: Any) -> bytes:
         n_bytes = (self.dimension + 7) // 8
         if not isinstance(payload, bytes) or len(payload) != n_bytes:
-            raise ProtocolError(f"vector_box payload must be {n_bytes} bytes of packed signs, got {payload!r:.40}")
+            raise ProtocolError(f"vector_box payload must be {n_bytes} bytes of packed signs, got {describe(payload)}")
         if int.from_bytes(payload, "little") >> self.dimension:
             raise ProtocolError(f"vector_box payload has bits set beyond the dimension {self.dimension}")
         return payload

@@ -50,7 +50,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._exact import log_fraction
-from .._validation import check_vector
+from .._validation import check_vector, describe
 from ..encoders.base import BALL
 from ..errors import EncodingError, ProtocolError
 from ..payload import Floats
@@ -116,13 +116,13 @@ class VectorL2BallParams(VectorParams):
 
     def check_payload(self, payload: Any) -> Floats:
         if not isinstance(payload, Floats):
-            raise ProtocolError(f"vector_l2_ball payload must be Floats, got {type(payload).__name__}")
+            raise ProtocolError(f"vector_l2_ball payload must be Floats, got {describe(payload)}")
         values = payload.values
         if len(values) != self.dimension:
             raise ProtocolError(f"vector_l2_ball payload must hold {self.dimension} floats, got {len(values)}")
         for v in values:
             if isinstance(v, bool) or not isinstance(v, float) or not math.isfinite(v):
-                raise ProtocolError(f"vector_l2_ball payload values must be finite floats, got {v!r}")
+                raise ProtocolError(f"vector_l2_ball payload values must be finite floats, got {describe(v)}")
         norm = math.hypot(*values)
         if abs(norm - 1.0) > _PAYLOAD_NORM_TOLERANCE:
             raise ProtocolError(f"vector_l2_ball payload must be a unit vector, got norm {norm:.9g}")

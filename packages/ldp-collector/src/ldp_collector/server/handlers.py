@@ -33,11 +33,12 @@ Req = TypeVar("Req", bound=Message)
 Resp = TypeVar("Resp", bound=Message)
 
 
-def _failure(exc: BaseException, method: str) -> status_pb2.Status:
-    """The status a failed call answers; unexpected errors are logged with their traceback."""
+def _failure(exc: BaseException, method: str, request: type[Message] | None) -> status_pb2.Status:
+    """The status a failed call answers (``request``: the request's message type, whose fields the
+    error's message may name); unexpected errors are logged with their traceback."""
     if code_name(exc) == "INTERNAL":
         log.error("%s failed", method, exc_info=exc, extra={"method": method})
-    return status_for_error(exc)
+    return status_for_error(exc, request)
 
 
 # Aborting a call raises an AbortError that gRPC keeps in a reference cycle with the handler's
@@ -47,9 +48,10 @@ def _failure(exc: BaseException, method: str) -> status_pb2.Status:
 # not stay in memory until a collection.
 
 def _unary_handler(method: str, behavior: Callable[[Any, Context], Awaitable[Resp]], request_type: type[Req] | None,
-                   metrics: CollectorMetrics) -> grpc.RpcMethodHandler[Any, Any]:
+                   metrics: CollectorMetrics, parsed_as: type[Message] | None = None) -> grpc.RpcMethodHandler[Any, Any]:
     """``behavior`` gets the parsed request, or the request's bytes when ``request_type`` is None
-    (it then parses them itself, in the worker pool)."""
+    (it then parses them itself, in the worker pool, as ``parsed_as``)."""
+    request = request_type or parsed_as
     async def handle(data: bytes, context: Context) -> Resp:
         start = time.perf_counter()
         code = "OK"
@@ -60,7 +62,7 @@ def _unary_handler(method: str, behavior: Callable[[Any, Context], Awaitable[Res
                 if isinstance(exc, grpc.aio.AbortError):
                     raise
                 code = code_name(exc)
-                status = _failure(exc, method)
+                status = _failure(exc, method, request)
             del data
             await abort(context, status)
         except asyncio.CancelledError:
@@ -87,7 +89,7 @@ def _stream_handler(method: str, behavior: Callable[[Req, Context], AsyncIterato
                 if isinstance(exc, grpc.aio.AbortError):
                     raise
                 code = code_name(exc)
-                status = _failure(exc, method)
+                status = _failure(exc, method, request_type)
             del data
             await abort(context, status)
         except (asyncio.CancelledError, GeneratorExit):
@@ -107,13 +109,16 @@ def _serialize(message: Message) -> bytes:
 def add_services(server: grpc.aio.Server, device: CollectorServicer, operator: OperatorServicer,
                   metrics: CollectorMetrics) -> None:
     def unary(service: str, name: str, behavior: Callable[[Any, Context], Awaitable[Any]],
-              request_type: type[Message] | None) -> tuple[str, grpc.RpcMethodHandler[Any, Any]]:
-        return name, _unary_handler(f"{service.rsplit('.', 1)[-1]}/{name}", behavior, request_type, metrics)
+              request_type: type[Message] | None,
+              parsed_as: type[Message] | None = None) -> tuple[str, grpc.RpcMethodHandler[Any, Any]]:
+        return name, _unary_handler(f"{service.rsplit('.', 1)[-1]}/{name}", behavior, request_type, metrics,
+                                    parsed_as)
 
     device_handlers = dict([
         unary(DEVICE_SERVICE, "Enroll", device.Enroll, service_pb2.EnrollRequest),
         unary(DEVICE_SERVICE, "GetRoundSpec", device.GetRoundSpec, service_pb2.GetRoundSpecRequest),
-        unary(DEVICE_SERVICE, "SubmitReports", device.SubmitReports, None),  # parsed in the worker pool
+        unary(DEVICE_SERVICE, "SubmitReports", device.SubmitReports, None,  # parsed in the worker pool
+              service_pb2.SubmitReportsRequest),
         unary(DEVICE_SERVICE, "SubmitPacked", device.SubmitPacked, service_pb2.SubmitPackedRequest),
         unary(DEVICE_SERVICE, "GetResult", device.GetResult, service_pb2.GetResultRequest),
     ])

@@ -18,12 +18,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
-from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from google.rpc import status_pb2  # type: ignore[import-untyped]
 
 from ..defences import EnrolmentAuthority
+from ..errors import ErrorReason, InvalidArgumentError, UnauthenticatedError
 from ..ratelimit import RateLimitedError, RateLimiter
 from ..telemetry import CollectorMetrics
-from .status import ERROR_DOMAIN, Context, FieldError, abort, status_for_error
+from .status import Context, abort, status_for_error
 from .wire import DEVICE_SERVICE, OPERATOR_SERVICE
 
 __all__ = [
@@ -107,7 +108,7 @@ class UndecodableRequestInterceptor(ServerInterceptor):
                 problem = f"malformed request: {exc}"
             refusals.note(method, problem)
             metrics.rpcs.labels(method=method.lstrip("/"), code="INVALID_ARGUMENT").inc()
-            return None, status_for_error(FieldError("", problem))
+            return None, status_for_error(InvalidArgumentError(problem, reason=ErrorReason.MALFORMED_REQUEST))
 
         async def decode_one(data: bytes, context: Context) -> Any:
             request, refused = decode(data)
@@ -255,8 +256,7 @@ def bearer_digest(metadata: Any) -> bytes | None:
 
 def _deny(handler: grpc.RpcMethodHandler[Any, Any], problem: str) -> grpc.RpcMethodHandler[Any, Any]:
     """A handler of the same streaming shape that answers UNAUTHENTICATED without reading the request."""
-    status = status_pb2.Status(code=code_pb2.UNAUTHENTICATED, message=problem)
-    status.details.add().Pack(error_details_pb2.ErrorInfo(reason="UNAUTHENTICATED", domain=ERROR_DOMAIN))
+    status = status_for_error(UnauthenticatedError(problem))
 
     async def deny(request: bytes, context: Context) -> NoReturn:
         await abort(context, status)

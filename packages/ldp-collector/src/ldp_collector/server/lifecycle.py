@@ -21,7 +21,6 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
-from grpc_reflection.v1alpha import reflection
 
 from ..binding import reserve_address
 from ..config import CollectorConfig, split_listen
@@ -38,6 +37,7 @@ from .interceptors import (
     ServerInterceptor,
     UndecodableRequestInterceptor,
 )
+from .reflection import enable_reflection
 from .servicer import CollectorServicer, OperatorServicer
 from .wire import DEVICE_SERVICE, OPERATOR_SERVICE
 from .worker_pool import WorkerPool
@@ -145,9 +145,8 @@ class _Runtime:
         add_services(server, device, operator, self.metrics)
         self._health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(
-            (DEVICE_SERVICE, OPERATOR_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME), server)
+        enable_reflection(server, (DEVICE_SERVICE, OPERATOR_SERVICE,
+                                   health_pb2.DESCRIPTOR.services_by_name["Health"].full_name))
 
         host, listen_port = split_listen(config.listen)
         credentials = _credentials(config)

@@ -24,12 +24,12 @@ from typing import TypeVar
 
 from ldp.v1 import campaigns_pb2, service_pb2, service_pb2_grpc
 from ldp_client import serde
-from ldp_client.errors import ProtocolError
+from ldp_client.errors import LdpError, ProtocolError
 from ldp_client.report import MAX_REQUEST_ID, ReportColumns, declared_batch_size, unpack_batch_columns
 
 from ..core import Collector
 from ..defences import EnrolmentAuthority, EnrolmentLimiter, peer_address
-from ..errors import CollectorError, FailedPreconditionError, OverloadedError
+from ..errors import CollectorError, ErrorReason, FailedPreconditionError, InvalidArgumentError, OverloadedError
 from ..ingest import Assign
 from ..model import CampaignState
 from ..ratelimit import RateLimiter
@@ -37,7 +37,7 @@ from ..serde import campaign_to_proto, config_from_proto, estimates_to_proto, re
 from ..storage.base import Outcome
 from ..telemetry import CollectorMetrics
 from .interceptors import bearer_digest, bearer_token
-from .status import Context, FieldError
+from .status import Context, field_path
 from .wire import count_messages, parse_request, submit_response
 from .worker_pool import WorkerPool
 
@@ -51,14 +51,16 @@ T = TypeVar("T")
 
 def _check_request_id(request_id: str, field_name: str = "request_id") -> None:
     if not request_id:
-        raise FieldError(field_name, f"{field_name} must not be empty")
+        raise InvalidArgumentError(f"{field_name} must not be empty", field=field_name)
     if len(request_id) > MAX_REQUEST_ID:
-        raise FieldError(field_name, f"{field_name} must be at most {MAX_REQUEST_ID} characters, got {len(request_id)}")
+        raise InvalidArgumentError(f"{field_name} must be at most {MAX_REQUEST_ID} characters, got {len(request_id)}",
+                                   field=field_name)
 
 
 def _check_batch_size(n: int, limit: int, field_name: str) -> None:
     if n > limit:
-        raise FieldError(field_name, f"a batch holds at most {limit} reports, got {n}")
+        raise InvalidArgumentError(f"a batch holds at most {limit} reports, got {n}", field=field_name,
+                                   reason=ErrorReason.BATCH_TOO_LARGE)
 
 
 class FinishedResults:
@@ -148,11 +150,12 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
     async def Enroll(self, request: service_pb2.EnrollRequest, context: Context) -> service_pb2.EnrollResponse:
         authority, limiter = self._authority, self._enrolment_limiter
         if authority is None:
-            raise FailedPreconditionError("device enrolment is off on this collector")
+            raise FailedPreconditionError("device enrolment is off on this collector", reason=ErrorReason.ENROLMENT_DISABLED)
         if limiter is not None:
             wait = limiter.admit(peer_address(context.peer()))
             if wait is not None:
-                raise OverloadedError(f"too many enrolments; retry in {wait:.3f} s", retry_after=wait)
+                raise OverloadedError(f"too many enrolments; retry in {wait:.3f} s", retry_after=wait,
+                                     reason=ErrorReason.ENROLMENT_RATE_LIMITED)
         return service_pb2.EnrollResponse(device_token=authority.issue())
 
     async def _run_charged(self, context: Context, reports: int, size: int, job: Callable[[], T]) -> T:
@@ -206,7 +209,8 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
         the event loop) and it is parsed in the worker pool, never on the event loop."""
         count = count_messages(data, service_pb2.SubmitReportsRequest.REPORTS_FIELD_NUMBER, self._max_batch)
         if count > self._max_batch:
-            raise FieldError("reports", f"a batch holds at most {self._max_batch} reports, got more")
+            raise InvalidArgumentError(f"a batch holds at most {self._max_batch} reports, got more", field="reports",
+                                       reason=ErrorReason.BATCH_TOO_LARGE)
         assign = self._assign_for(context)
 
         def decode() -> tuple[str, ReportColumns, Sequence[bytes]]:
@@ -241,9 +245,9 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
             try:
                 request_id, items = self._pool.decode(lambda: unpack_batch_columns(packed, max_reports=self._max_batch))
             except (ProtocolError, TypeError) as exc:
-                raise FieldError("packed", str(exc)) from exc
+                raise InvalidArgumentError(str(exc), field="packed") from exc
             if request.request_id and request.request_id != request_id:
-                raise FieldError("request_id", "request_id differs from the packed batch's request_id")
+                raise InvalidArgumentError("request_id differs from the packed batch's request_id", field="request_id")
             _check_batch_size(len(items), self._max_batch, "packed")
             self._metrics.batch_reports.labels(api="packed").observe(len(items))
             return self._submit(request_id, items, items.report_ids, assign)  # b"" for a malformed report
@@ -314,9 +318,19 @@ class OperatorServicer(service_pb2_grpc.OperatorServiceServicer):
     async def CreateCampaign(self, request: service_pb2.CreateCampaignRequest,
                              context: Context) -> campaigns_pb2.Campaign:
         if not request.HasField("config"):
-            raise FieldError("config", "config is required")
-        return await self._pool.run(
-            lambda: campaign_to_proto(self._collector.create_campaign(config_from_proto(request.config))))
+            raise InvalidArgumentError("config is required", field="config", reason=ErrorReason.INVALID_CAMPAIGN_CONFIG)
+
+        def job() -> campaigns_pb2.Campaign:
+            try:
+                return campaign_to_proto(self._collector.create_campaign(config_from_proto(request.config)))
+            except (InvalidArgumentError, LdpError) as exc:
+                # Configuration messages name their field relative to the configuration
+                # ("grid.max_iterations must be ..."): the wire's path starts at the request.
+                raise InvalidArgumentError(
+                    str(exc), field=field_path(str(exc), campaigns_pb2.CampaignConfig, "config"),
+                    reason=ErrorReason.INVALID_CAMPAIGN_CONFIG) from exc
+
+        return await self._pool.run(job)
 
     async def ListCampaigns(self, request: service_pb2.ListCampaignsRequest,
                             context: Context) -> service_pb2.ListCampaignsResponse:

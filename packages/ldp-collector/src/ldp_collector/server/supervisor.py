@@ -30,7 +30,8 @@ from ..errors import CollectorError
 __all__ = ["Supervisor", "SupervisorError"]
 
 class SupervisorError(CollectorError):
-    """The worker processes of ``serve --workers N`` could not be kept running."""
+    """The worker processes of ``serve --workers N`` could not be kept running (never on the wire:
+    ``serve`` exits with it)."""
 
 
 #: A worker that dies within this long of serving counts as a failure in a row (a crash loop).

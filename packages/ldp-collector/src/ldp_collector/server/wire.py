@@ -13,9 +13,11 @@ from typing import TypeVar
 from google.protobuf.message import DecodeError, Message
 
 from ldp.v1 import service_pb2
+from ldp_client.errors import RejectionCode
 
+from ..errors import ErrorReason, InvalidArgumentError
+from ..ingest import Rejection
 from ..storage.base import Outcome
-from .status import FieldError
 
 __all__ = ["DEVICE_SERVICE", "OPERATOR_SERVICE", "count_messages", "parse_request", "submit_response"]
 
@@ -27,11 +29,12 @@ Req = TypeVar("Req", bound=Message)
 
 
 def parse_request(request_type: type[Req], data: bytes) -> Req:
-    """``data`` parsed as ``request_type``; a parse failure is INVALID_ARGUMENT (:class:`FieldError`)."""
+    """``data`` parsed as ``request_type``; a parse failure is INVALID_ARGUMENT (``MALFORMED_REQUEST``)."""
     try:
         return request_type.FromString(data)
     except DecodeError as exc:
-        raise FieldError("", f"malformed {request_type.DESCRIPTOR.full_name}: {exc}") from exc
+        raise InvalidArgumentError(f"malformed {request_type.DESCRIPTOR.full_name}: {exc}",
+                                   reason=ErrorReason.MALFORMED_REQUEST) from exc
 
 
 #: Protobuf wire types a message may hold: varint, 64-bit, length-delimited, 32-bit (not the groups).
@@ -89,9 +92,10 @@ def count_messages(data: bytes, field_number: int, limit: int) -> int:
             else:
                 raise ValueError(f"wire type {wire}")
     except (IndexError, ValueError) as exc:
-        raise FieldError("", f"malformed request: {exc or 'truncated'}") from None
+        raise InvalidArgumentError(f"malformed request: {exc or 'truncated'}",
+                                   reason=ErrorReason.MALFORMED_REQUEST) from None
     if pos != end:
-        raise FieldError("", "malformed request: truncated")
+        raise InvalidArgumentError("malformed request: truncated", reason=ErrorReason.MALFORMED_REQUEST)
     return count
 
 
@@ -105,12 +109,16 @@ def _varint(value: int) -> bytes:
 
 
 def _outcome_field(report_id: bytes, outcome: Outcome, reason: str) -> bytes:
-    """One ``ReportOutcome`` as field 1 of ``SubmitReportsResponse``, encoded as upb encodes it."""
+    """One ``ReportOutcome`` as field 1 of ``SubmitReportsResponse``, encoded as upb encodes it: the
+    reason (field 3) and, for a :class:`~ldp_collector.ingest.Rejection`, its code (field 4)."""
     body = b"\x0a" + _varint(len(report_id)) + report_id if report_id else b""
     body += b"\x10" + _varint(int(outcome))
     if reason:
         text = reason.encode()
         body += b"\x1a" + _varint(len(text)) + text
+    code = reason.code if isinstance(reason, Rejection) else RejectionCode.UNSPECIFIED
+    if code:
+        body += b"\x20" + _varint(int(code))
     return b"\x0a" + _varint(len(body)) + body
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from ..errors import OverloadedError
+from ..errors import ErrorReason, OverloadedError
 from ..telemetry import CollectorMetrics
 
 __all__ = ["WorkerPool"]
@@ -103,7 +103,8 @@ class WorkerPool:
                 self._queued -= 1
                 self._queued_bytes -= size
             self._metrics.calls_in_flight.dec()
-            raise OverloadedError("the collector is shutting down", retry_after=1.0) from None
+            raise OverloadedError("the collector is shutting down", retry_after=1.0,
+                                  reason=ErrorReason.SHUTTING_DOWN) from None
         try:
             return await future
         finally:

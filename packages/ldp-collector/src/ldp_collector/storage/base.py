@@ -13,7 +13,7 @@ import enum
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import FailedPreconditionError
+from ..errors import ErrorReason, FailedPreconditionError
 
 __all__ = [
     "AccumulateFn",
@@ -28,6 +28,8 @@ __all__ = [
 
 class StoreClosedError(FailedPreconditionError):
     """The store was closed; every call after :meth:`ReportStore.close` raises this."""
+
+    reason = ErrorReason.STORE_CLOSED
 
 
 class Outcome(enum.IntEnum):

@@ -49,7 +49,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import CollectorError
+from ..errors import CollectorError, ErrorReason
 
 __all__ = [
     "LATEST_VERSION",
@@ -65,6 +65,7 @@ class SchemaVersionError(CollectorError):
     """The database was written by a newer release (or its migration history is not ours)."""
 
     code = "FAILED_PRECONDITION"
+    reason = ErrorReason.STORE_SCHEMA_TOO_NEW
 
 
 @dataclass(frozen=True, kw_only=True)

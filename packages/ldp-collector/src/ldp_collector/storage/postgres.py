@@ -69,7 +69,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import AlreadyExistsError, CollectorError, InvalidArgumentError, NotFoundError, OverloadedError
+from ..errors import (
+    AlreadyExistsError,
+    CollectorError,
+    ErrorReason,
+    InvalidArgumentError,
+    NotFoundError,
+    OverloadedError,
+)
 from .base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoredReport
 from .group_commit import Dialect, GroupCommitWriter, RoundState, check_blobs, columns_of, take, validate_round_key
 from .migrations import Migration, SchemaVersionError
@@ -263,7 +270,7 @@ def _round(row: Sequence[Any]) -> RoundRecord:
 def _require_round(conn: psycopg.Connection[Any], campaign_id: str, round: int) -> None:
     row = conn.execute("SELECT 1 FROM rounds WHERE campaign_id = %s AND round = %s", (campaign_id, round)).fetchone()
     if row is None:
-        raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+        raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist", reason=ErrorReason.ROUND_NOT_FOUND)
 
 
 def _advisory_key(namespace: str, campaign_id: str) -> int:
@@ -499,7 +506,7 @@ class PostgresReportStore(ReportStore):
                 application_name=self._application_name)
         except pg.Error as exc:
             raise OverloadedError(f"cannot connect to the report store {self._where}: {exc}".strip(),
-                                  retry_after=1.0) from exc
+                                  retry_after=1.0, reason=ErrorReason.STORE_UNAVAILABLE) from exc
         # An acknowledgement promises durability, whatever the server's default.
         conn.execute("SET synchronous_commit = on")
         return conn
@@ -593,7 +600,8 @@ class PostgresReportStore(ReportStore):
                 f"INSERT INTO rounds ({_ROUND_COLUMNS}) VALUES (%s, %s, %s, 1, %s, NULL, 0, NULL) ON CONFLICT DO NOTHING",
                 (campaign_id, round, spec, opened_at))
             if inserted.rowcount == 0:
-                raise AlreadyExistsError(f"round {round} of campaign {campaign_id!r} already exists")
+                raise AlreadyExistsError(f"round {round} of campaign {campaign_id!r} already exists",
+                                         reason=ErrorReason.ROUND_EXISTS)
 
         self._writer.write(run)
 
@@ -602,7 +610,7 @@ class PostgresReportStore(ReportStore):
             row = conn.execute(f"SELECT {_ROUND_COLUMNS} FROM rounds WHERE campaign_id = %s AND round = %s",
                                (campaign_id, round)).fetchone()
         if row is None:
-            raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+            raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist", reason=ErrorReason.ROUND_NOT_FOUND)
         return _round(row)
 
     def list_rounds(self, campaign_id: str) -> list[RoundRecord]:
@@ -630,7 +638,7 @@ class PostgresReportStore(ReportStore):
             cursor = conn.execute("UPDATE rounds SET estimates = %s WHERE campaign_id = %s AND round = %s",
                                   (estimates, campaign_id, round))
             if cursor.rowcount == 0:
-                raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+                raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist", reason=ErrorReason.ROUND_NOT_FOUND)
 
         self._writer.write(run)
 
@@ -672,7 +680,7 @@ class PostgresReportStore(ReportStore):
             row = conn.execute("SELECT report_count FROM rounds WHERE campaign_id = %s AND round = %s",
                                (campaign_id, round)).fetchone()
         if row is None:
-            raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+            raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist", reason=ErrorReason.ROUND_NOT_FOUND)
         return int(row[0])
 
     def load_accumulators(self, campaign_id: str, round: int) -> dict[str, bytes]:
@@ -689,7 +697,7 @@ class PostgresReportStore(ReportStore):
             # The round's row lock orders this against ingestion, which updates the same blobs.
             if conn.execute("SELECT 1 FROM rounds WHERE campaign_id = %s AND round = %s FOR UPDATE",
                             (campaign_id, round)).fetchone() is None:
-                raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+                raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist", reason=ErrorReason.ROUND_NOT_FOUND)
             conn.execute("DELETE FROM accumulators WHERE campaign_id = %s AND round = %s", (campaign_id, round))
             if items:
                 conn.execute(_UPSERT_ACCUMULATORS, (campaign_id, round, [n for n, _ in items], [d for _, d in items]))

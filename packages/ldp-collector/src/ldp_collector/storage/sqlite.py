@@ -56,7 +56,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import AlreadyExistsError, CollectorError, InvalidArgumentError, NotFoundError, OverloadedError
+from ..errors import (
+    AlreadyExistsError,
+    CollectorError,
+    ErrorReason,
+    InvalidArgumentError,
+    NotFoundError,
+    OverloadedError,
+)
 from .base import AccumulateFn, CampaignRecord, Outcome, ReportStore, RoundRecord, StoredReport
 from .group_commit import (
     REPORT_ID_BYTES,
@@ -198,7 +205,7 @@ def _round(row: Sequence[Any]) -> RoundRecord:
 
 def _require_round(conn: sqlite3.Connection, campaign_id: str, round: int) -> None:
     if _one(conn, "SELECT 1 FROM rounds WHERE campaign_id = ? AND round = ?", (campaign_id, round)) is None:
-        raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+        raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist", reason=ErrorReason.ROUND_NOT_FOUND)
 
 
 def _retry_when_locked(step: Callable[[], T]) -> T:
@@ -477,7 +484,8 @@ class SqliteReportStore(ReportStore):
             if _one(conn, "SELECT 1 FROM campaigns WHERE campaign_id = ?", (campaign_id,)) is None:
                 raise NotFoundError(f"campaign {campaign_id!r} does not exist")
             if _one(conn, "SELECT 1 FROM rounds WHERE campaign_id = ? AND round = ?", (campaign_id, round)):
-                raise AlreadyExistsError(f"round {round} of campaign {campaign_id!r} already exists")
+                raise AlreadyExistsError(f"round {round} of campaign {campaign_id!r} already exists",
+                                         reason=ErrorReason.ROUND_EXISTS)
             conn.execute(f"INSERT INTO rounds ({_ROUND_COLUMNS}) VALUES (?, ?, ?, 1, ?, NULL, 0, NULL)",
                          (campaign_id, round, spec, opened_at))
 
@@ -488,7 +496,7 @@ class SqliteReportStore(ReportStore):
             row = _one(conn, f"SELECT {_ROUND_COLUMNS} FROM rounds WHERE campaign_id = ? AND round = ?",
                        (campaign_id, round))
         if row is None:
-            raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+            raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist", reason=ErrorReason.ROUND_NOT_FOUND)
         return _round(row)
 
     def list_rounds(self, campaign_id: str) -> list[RoundRecord]:
@@ -514,7 +522,7 @@ class SqliteReportStore(ReportStore):
             cursor = conn.execute("UPDATE rounds SET estimates = ? WHERE campaign_id = ? AND round = ?",
                                   (estimates, campaign_id, round))
             if cursor.rowcount == 0:
-                raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+                raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist", reason=ErrorReason.ROUND_NOT_FOUND)
 
         self._writer.write(run)
 
@@ -557,7 +565,7 @@ class SqliteReportStore(ReportStore):
             row = _one(conn, "SELECT report_count FROM rounds WHERE campaign_id = ? AND round = ?",
                        (campaign_id, round))
         if row is None:
-            raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist")
+            raise NotFoundError(f"round {round} of campaign {campaign_id!r} does not exist", reason=ErrorReason.ROUND_NOT_FOUND)
         return int(row[0])
 
     def load_accumulators(self, campaign_id: str, round: int) -> dict[str, bytes]:

@@ -5,6 +5,10 @@ The collector's gRPC API. Errors carry google.rpc.Status details:
 INVALID_ARGUMENT (bad input), NOT_FOUND (unknown campaign), FAILED_PRECONDITION (round closed
 or wrong), UNAVAILABLE with RetryInfo (overload; and GetRoundSpec between two rounds, with the
 ErrorInfo reason ROUND_NOT_OPEN: ask again after the delay), UNAUTHENTICATED (operator calls).
+The error model is normative in docs/errors.md: every status carries a google.rpc.ErrorInfo
+with domain "ldp.v1" and a reason from the table of its section 2, INVALID_ARGUMENT a
+google.rpc.BadRequest whose field is a field path (section 3); a rejected report carries a
+RejectionCode (section 4).
 """
 
 from collections import abc as _abc
@@ -24,6 +28,72 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _RejectionCode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RejectionCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RejectionCode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REJECTION_CODE_UNSPECIFIED: _RejectionCode.ValueType  # 0
+    """Not rejected; or rejected by a collector older than the codes (only the reason is set)."""
+    REJECTION_CODE_MALFORMED_REPORT: _RejectionCode.ValueType  # 1
+    """The report could not be decoded, or a field of it is out of its range (e.g. a report id
+    that is not 16 bytes).
+    """
+    REJECTION_CODE_UNKNOWN_CAMPAIGN: _RejectionCode.ValueType  # 2
+    """The campaign does not exist."""
+    REJECTION_CODE_CAMPAIGN_NOT_COLLECTING: _RejectionCode.ValueType  # 3
+    """The campaign exists but collects no more (finished or failed)."""
+    REJECTION_CODE_ROUND_NOT_OPEN: _RejectionCode.ValueType  # 4
+    """The report's round is not the open round: it closed (also between validation and storage),
+    or it is not open yet; a closed round is never reopened.
+    """
+    REJECTION_CODE_UNKNOWN_GROUP: _RejectionCode.ValueType  # 5
+    """The group is not a group of the campaign."""
+    REJECTION_CODE_GROUP_NOT_REPORTING: _RejectionCode.ValueType  # 6
+    """The group has no task in this round."""
+    REJECTION_CODE_WRONG_PAYLOAD_COUNT: _RejectionCode.ValueType  # 7
+    """The report holds another number of payloads than its group's task has components."""
+    REJECTION_CODE_INVALID_PAYLOAD: _RejectionCode.ValueType  # 8
+    """A payload does not fit its component's mechanism (kind, length, range, padding bits)."""
+    REJECTION_CODE_IMPLAUSIBLE_PAYLOAD: _RejectionCode.ValueType  # 9
+    """A payload's Hamming weight is outside what an honest report produces (unary encoding)."""
+    REJECTION_CODE_ASSIGNMENT_MISMATCH: _RejectionCode.ValueType  # 10
+    """An enrolled device's report does not carry its assigned report id or hash seeds."""
+
+class RejectionCode(_RejectionCode, metaclass=_RejectionCodeEnumTypeWrapper):
+    """Why a collector rejected one report of a batch (docs/errors.md, section 4). The list may grow:
+    a device MUST treat a code it does not know like REJECTION_CODE_UNSPECIFIED (rejected for good).
+    """
+
+REJECTION_CODE_UNSPECIFIED: RejectionCode.ValueType  # 0
+"""Not rejected; or rejected by a collector older than the codes (only the reason is set)."""
+REJECTION_CODE_MALFORMED_REPORT: RejectionCode.ValueType  # 1
+"""The report could not be decoded, or a field of it is out of its range (e.g. a report id
+that is not 16 bytes).
+"""
+REJECTION_CODE_UNKNOWN_CAMPAIGN: RejectionCode.ValueType  # 2
+"""The campaign does not exist."""
+REJECTION_CODE_CAMPAIGN_NOT_COLLECTING: RejectionCode.ValueType  # 3
+"""The campaign exists but collects no more (finished or failed)."""
+REJECTION_CODE_ROUND_NOT_OPEN: RejectionCode.ValueType  # 4
+"""The report's round is not the open round: it closed (also between validation and storage),
+or it is not open yet; a closed round is never reopened.
+"""
+REJECTION_CODE_UNKNOWN_GROUP: RejectionCode.ValueType  # 5
+"""The group is not a group of the campaign."""
+REJECTION_CODE_GROUP_NOT_REPORTING: RejectionCode.ValueType  # 6
+"""The group has no task in this round."""
+REJECTION_CODE_WRONG_PAYLOAD_COUNT: RejectionCode.ValueType  # 7
+"""The report holds another number of payloads than its group's task has components."""
+REJECTION_CODE_INVALID_PAYLOAD: RejectionCode.ValueType  # 8
+"""A payload does not fit its component's mechanism (kind, length, range, padding bits)."""
+REJECTION_CODE_IMPLAUSIBLE_PAYLOAD: RejectionCode.ValueType  # 9
+"""A payload's Hamming weight is outside what an honest report produces (unary encoding)."""
+REJECTION_CODE_ASSIGNMENT_MISMATCH: RejectionCode.ValueType  # 10
+"""An enrolled device's report does not carry its assigned report id or hash seeds."""
+Global___RejectionCode: _TypeAlias = RejectionCode  # noqa: Y015
 
 @_typing.final
 class GetRoundSpecRequest(_message.Message):
@@ -218,20 +288,26 @@ class ReportOutcome(_message.Message):
     REPORT_ID_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
     report_id: _builtins.bytes
     status: Global___ReportOutcome.Status.ValueType
     reason: _builtins.str
-    """Why a report was rejected."""
+    """Why a report was rejected, in words for people (no language-specific notation); kept for
+    clients older than `code`. Programs read `code`.
+    """
+    code: Global___RejectionCode.ValueType
+    """Why a report was rejected; REJECTION_CODE_UNSPECIFIED unless status is REJECTED."""
     def __init__(
         self,
         *,
         report_id: _builtins.bytes = ...,
         status: Global___ReportOutcome.Status.ValueType = ...,
         reason: _builtins.str = ...,
+        code: Global___RejectionCode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "report_id", b"report_id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "reason", b"reason", "report_id", b"report_id", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -5,6 +5,10 @@ The collector's gRPC API. Errors carry google.rpc.Status details:
 INVALID_ARGUMENT (bad input), NOT_FOUND (unknown campaign), FAILED_PRECONDITION (round closed
 or wrong), UNAVAILABLE with RetryInfo (overload; and GetRoundSpec between two rounds, with the
 ErrorInfo reason ROUND_NOT_OPEN: ask again after the delay), UNAUTHENTICATED (operator calls).
+The error model is normative in docs/errors.md: every status carries a google.rpc.ErrorInfo
+with domain "ldp.v1" and a reason from the table of its section 2, INVALID_ARGUMENT a
+google.rpc.BadRequest whose field is a field path (section 3); a rejected report carries a
+RejectionCode (section 4).
 """
 
 from collections import abc as _abc
