@@ -3,16 +3,21 @@
 Encodings and group draws are pinned equal to the SDK's (exact). The randomized reports are
 compared with the SDK path's by a two-sample chi-square homogeneity test per mechanism x encoder.
 
-False failures: 12 null tests (4 mechanisms x 3 encoders) at ``ALPHA = 1e-6 / 12`` each, so by
-Bonferroni the family fails falsely with probability at most 1e-6. Each test's power against a
-wrong randomizer (the same oracle at a shifted epsilon: p, or q for OUE, off by 0.05-0.08) is computed from the
-non-central chi-square at the design's sample sizes (``test_the_test_has_power``: at least 0.999)
-and the wrong randomizer is rejected on the seeded samples. All seeds are fixed; nothing is timed.
+False failures: ``NULL_TESTS`` null tests (4 oracles x 3 cell encoders, then one per pair of
+``PAIRS``: the center kinds' mechanisms with their encoders) at ``ALPHA = 1e-6 / NULL_TESTS``
+each, so by Bonferroni the family fails falsely with probability at most 1e-6. Each test's power
+against a wrong randomizer (the same mechanism at a shifted epsilon: p, or q for OUE, or the flip
+probability off by 0.05-0.08) is computed from the non-central chi-square at the design's sample
+sizes (``test_the_test_has_power``: at least 0.999) and the wrong randomizer is rejected on the
+seeded samples. All seeds are fixed; nothing is timed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,25 +26,29 @@ from scipy import stats
 from ldp_client.admission import pick_group
 from ldp_client.encoders import CategoricalEncoder, NumericDomain, UniformGridEncoder
 from ldp_client.encoders.base import Encoder
+from ldp_client.encoders.bitvector import BitVectorEncoder
 from ldp_client.encoders.geometry import TreeCell, tree_children
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
+from ldp_client.encoders.vectors import SymmetricBoxEncoder, UnitBallEncoder, UnitCubeEncoder
 from ldp_client.mechanisms import GRRParams, oue, sue
 from ldp_client.mechanisms.base import MechanismParams
+from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
+from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.local_hashing import LocalHashingParams, hash_value, optimal_hash_range
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector.cli_args import build_campaign_config
 from ldp_collector.core import Collector
+from ldp_collector.estimation.bitvector import public_pivots
+from ldp_collector.kinds.bitvector import HALF_WIDTH_FACTOR
 from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import Population, VectorFallbackWarning, _Preset, numeric_bounds
 from ldp_collector.simulation.runner import run_campaign
-from ldp_collector.simulation.vector import encode_cells
+from ldp_collector.simulation.vector import encode_cells, encode_points
 from ldp_collector.storage import open_store
 from support.stats import FALSE_FAILURE_RATE, chi2_sf
 
-NULL_TESTS = 12
-ALPHA = FALSE_FAILURE_RATE / NULL_TESTS
 DOMAIN = NumericDomain(lower=(-1.0, 0.5), upper=(2.0, 3.0))
 SDK_N = 6000
 VECTOR_N = 30_000
@@ -176,6 +185,78 @@ EPSILON = 1.5
 #: The wrong randomizer of the power checks: the same oracle at this epsilon (p, or q for OUE, off by 0.05-0.08).
 WRONG_EPSILON = {"grr": 1.9, "oue": 2.1, "sue": 2.0, "olh": 1.8}
 
+def _bit_vector() -> BitVectorEncoder:
+    """5 pivots on the first attribute and 3 on the second (8 bits), with the bitvector kind's half-widths."""
+    first = public_pivots(DOMAIN.lower[:1], DOMAIN.upper[:1], 5, HALF_WIDTH_FACTOR)
+    second = public_pivots(DOMAIN.lower[1:], DOMAIN.upper[1:], 3, HALF_WIDTH_FACTOR)
+    return BitVectorEncoder(domain=DOMAIN, pivots=first.pivots[0] + second.pivots[0], pivots_per_attribute=(5, 3),
+                            half_widths=first.half_widths + second.half_widths)
+
+
+BIT_VECTOR = _bit_vector()
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A mechanism x encoder of the center kinds: its component at an epsilon, and per report an
+    outcome whose distribution does not depend on the point (a category, or a row of bits each
+    Bernoulli with one probability, ``bits`` of them); ``expected`` gives those probabilities."""
+
+    component: Callable[[float], Component]
+    outcome: Callable[[list[Any], np.ndarray, Component], np.ndarray]
+    expected: Callable[[Component], np.ndarray]
+    wrong_epsilon: float
+    bits: bool
+
+
+def _flips(payloads: list[Any], points: np.ndarray, component: Component) -> np.ndarray:
+    """Bitwise RR: the report XOR the point's true bits, i.e. which bits were flipped."""
+    length = component.mechanism.length  # type: ignore[attr-defined]
+    rows = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), -1)
+    sent = np.unpackbits(rows, axis=1, count=length, bitorder="little")
+    return sent ^ encode_points(component.encoder, points)
+
+
+def _bitwise_rr(epsilon: float) -> Component:
+    return Component(encoder=BIT_VECTOR, mechanism=BitwiseRRParams(
+        length=BIT_VECTOR.output_size, epsilon=epsilon, sensitivity=BIT_VECTOR.max_hamming_distance))
+
+
+def _laplace_noise(payloads: list[Any], points: np.ndarray, component: Component) -> np.ndarray:
+    """Discrete Laplace: the noise of both coordinates (payload minus the rounded point), each clipped
+    to [-LAPLACE_CLIP, LAPLACE_CLIP], as one category."""
+    mechanism = component.mechanism
+    assert isinstance(mechanism, DiscreteLaplaceParams)
+    grid = [mechanism.round_to_grid(component.encoder.encode(tuple(p))) for p in points.tolist()]
+    noise = np.clip(np.array([q.values for q in payloads]) - np.array(grid), -LAPLACE_CLIP, LAPLACE_CLIP)
+    side = 2 * LAPLACE_CLIP + 1
+    return (noise[:, 0] + LAPLACE_CLIP) + side * (noise[:, 1] + LAPLACE_CLIP)
+
+
+def _laplace_expected(component: Component) -> np.ndarray:
+    """P[clipped noise = k] for |k| < clip: (1 - a) / (1 + a) a^|k|; at +-clip the tail a^clip / (1 + a)."""
+    a = component.mechanism.noise_decay  # type: ignore[attr-defined]
+    k = np.arange(-LAPLACE_CLIP, LAPLACE_CLIP + 1)
+    one = np.where(np.abs(k) == LAPLACE_CLIP, a**LAPLACE_CLIP / (1 + a), (1 - a) / (1 + a) * a ** np.abs(k))
+    return np.outer(one, one).T.ravel()  # coordinate 0 varies fastest, as in the outcome
+
+
+LAPLACE_CLIP = 3
+
+PAIRS: dict[str, Pair] = {
+    # grid_bits 1 in 2-D: scale 4 / epsilon, so a = 0.69 at 1.5 and 0.61 at 2.0 (|k| <= 3: 49 categories).
+    "discrete_laplace x unit_cube": Pair(
+        component=lambda eps: Component(encoder=UnitCubeEncoder(domain=DOMAIN),
+                                        mechanism=DiscreteLaplaceParams(dimension=2, epsilon=eps, grid_bits=1)),
+        outcome=_laplace_noise, expected=_laplace_expected, wrong_epsilon=2.0, bits=False),
+    # epsilon 1.5 over sensitivity 8: p_flip 0.453; at 3.0 0.407.
+    "bitwise_rr x bitvector": Pair(
+        component=_bitwise_rr, outcome=_flips, wrong_epsilon=3.0, bits=True,
+        expected=lambda c: np.full(c.mechanism.length, c.mechanism.p_flip)),  # type: ignore[attr-defined]
+}
+NULL_TESTS = len(MECHANISMS) * len(ENCODERS) + len(PAIRS)
+ALPHA = FALSE_FAILURE_RATE / NULL_TESTS
+
 
 def _points(rng: np.random.Generator, n: int) -> np.ndarray:
     """Half the points in one corner cell, the rest uniform: a skewed cell distribution."""
@@ -268,17 +349,88 @@ def test_the_test_has_power(name: str) -> None:
     lambda = n_a n_b / (n_a + n_b) * sum (a - b)^2 / c (c the pooled share; per bit for unary)."""
     a = _expected(MECHANISMS[name](EPSILON))
     b = _expected(MECHANISMS[name](WRONG_EPSILON[name]))
+    achieved = power(a, b, bits=name in ("oue", "sue"))
+    assert achieved >= 0.999, f"{name}: power {achieved:.4f}"
+
+
+def power(a: np.ndarray, b: np.ndarray, *, bits: bool) -> float:
+    """Power at ALPHA of the homogeneity test of an SDK_N sample from ``a`` against a VECTOR_N one from
+    ``b``: per-category probabilities, or per-bit ones (``bits``, one 2 x 2 table per bit)."""
     n_a, n_b = SDK_N, VECTOR_N
     c = (n_a * a + n_b * b) / (n_a + n_b)
     scale = n_a * n_b / (n_a + n_b)
-    if name in ("oue", "sue"):
-        noncentrality = scale * float(np.sum((a - b) ** 2 / (c * (1 - c))))
-        dof = 16
+    if bits:
+        noncentrality, dof = scale * float(np.sum((a - b) ** 2 / (c * (1 - c)))), a.size
     else:
-        noncentrality = scale * float(np.sum((a - b) ** 2 / c))
-        dof = a.size - 1
-    power = float(stats.ncx2.sf(stats.chi2.isf(ALPHA, dof), dof, noncentrality))
-    assert power >= 0.999, f"{name}: power {power:.4f}"
+        noncentrality, dof = scale * float(np.sum((a - b) ** 2 / c)), a.size - 1
+    return float(stats.ncx2.sf(stats.chi2.isf(ALPHA, dof), dof, noncentrality))
+
+
+def _pair_sample(pair: Pair, epsilon: float, n: int, seed: int, mode: str) -> np.ndarray:
+    component = pair.component(epsilon)
+    points = _points(np.random.default_rng(seed), n)
+    reports = Population(points, seed=seed, mode=mode).participate(_grid_spec(component))  # type: ignore[arg-type]
+    assert len(reports) == n
+    if mode == "vector":
+        for report in reports:
+            assert component.mechanism.check_payload(report.payloads[0]) is not None  # the collector's check
+    return pair.outcome([r.payloads[0] for r in reports], points, component)
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_center_kinds_vector_reports_follow_the_sdk_distribution(name: str) -> None:
+    pair = PAIRS[name]
+    sdk = _pair_sample(pair, EPSILON, SDK_N, 100, "direct")
+    vector = _pair_sample(pair, EPSILON, VECTOR_N, 200, "vector")
+    categories = 0 if pair.bits else int(max(sdk.max(), vector.max())) + 1
+    stat, dof = _statistic(sdk, vector, categories)
+    p_value = chi2_sf(stat, dof)
+    assert p_value >= ALPHA, f"{name}: chi-square {stat:.1f} on {dof} dof, p = {p_value:.3g}"
+    wrong = _pair_sample(pair, pair.wrong_epsilon, VECTOR_N, 300, "vector")
+    stat_wrong, dof_wrong = _statistic(sdk, wrong, categories)
+    assert chi2_sf(stat_wrong, dof_wrong) < ALPHA, f"{name}: the wrong randomizer passed"
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_the_center_kinds_tests_have_power(name: str) -> None:
+    """As :func:`test_the_test_has_power`, for the pairs."""
+    pair = PAIRS[name]
+    a, b = pair.expected(pair.component(EPSILON)), pair.expected(pair.component(pair.wrong_epsilon))
+    achieved = power(a, b, bits=pair.bits)
+    assert achieved >= 0.999, f"{name}: power {achieved:.4f}"
+
+
+@pytest.mark.parametrize("encoder", [UnitCubeEncoder(domain=DOMAIN), SymmetricBoxEncoder(domain=DOMAIN),
+                                     UnitBallEncoder(domain=DOMAIN),
+                                     UnitBallEncoder(domain=NumericDomain(lower=(0.0,) * 5, upper=(1.0,) * 5))],
+                         ids=lambda e: f"{e.KIND}-{e.domain.dimension}")
+def test_vector_map_encoding_equals_the_sdk_encoder(encoder: Encoder) -> None:
+    """Bit for bit, the corners (where the unit ball's norm may round above 1) included."""
+    d = encoder.domain.dimension  # type: ignore[attr-defined]
+    rng = np.random.default_rng(23)
+    points = _boundary_points(rng, 3000)
+    if d != 2:
+        lo, hi = np.zeros(d), np.ones(d)
+        corners = np.array(np.meshgrid(*[[0.0, 1.0]] * d)).reshape(d, -1).T
+        points = np.concatenate([lo + rng.uniform(-0.2, 1.2, size=(3000, d)) * (hi - lo), corners,
+                                 np.nextafter(corners, 0.5)])
+    expected = [list(encoder.encode(tuple(p))) for p in points.tolist()]
+    assert encode_points(encoder, points).tolist() == expected
+
+
+def test_bit_vector_encoding_equals_the_sdk_encoder() -> None:
+    points = _boundary_points(np.random.default_rng(19), 3000)
+    pivots = np.array(BIT_VECTOR.pivots)
+    widths = np.repeat(BIT_VECTOR.half_widths, BIT_VECTOR.pivots_per_attribute)
+    # The floats on either side of every window's edges, and the edges themselves.
+    edges = np.concatenate([pivots - widths, pivots + widths])
+    near = np.concatenate([edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf)])
+    columns = np.repeat(np.arange(2), BIT_VECTOR.pivots_per_attribute)
+    edge_points = np.tile(np.array(DOMAIN.lower) + 0.3, (near.size, 1))
+    edge_points[np.arange(near.size), np.tile(columns, 6)] = near
+    points = np.concatenate([points, edge_points])
+    expected = [BIT_VECTOR.encode(tuple(p)) for p in points.tolist()]
+    assert encode_points(BIT_VECTOR, points).tolist() == [list(e) for e in expected]
 
 
 # -- a whole campaign ------------------------------------------------------------------------------

@@ -10,12 +10,15 @@ that real device code).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.errors import InvalidParameterError
+from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
+from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.local_hashing import SEED_BITS, LocalHashingParams
 from ldp_client.mechanisms.randomized_response import GRRParams
 from ldp_client.mechanisms.unary_encoding import UnaryEncodingParams
@@ -42,6 +45,8 @@ from ..estimation.olh_hash import hash_values
 __all__ = [
     "HeavyHitterResult",
     "add_simulated_reports",
+    "draw_bitwise_rr",
+    "draw_discrete_laplace",
     "draw_grr",
     "draw_local_hashing",
     "draw_unary",
@@ -84,6 +89,36 @@ def draw_unary(params: UnaryEncodingParams, values: NDArray[np.int64], rng: np.r
     bits = rng.random((n, params.domain_size)) < params.q
     bits[np.arange(n), values] = rng.random(n) < params.p
     return np.packbits(bits, axis=1, bitorder="little")
+
+
+def draw_bitwise_rr(params: BitwiseRRParams, bits: NDArray[np.uint8], rng: np.random.Generator) -> NDArray[np.uint8]:
+    """Bitwise randomized-response reports of 0/1 ``bits`` (shape (n, length)): each bit flipped with p_flip.
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (n, ceil(length / 8))
+        Packed as :func:`draw_unary` packs its rows: ``row.tobytes()`` is the payload.
+    """
+    flips = rng.random(bits.shape) < params.p_flip
+    return np.packbits(flips ^ bits.astype(np.bool_), axis=1, bitorder="little")
+
+
+def draw_discrete_laplace(params: DiscreteLaplaceParams, unit: NDArray[np.float64],
+                          rng: np.random.Generator) -> NDArray[np.int64]:
+    """Discrete-Laplace reports of points of ``[0, 1]^d`` (shape (n, d)): the grid point plus noise.
+
+    The grid point is ``round(x N)`` with ties to even, as the SDK rounds; the noise, with
+    ``P[k]`` proportional to ``a^|k|`` (``a`` = :attr:`~DiscreteLaplaceParams.noise_decay`), is the
+    difference of two independent geometric counts of failures with success probability ``1 - a``.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n, d)
+        The payloads' integers.
+    """
+    grid = np.rint(unit * float(params.grid_size)).astype(np.int64)
+    success = -math.expm1(-1.0 / float(params.scale))  # 1 - a, accurate for large scales
+    return grid + rng.geometric(success, size=grid.shape) - rng.geometric(success, size=grid.shape)
 
 
 def draw_local_hashing(params: LocalHashingParams, values: NDArray[np.int64],

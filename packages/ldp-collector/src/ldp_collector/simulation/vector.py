@@ -1,8 +1,12 @@
-"""Whole-array versions of the SDK steps a ``vector`` population runs: cell encoders and oracles.
+"""Whole-array versions of the SDK steps a ``vector`` population runs: encoders and randomizers.
 
 :class:`~.population.Population` in ``vector`` mode draws every device's report of a round with
 numpy instead of running the SDK per device. This module holds the two array steps:
 
+* :func:`encode_points`: ``encoder.encode`` on an ``(n, d)`` array, equal to it point for point:
+  the cell encoders (:func:`encode_cells`) and the kCluster bit vector
+  (:class:`~ldp_client.encoders.bitvector.BitVectorEncoder`: the same clamping and the same float
+  comparison ``|x_j - r| <= theta_j``);
 * :func:`encode_cells`: the point -> cell index of the SDK's cell encoders
   (:class:`~ldp_client.encoders.grid.UniformGridEncoder`,
   :class:`~ldp_client.encoders.grid.GridTreeEncoder`,
@@ -11,7 +15,8 @@ numpy instead of running the SDK per device. This module holds the two array ste
   (:meth:`NumericDomain.normalize <ldp_client.encoders.base.NumericDomain.normalize>`), then the
   exact integer floors and the Morton bit convention of :mod:`ldp_client.encoders.geometry`;
 * :func:`draw_payloads`: the randomized payloads of the frequency oracles (GRR, unary encoding,
-  local hashing) from :mod:`.reports`, as the Python values the SDK's ``randomize`` returns.
+  local hashing) and of bitwise randomized response from :mod:`.reports`, as the Python values
+  the SDK's ``randomize`` returns.
 
 :func:`unsupported` says why a component cannot take this path (the population then runs the
 round ``direct``). The probabilities are floats and the generator is seeded: simulation only.
@@ -19,20 +24,28 @@ round ``direct``). The probabilities are floats and the generator is seeded: sim
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
 from ldp_client.encoders.base import Encoder
+from ldp_client.encoders.bitvector import BitVectorEncoder
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder, UniformGridEncoder
+from ldp_client.encoders.vectors import SymmetricBoxEncoder, UnitBallEncoder, UnitCubeEncoder
+from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
+from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.local_hashing import LocalHashingParams
 from ldp_client.mechanisms.randomized_response import GRRParams
 from ldp_client.mechanisms.unary_encoding import UnaryEncodingParams
-from ldp_client.payload import HashedValue, Payload
+from ldp_client.payload import HashedValue, Integers, Payload
 from ldp_client.spec import Component
 
-from .reports import draw_grr, draw_local_hashing, draw_unary
+from ..kinds.bitvector import layout_of
+from .reports import draw_bitwise_rr, draw_discrete_laplace, draw_grr, draw_local_hashing, draw_unary
 
-__all__ = ["array_encodable", "draw_payloads", "encode_cells", "unsupported"]
+__all__ = ["array_encodable", "draw_payloads", "encode_cells", "encode_points", "unsupported"]
 
 #: Deepest tree level encoded on arrays: ``t * 2^level`` must fit an int64 (the SDK allows 64 // d).
 _MAX_TREE_LEVEL = 62
@@ -44,13 +57,18 @@ _MANTISSA_BITS = 53
 def unsupported(component: Component) -> str | None:
     """Why ``component`` cannot run on arrays, or ``None`` when it can.
 
-    Supported: a cell encoder (:func:`array_encodable`) and a GRR, unary-encoding or
-    local-hashing oracle.
+    Supported: a cell encoder (:func:`array_encodable`) with a GRR, unary-encoding or
+    local-hashing oracle; a bit-vector encoder with bitwise randomized response; the unit-cube
+    encoder with discrete Laplace.
     """
-    mechanism = component.mechanism
+    mechanism, encoder = component.mechanism, component.encoder
+    if isinstance(mechanism, BitwiseRRParams):
+        return None if isinstance(encoder, BitVectorEncoder) else f"encoder {encoder.KIND} with bitwise_rr"
+    if isinstance(mechanism, DiscreteLaplaceParams):
+        return None if isinstance(encoder, UnitCubeEncoder) else f"encoder {encoder.KIND} with discrete_laplace"
     if not isinstance(mechanism, (GRRParams, UnaryEncodingParams, LocalHashingParams)):
         return f"mechanism {mechanism.KIND} has no array randomizer"
-    return _encoder_unsupported(component.encoder)
+    return _encoder_unsupported(encoder)
 
 
 def array_encodable(encoder: Encoder) -> bool:
@@ -154,17 +172,64 @@ def encode_cells(encoder: Encoder, points: NDArray[np.float64]) -> NDArray[np.ui
     raise TypeError(f"no array encoding for {type(encoder).__name__}")
 
 
-def draw_payloads(component: Component, values: NDArray[np.uint64], rng: np.random.Generator) -> list[Payload]:
-    """The component's randomized payloads of encoded ``values``, as the SDK's ``randomize`` returns them.
+def encode_points(encoder: Encoder, points: NDArray[np.float64]) -> NDArray[Any]:
+    """``encoder.encode`` of every row of ``points``, on arrays (:func:`unsupported` must say ``None``).
 
-    GRR: ``int``; unary encoding: the packed ``bytes``; local hashing: :class:`HashedValue`.
+    Returns
+    -------
+    numpy.ndarray
+        Cell encoders: the uint64 cell indices, shape (n,) (:func:`encode_cells`). Bit vector: the
+        0/1 bits as uint8, shape (n, output_size), attribute after attribute. Vector maps: the
+        float64 vectors, shape (n, d).
+    """
+    if isinstance(encoder, BitVectorEncoder):
+        return layout_of(encoder).encode(points)
+    if isinstance(encoder, (UnitCubeEncoder, SymmetricBoxEncoder, UnitBallEncoder)):
+        return _vector_map(encoder, points)
+    return encode_cells(encoder, points)
+
+
+def _vector_map(encoder: UnitCubeEncoder | SymmetricBoxEncoder | UnitBallEncoder,
+                points: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The vector encoders' maps with the SDK's float operations, row by row."""
+    t = _normalized(encoder.domain.lower, encoder.domain.upper, points)
+    if isinstance(encoder, UnitCubeEncoder):
+        return t
+    box = 2.0 * t - 1.0
+    if isinstance(encoder, SymmetricBoxEncoder):
+        return box
+    v = box * (1.0 / math.sqrt(encoder.domain.dimension))
+    # The SDK shrinks a vector whose norm rounds above 1 (three ways of measuring it); only rows
+    # within a whisker of the sphere can need it, and those take the SDK's own encoder.
+    close = np.flatnonzero((v * v).sum(axis=1) > 1.0 - 1e-9)
+    for i in close.tolist():
+        v[i] = encoder.encode(tuple(points[i].tolist()))
+    return v
+
+
+def _rows(packed: NDArray[np.uint8]) -> list[bytes]:
+    """The rows of a packed bit array as ``bytes`` (one slice of one buffer each)."""
+    data, width = packed.tobytes(), packed.shape[1]
+    return [data[i:i + width] for i in range(0, len(data), width)]
+
+
+def draw_payloads(component: Component, values: NDArray[Any], rng: np.random.Generator) -> list[Payload]:
+    """The component's randomized payloads of encoded ``values`` (:func:`encode_points`), as the SDK's
+    ``randomize`` returns them.
+
+    GRR: ``int``; unary encoding and bitwise randomized response: the packed ``bytes``; local
+    hashing: :class:`HashedValue`.
     """
     mechanism = component.mechanism
+    if isinstance(mechanism, BitwiseRRParams):
+        return list(_rows(draw_bitwise_rr(mechanism, values, rng)))
+    if isinstance(mechanism, DiscreteLaplaceParams):
+        return [Integers(tuple(row)) for row in draw_discrete_laplace(mechanism, values, rng).tolist()]
     v = values.astype(np.int64)  # every oracle's domain_size is at most 2^63
     if isinstance(mechanism, GRRParams):
         return list(draw_grr(mechanism, v, rng).tolist())
     if isinstance(mechanism, UnaryEncodingParams):
-        return [row.tobytes() for row in draw_unary(mechanism, v, rng)]
+        return list(_rows(draw_unary(mechanism, v, rng)))
     if isinstance(mechanism, LocalHashingParams):
         seeds, buckets = draw_local_hashing(mechanism, v, rng)
         return [HashedValue(s, b) for s, b in zip(seeds.tolist(), buckets.tolist())]
