@@ -6,10 +6,11 @@ compared with the SDK path's by a two-sample chi-square homogeneity test per mec
 False failures: ``NULL_TESTS`` null tests (4 oracles x 3 cell encoders, then one per pair of
 ``PAIRS``: the center kinds' mechanisms with their encoders) at ``ALPHA = 1e-6 / NULL_TESTS``
 each, so by Bonferroni the family fails falsely with probability at most 1e-6. Each test's power
-against a wrong randomizer (the same mechanism at a shifted epsilon: p, or q for OUE, or the flip
-probability off by 0.05-0.08) is computed from the non-central chi-square at the design's sample
-sizes (``test_the_test_has_power``: at least 0.999) and the wrong randomizer is rejected on the
-seeded samples. All seeds are fixed; nothing is timed.
+against a wrong randomizer (the same mechanism at a shifted epsilon: for the oracles p, or q for
+OUE, off by 0.05-0.08) is computed from the non-central chi-square at the design's sample sizes
+(``test_the_test_has_power``: at least 0.999; for the vector randomizers from their outcome
+distributions estimated on 400 000 reports) and the wrong randomizer is rejected on the seeded
+samples. All seeds are fixed; nothing is timed.
 """
 
 from __future__ import annotations
@@ -27,14 +28,21 @@ from ldp_client.admission import pick_group
 from ldp_client.encoders import CategoricalEncoder, NumericDomain, UniformGridEncoder
 from ldp_client.encoders.base import Encoder
 from ldp_client.encoders.bitvector import BitVectorEncoder
+from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.geometry import TreeCell, tree_children
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
+from ldp_client.encoders.lsh import ShiftedGridEncoder, SimHashEncoder
+from ldp_client.encoders.nearest import NearestCandidateEncoder
+from ldp_client.encoders.projection import RandomProjection
 from ldp_client.encoders.vectors import SymmetricBoxEncoder, UnitBallEncoder, UnitCubeEncoder
 from ldp_client.mechanisms import GRRParams, oue, sue
 from ldp_client.mechanisms.base import MechanismParams
 from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, VectorShape, sign
 from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.local_hashing import LocalHashingParams, hash_value, optimal_hash_range
+from ldp_client.mechanisms.vector_box import VectorBoxParams
+from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector.cli_args import build_campaign_config
 from ldp_collector.core import Collector
@@ -243,12 +251,89 @@ def _laplace_expected(component: Component) -> np.ndarray:
 
 LAPLACE_CLIP = 3
 
+
+def _quadrant(points: np.ndarray) -> np.ndarray:
+    """Which quarter of DOMAIN each point lies in (0-3): the reports' categories are joined with it."""
+    mid = (np.array(DOMAIN.lower) + np.array(DOMAIN.upper)) / 2
+    return (points[:, 0] > mid[0]) + 2 * (points[:, 1] > mid[1])
+
+
+def _sign_pattern(payloads: list[Any], points: np.ndarray, component: Component) -> np.ndarray:
+    """Box signs (packed bytes) or the signs of an l2-ball direction, as an integer, with the point's quadrant."""
+    if isinstance(payloads[0], bytes):
+        pattern = np.array([p[0] for p in payloads], dtype=np.int64)
+    else:
+        values = np.array([p.values for p in payloads])
+        pattern = ((values > 0) * (1 << np.arange(values.shape[1]))).sum(axis=1)
+    return pattern * 4 + _quadrant(points)
+
+
+def _signed_pattern(payloads: list[Any], points: np.ndarray, component: Component) -> np.ndarray:
+    """Bucketized vector: the seed's sign of the device's own bucket, then the inner report's signs
+    and the point's quadrant (:func:`_sign_pattern`)."""
+    buckets, _ = encode_points(component.encoder, points)
+    sigma = [sign(p.seed, int(b)) > 0 for p, b in zip(payloads, buckets.tolist())]
+    inner = _sign_pattern([p.inner for p in payloads], points, component)
+    return np.array(sigma, dtype=np.int64) + 2 * inner
+
+
+#: Draws of the Monte Carlo estimate of a pair's outcome distribution (for the power checks): the
+#: estimates' relative error is below 2 % on categories of probability 1/64.
+POWER_DRAWS = 400_000
+
+
+def _monte_carlo(pair_name: str) -> Callable[[Component], np.ndarray]:
+    """The outcome distribution of a pair's component, estimated from POWER_DRAWS vector-mode reports."""
+    def expected(component: Component) -> np.ndarray:
+        pair = PAIRS[pair_name]
+        points = _points(np.random.default_rng([7, 1]), POWER_DRAWS)
+        reports = Population(points, seed=7, mode="vector").participate(_grid_spec(component))
+        outcome = pair.outcome([r.payloads[0] for r in reports], points, component)
+        counts = np.bincount(outcome, minlength=CATEGORIES[pair_name]).astype(np.float64)
+        return counts / counts.sum()
+    return expected
+
+
+def _box(epsilon: float) -> Component:
+    return Component(encoder=SymmetricBoxEncoder(domain=DOMAIN), mechanism=VectorBoxParams(dimension=2, epsilon=epsilon))
+
+
+def _ball(epsilon: float) -> Component:
+    return Component(encoder=UnitBallEncoder(domain=DOMAIN), mechanism=VectorL2BallParams(dimension=2, epsilon=epsilon))
+
+
+def _bucketized(shape: VectorShape, lsh: Encoder) -> Callable[[float], Component]:
+    def component(epsilon: float) -> Component:
+        encoder = BucketedVectorEncoder(domain=DOMAIN, **{lsh.KIND: lsh})  # type: ignore[arg-type]
+        return Component(encoder=encoder, mechanism=BucketizedVectorParams(
+            bucket_bits=encoder.bucket_bits, dimension=3, epsilon=epsilon, shape=shape))
+    return component
+
+
+SHIFTED_GRID = ShiftedGridEncoder(domain=DOMAIN, level=2, seed=11)
+SIMHASH = SimHashEncoder(domain=DOMAIN, bits=3, seed=12)
+#: Categories of the Monte Carlo pairs' outcomes.
+CATEGORIES = {"vector_box x symmetric_box": 16, "vector_l2_ball x unit_ball": 16,
+              "bucketized_vector box x bucketed shifted_grid": 64, "bucketized_vector ball x bucketed simhash": 64}
+
 PAIRS: dict[str, Pair] = {
     # grid_bits 1 in 2-D: scale 4 / epsilon, so a = 0.69 at 1.5 and 0.61 at 2.0 (|k| <= 3: 49 categories).
     "discrete_laplace x unit_cube": Pair(
         component=lambda eps: Component(encoder=UnitCubeEncoder(domain=DOMAIN),
                                         mechanism=DiscreteLaplaceParams(dimension=2, epsilon=eps, grid_bits=1)),
         outcome=_laplace_noise, expected=_laplace_expected, wrong_epsilon=2.0, bits=False),
+    "vector_box x symmetric_box": Pair(
+        component=_box, outcome=_sign_pattern, expected=_monte_carlo("vector_box x symmetric_box"),
+        wrong_epsilon=2.5, bits=False),
+    "vector_l2_ball x unit_ball": Pair(
+        component=_ball, outcome=_sign_pattern, expected=_monte_carlo("vector_l2_ball x unit_ball"),
+        wrong_epsilon=4.0, bits=False),
+    "bucketized_vector box x bucketed shifted_grid": Pair(
+        component=_bucketized(VectorShape.BOX, SHIFTED_GRID), outcome=_signed_pattern,
+        expected=_monte_carlo("bucketized_vector box x bucketed shifted_grid"), wrong_epsilon=3.0, bits=False),
+    "bucketized_vector ball x bucketed simhash": Pair(
+        component=_bucketized(VectorShape.L2_BALL, SIMHASH), outcome=_signed_pattern,
+        expected=_monte_carlo("bucketized_vector ball x bucketed simhash"), wrong_epsilon=4.0, bits=False),
     # epsilon 1.5 over sensitivity 8: p_flip 0.453; at 3.0 0.407.
     "bitwise_rr x bitvector": Pair(
         component=_bitwise_rr, outcome=_flips, wrong_epsilon=3.0, bits=True,
@@ -368,7 +453,9 @@ def power(a: np.ndarray, b: np.ndarray, *, bits: bool) -> float:
 
 def _pair_sample(pair: Pair, epsilon: float, n: int, seed: int, mode: str) -> np.ndarray:
     component = pair.component(epsilon)
-    points = _points(np.random.default_rng(seed), n)
+    # The points' stream is not the population's (default_rng(seed)): shared draws would couple the
+    # randomization to the points.
+    points = _points(np.random.default_rng([seed, 1]), n)
     reports = Population(points, seed=seed, mode=mode).participate(_grid_spec(component))  # type: ignore[arg-type]
     assert len(reports) == n
     if mode == "vector":
@@ -382,7 +469,7 @@ def test_center_kinds_vector_reports_follow_the_sdk_distribution(name: str) -> N
     pair = PAIRS[name]
     sdk = _pair_sample(pair, EPSILON, SDK_N, 100, "direct")
     vector = _pair_sample(pair, EPSILON, VECTOR_N, 200, "vector")
-    categories = 0 if pair.bits else int(max(sdk.max(), vector.max())) + 1
+    categories = 0 if pair.bits else CATEGORIES.get(name, int(max(sdk.max(), vector.max())) + 1)
     stat, dof = _statistic(sdk, vector, categories)
     p_value = chi2_sf(stat, dof)
     assert p_value >= ALPHA, f"{name}: chi-square {stat:.1f} on {dof} dof, p = {p_value:.3g}"
@@ -416,6 +503,38 @@ def test_vector_map_encoding_equals_the_sdk_encoder(encoder: Encoder) -> None:
                                  np.nextafter(corners, 0.5)])
     expected = [list(encoder.encode(tuple(p))) for p in points.tolist()]
     assert encode_points(encoder, points).tolist() == expected
+
+
+def _lsh_encoders() -> list[Encoder]:
+    projection = RandomProjection(input_dimension=2, output_dimension=3, seed=5)
+    five = NumericDomain(lower=(-1.0,) * 5, upper=(2.0,) * 5)
+    rng = np.random.default_rng(29)
+    return [SimHashEncoder(domain=DOMAIN, bits=7, seed=3), SimHashEncoder(domain=DOMAIN, projection=projection, bits=64, seed=4),
+            ShiftedGridEncoder(domain=DOMAIN, level=5, seed=6),
+            ShiftedGridEncoder(domain=DOMAIN, projection=projection, level=9, seed=8),
+            NearestCandidateEncoder(domain=DOMAIN, dimension=2, centers=(0.0, 1.0, 1.5, 2.0, 0.0, 1.0, 3.0, 3.0)),
+            NearestCandidateEncoder(domain=five, dimension=5, centers=tuple(rng.uniform(-1.5, 2.5, 40).tolist())),
+            BucketedVectorEncoder(domain=DOMAIN, simhash=SimHashEncoder(domain=DOMAIN, projection=projection, bits=9,
+                                                                        seed=9)),
+            BucketedVectorEncoder(domain=DOMAIN, shifted_grid=ShiftedGridEncoder(domain=DOMAIN, level=4, seed=10))]
+
+
+@pytest.mark.parametrize("encoder", _lsh_encoders(), ids=lambda e: e.KIND)
+def test_lsh_and_nearest_encodings_equal_the_sdk_encoder(encoder: Encoder) -> None:
+    """Bit for bit: the projections' and hyperplanes' float sums are the SDK's, left to right."""
+    d = encoder.domain.dimension  # type: ignore[attr-defined]
+    rng = np.random.default_rng(31)
+    points = _boundary_points(rng, 3000) if d == 2 else rng.uniform(-2.0, 3.0, size=(5000, d))
+    if isinstance(encoder, NearestCandidateEncoder) and d == 2:
+        # Ties: points equidistant from two candidates (the lowest index wins).
+        points = np.concatenate([points, [[0.75, 1.5], [1.0, 2.0], [0.75, 1.5000000000000002]]])
+    expected = [encoder.encode(tuple(p)) for p in points.tolist()]
+    got = encode_points(encoder, points)
+    if isinstance(encoder, BucketedVectorEncoder):
+        got = [(int(b), tuple(v)) for b, v in zip(got[0].tolist(), got[1].tolist())]
+        assert got == expected
+    else:
+        assert got.tolist() == expected
 
 
 def test_bit_vector_encoding_equals_the_sdk_encoder() -> None:

@@ -32,20 +32,36 @@ from numpy.typing import NDArray
 
 from ldp_client.encoders.base import Encoder
 from ldp_client.encoders.bitvector import BitVectorEncoder
+from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder, UniformGridEncoder
+from ldp_client.encoders.lsh import ShiftedGridEncoder, SimHashEncoder
+from ldp_client.encoders.nearest import NearestCandidateEncoder
+from ldp_client.encoders.projection import RandomProjection
 from ldp_client.encoders.vectors import SymmetricBoxEncoder, UnitBallEncoder, UnitCubeEncoder
 from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.local_hashing import LocalHashingParams
 from ldp_client.mechanisms.randomized_response import GRRParams
 from ldp_client.mechanisms.unary_encoding import UnaryEncodingParams
-from ldp_client.payload import HashedValue, Integers, Payload
+from ldp_client.mechanisms.vector_box import VectorBoxParams
+from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
+from ldp_client.payload import Floats, HashedValue, Integers, Payload, SignedVector
 from ldp_client.spec import Component
 
 from ..kinds.bitvector import layout_of
-from .reports import draw_bitwise_rr, draw_discrete_laplace, draw_grr, draw_local_hashing, draw_unary
+from .reports import (
+    draw_bitwise_rr,
+    draw_bucketized_vector,
+    draw_discrete_laplace,
+    draw_grr,
+    draw_l2_ball,
+    draw_local_hashing,
+    draw_unary,
+    draw_vector_box,
+)
 
-__all__ = ["array_encodable", "draw_payloads", "encode_cells", "encode_points", "unsupported"]
+__all__ = ["array_encodable", "draw_payloads", "encode_bucketed", "encode_cells", "encode_points", "unsupported"]
 
 #: Deepest tree level encoded on arrays: ``t * 2^level`` must fit an int64 (the SDK allows 64 // d).
 _MAX_TREE_LEVEL = 62
@@ -57,15 +73,23 @@ _MANTISSA_BITS = 53
 def unsupported(component: Component) -> str | None:
     """Why ``component`` cannot run on arrays, or ``None`` when it can.
 
-    Supported: a cell encoder (:func:`array_encodable`) with a GRR, unary-encoding or
-    local-hashing oracle; a bit-vector encoder with bitwise randomized response; the unit-cube
-    encoder with discrete Laplace.
+    Supported: a cell encoder (:func:`array_encodable`), a SimHash, shifted-grid or
+    nearest-candidate encoder with a GRR, unary-encoding or local-hashing oracle; a bit-vector
+    encoder with bitwise randomized response; the unit-cube encoder with discrete Laplace, the
+    symmetric box with the box randomizer, the unit ball with the l2-ball randomizer; the bucketed
+    vector encoder with the bucketized vector sum.
     """
     mechanism, encoder = component.mechanism, component.encoder
     if isinstance(mechanism, BitwiseRRParams):
         return None if isinstance(encoder, BitVectorEncoder) else f"encoder {encoder.KIND} with bitwise_rr"
     if isinstance(mechanism, DiscreteLaplaceParams):
         return None if isinstance(encoder, UnitCubeEncoder) else f"encoder {encoder.KIND} with discrete_laplace"
+    if isinstance(mechanism, VectorBoxParams):
+        return None if isinstance(encoder, SymmetricBoxEncoder) else f"encoder {encoder.KIND} with vector_box"
+    if isinstance(mechanism, VectorL2BallParams):
+        return None if isinstance(encoder, UnitBallEncoder) else f"encoder {encoder.KIND} with vector_l2_ball"
+    if isinstance(mechanism, BucketizedVectorParams):
+        return None if isinstance(encoder, BucketedVectorEncoder) else f"encoder {encoder.KIND} with bucketized_vector"
     if not isinstance(mechanism, (GRRParams, UnaryEncodingParams, LocalHashingParams)):
         return f"mechanism {mechanism.KIND} has no array randomizer"
     return _encoder_unsupported(encoder)
@@ -87,6 +111,8 @@ def _encoder_unsupported(encoder: Encoder) -> str | None:
     if isinstance(encoder, CellListEncoder):
         deepest = max(cell.level for cell in encoder.cells)
         return None if deepest <= _MAX_TREE_LEVEL else f"cell list level above {_MAX_TREE_LEVEL}"
+    if isinstance(encoder, (SimHashEncoder, ShiftedGridEncoder, NearestCandidateEncoder)):
+        return None
     return f"encoder {encoder.KIND} has no array encoding"
 
 
@@ -101,10 +127,15 @@ def _normalized(domain_lower: tuple[float, ...], domain_upper: tuple[float, ...]
 
 def _tree_codes(t: NDArray[np.float64], level: int) -> NDArray[np.uint64]:
     """Morton indices of the level-``level`` cells holding normalized points (geometry.tree_index_of)."""
-    n, d = t.shape
     top = (1 << level) - 1
     # t * 2^level is exact (a power of two) and below 2^63: the cast truncates like int().
     coords = np.minimum((t * float(1 << level)).astype(np.int64), top).astype(np.uint64)
+    return _morton(coords, level)
+
+
+def _morton(coords: NDArray[np.uint64], level: int) -> NDArray[np.uint64]:
+    """Interleaved ``level``-bit coordinates: bit ``b`` of ``c_j`` becomes bit ``b d + j`` (geometry.morton_encode)."""
+    n, d = coords.shape
     code = np.zeros(n, dtype=np.uint64)
     one = np.uint64(1)
     for b in range(level):
@@ -172,7 +203,7 @@ def encode_cells(encoder: Encoder, points: NDArray[np.float64]) -> NDArray[np.ui
     raise TypeError(f"no array encoding for {type(encoder).__name__}")
 
 
-def encode_points(encoder: Encoder, points: NDArray[np.float64]) -> NDArray[Any]:
+def encode_points(encoder: Encoder, points: NDArray[np.float64]) -> Any:
     """``encoder.encode`` of every row of ``points``, on arrays (:func:`unsupported` must say ``None``).
 
     Returns
@@ -180,13 +211,88 @@ def encode_points(encoder: Encoder, points: NDArray[np.float64]) -> NDArray[Any]
     numpy.ndarray
         Cell encoders: the uint64 cell indices, shape (n,) (:func:`encode_cells`). Bit vector: the
         0/1 bits as uint8, shape (n, output_size), attribute after attribute. Vector maps: the
-        float64 vectors, shape (n, d).
+        float64 vectors, shape (n, d). SimHash, shifted grid, nearest candidate: the uint64
+        values, shape (n,). Bucketed vector: the pair (:func:`encode_bucketed`).
     """
     if isinstance(encoder, BitVectorEncoder):
         return layout_of(encoder).encode(points)
+    if isinstance(encoder, BucketedVectorEncoder):
+        return encode_bucketed(encoder, points)
     if isinstance(encoder, (UnitCubeEncoder, SymmetricBoxEncoder, UnitBallEncoder)):
         return _vector_map(encoder, points)
+    if isinstance(encoder, SimHashEncoder):
+        return _simhash(encoder, points)
+    if isinstance(encoder, ShiftedGridEncoder):
+        return _shifted_grid(encoder, points)
+    if isinstance(encoder, NearestCandidateEncoder):
+        return _nearest(encoder, points)
     return encode_cells(encoder, points)
+
+
+def encode_bucketed(encoder: BucketedVectorEncoder,
+                    points: NDArray[np.float64]) -> tuple[NDArray[np.uint64], NDArray[np.float64]]:
+    """``encoder.encode`` of every row: the buckets (:func:`encode_points` of its LSH) and the
+    vectors ``(2 t - 1, 1)``, shape (n, d + 1)."""
+    box = 2.0 * _normalized(encoder.domain.lower, encoder.domain.upper, points) - 1.0
+    vectors = np.concatenate([box, np.ones((len(points), 1))], axis=1)
+    return encode_points(encoder.lsh, points).astype(np.uint64), vectors
+
+
+def _dot_rows(matrix: tuple[tuple[float, ...], ...], z: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``[sum(map(mul, row, z_i)) for row in matrix]`` for every row ``z_i``: the SDK's left-to-right
+    float sums (from the int 0), one column at a time, so every rounding is the same."""
+    out = np.empty((z.shape[0], len(matrix)))
+    for r, row in enumerate(matrix):
+        acc = np.zeros(z.shape[0])
+        for j, w in enumerate(row):
+            acc = acc + w * z[:, j]
+        out[:, r] = acc
+    return out
+
+
+def _space(encoder: SimHashEncoder | ShiftedGridEncoder, points: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The LSH's input: the centred point ``2 t - 1``, projected when the encoder has a projection."""
+    z = 2.0 * _normalized(encoder.domain.lower, encoder.domain.upper, points) - 1.0
+    projection: RandomProjection | None = encoder.projection
+    return z if projection is None else _dot_rows(projection.matrix, z)
+
+
+def _simhash(encoder: SimHashEncoder, points: NDArray[np.float64]) -> NDArray[np.uint64]:
+    sides = _dot_rows(encoder.hyperplanes, _space(encoder, points)) >= 0.0
+    value = np.zeros(len(points), dtype=np.uint64)
+    for b in range(sides.shape[1]):
+        value = (value << np.uint64(1)) | sides[:, b].astype(np.uint64)
+    return value
+
+
+def _shifted_grid(encoder: ShiftedGridEncoder, points: NDArray[np.float64]) -> NDArray[np.uint64]:
+    z = _space(encoder, points)
+    radius = encoder.half_width
+    scale = float(1 << encoder.level)
+    top = (1 << encoder.level) - 1
+    u = np.clip((z + radius) / (2.0 * radius), 0.0, 1.0)
+    # (u + s) * scale / 2 < scale: the cast truncates like int() on these non-negative floats.
+    coords = ((u + np.asarray(encoder.shift)) * 0.5 * scale).astype(np.int64)
+    return _morton(np.minimum(coords, top).astype(np.uint64), encoder.level)
+
+
+#: Relative gap between the two nearest candidates below which :func:`_nearest` asks the SDK's
+#: ``math.dist`` (numpy's distances may differ from it by a few ulps; this is thousands).
+_NEAR_TIE = 1e-12
+
+
+def _nearest(encoder: NearestCandidateEncoder, points: NDArray[np.float64]) -> NDArray[np.uint64]:
+    x = np.clip(points, encoder.domain.lower, encoder.domain.upper)
+    centers = np.asarray(encoder.center_rows, dtype=np.float64)
+    d2 = ((x[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2) if len(x) * len(centers) <= 1 << 22 else \
+        np.stack([((x - c) ** 2).sum(axis=1) for c in centers], axis=1)
+    dist = np.sqrt(d2)
+    best = np.argmin(dist, axis=1)
+    if centers.shape[0] > 1:
+        two = np.partition(dist, 1, axis=1)[:, :2]
+        for i in np.flatnonzero(two[:, 1] - two[:, 0] <= _NEAR_TIE * np.maximum(two[:, 1], 1e-300)).tolist():
+            best[i] = encoder.encode(tuple(points[i].tolist()))
+    return np.asarray(best, dtype=np.uint64)
 
 
 def _vector_map(encoder: UnitCubeEncoder | SymmetricBoxEncoder | UnitBallEncoder,
@@ -213,7 +319,7 @@ def _rows(packed: NDArray[np.uint8]) -> list[bytes]:
     return [data[i:i + width] for i in range(0, len(data), width)]
 
 
-def draw_payloads(component: Component, values: NDArray[Any], rng: np.random.Generator) -> list[Payload]:
+def draw_payloads(component: Component, values: Any, rng: np.random.Generator) -> list[Payload]:
     """The component's randomized payloads of encoded ``values`` (:func:`encode_points`), as the SDK's
     ``randomize`` returns them.
 
@@ -225,6 +331,16 @@ def draw_payloads(component: Component, values: NDArray[Any], rng: np.random.Gen
         return list(_rows(draw_bitwise_rr(mechanism, values, rng)))
     if isinstance(mechanism, DiscreteLaplaceParams):
         return [Integers(tuple(row)) for row in draw_discrete_laplace(mechanism, values, rng).tolist()]
+    if isinstance(mechanism, VectorBoxParams):
+        return list(_rows(draw_vector_box(mechanism, values, rng)))
+    if isinstance(mechanism, VectorL2BallParams):
+        return [Floats(tuple(row)) for row in draw_l2_ball(mechanism, values, rng).tolist()]
+    if isinstance(mechanism, BucketizedVectorParams):
+        buckets, vectors = values
+        seeds, inner = draw_bucketized_vector(mechanism, buckets, vectors, rng)
+        reports: list[bytes | Floats] = (
+            list(_rows(inner)) if inner.dtype == np.uint8 else [Floats(tuple(row)) for row in inner.tolist()])
+        return [SignedVector(s, r) for s, r in zip(seeds.tolist(), reports)]
     v = values.astype(np.int64)  # every oracle's domain_size is at most 2^63
     if isinstance(mechanism, GRRParams):
         return list(draw_grr(mechanism, v, rng).tolist())
