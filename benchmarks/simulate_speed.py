@@ -6,7 +6,8 @@ default ``auto`` mode: ``vector`` above 50 000 devices) on the public mixture,
 
     ldp-collector simulate --kind KIND --dataset mixture --d 5 --k 6 --n N --seed SEED --json --quiet
 
-and prints one row per run: the process's wall time, the campaign's own wall time (simulation,
+and prints one row per run: the process's wall time and CPU time (user + system; on a shared
+machine the wall time mostly measures the other jobs), the campaign's own wall time (simulation,
 ingestion and the server steps, without the evaluation against non-private k-means), the mode used,
 any round that fell back to ``direct`` mode, and the ARI. Several seeds give the median and the
 worst (slowest) seed.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,17 +30,23 @@ from typing import Any
 KINDS = ("nettree", "stemmer", "bitvector", "laplace", "ldp_kmeans")
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of the finished child processes (a busy machine inflates wall time, not this)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run(kind: str, n: int, seed: int, mode: str) -> dict[str, Any]:
     """One ``simulate`` run in a fresh interpreter: its timings, mode, fallbacks and ARI."""
     command = [sys.executable, "-m", "ldp_collector.cli", "simulate", "--kind", kind, "--dataset", "mixture",
                "--d", "5", "--k", "6", "--n", str(n), "--seed", str(seed), "--mode", mode, "--json", "--quiet"]
-    started = time.perf_counter()
+    started, cpu_before = time.perf_counter(), _children_cpu()
     done = subprocess.run(command, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, _children_cpu() - cpu_before
     if done.returncode != 0:
         return {"kind": kind, "n": n, "seed": seed, "error": done.stderr.strip().splitlines()[-1:]}
     out = json.loads(done.stdout)
-    return {"kind": kind, "n": n, "seed": seed, "wall_s": wall, "campaign_s": out["wall_time_s"],
+    return {"kind": kind, "n": n, "seed": seed, "wall_s": wall, "cpu_s": cpu, "campaign_s": out["wall_time_s"],
             "mode": out["stats"]["mode"], "fallbacks": out["stats"]["fallbacks"],
             "ari": out.get("clustering", {}).get("ari")}
 
@@ -51,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="auto", choices=("auto", "device", "direct", "vector"))
     ns = parser.parse_args(argv)
     seeds = [int(s) for s in ns.seeds.split(",")]
-    print("| kind | n | wall s (median) | wall s (worst seed) | campaign s (median) | mode | fallbacks | ARI (median) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| kind | n | wall s (median) | wall s (worst seed) | CPU s (median) | campaign s (median) | mode | "
+          "fallbacks | ARI (median) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     failed = False
     for n in (int(v) for v in ns.ns.split(",")):
         for kind in ns.kinds.split(","):
@@ -67,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             ari = f"{statistics.median(aris):.3f}" if aris else "-"
             fallbacks = sum(len(r["fallbacks"]) for r in good)
             print(f"| {kind} | {n:.0e} | {statistics.median(walls):.1f} | {max(walls):.1f} | "
+                  f"{statistics.median(r['cpu_s'] for r in good):.1f} | "
                   f"{statistics.median(r['campaign_s'] for r in good):.1f} | {good[0]['mode']} | {fallbacks} | "
                   f"{ari} |", flush=True)
     return 1 if failed else 0
