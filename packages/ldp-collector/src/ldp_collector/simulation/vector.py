@@ -4,9 +4,13 @@
 numpy instead of running the SDK per device. This module holds the two array steps:
 
 * :func:`encode_points`: ``encoder.encode`` on an ``(n, d)`` array, equal to it point for point:
-  the cell encoders (:func:`encode_cells`) and the kCluster bit vector
+  the cell encoders (:func:`encode_cells`), the kCluster bit vector
   (:class:`~ldp_client.encoders.bitvector.BitVectorEncoder`: the same clamping and the same float
-  comparison ``|x_j - r| <= theta_j``);
+  comparison ``|x_j - r| <= theta_j``), the vector maps (unit cube, symmetric box, unit ball: the
+  rare rows whose norm rounds near 1 take the SDK's own encoder), SimHash and the shifted grid
+  (projections and hyperplanes summed left to right as the SDK's ``sum`` does), the nearest
+  candidate (near-ties asked of the SDK's ``math.dist``) and the bucketed vector
+  (:func:`encode_bucketed`);
 * :func:`encode_cells`: the point -> cell index of the SDK's cell encoders
   (:class:`~ldp_client.encoders.grid.UniformGridEncoder`,
   :class:`~ldp_client.encoders.grid.GridTreeEncoder`,
@@ -15,8 +19,9 @@ numpy instead of running the SDK per device. This module holds the two array ste
   (:meth:`NumericDomain.normalize <ldp_client.encoders.base.NumericDomain.normalize>`), then the
   exact integer floors and the Morton bit convention of :mod:`ldp_client.encoders.geometry`;
 * :func:`draw_payloads`: the randomized payloads of the frequency oracles (GRR, unary encoding,
-  local hashing) and of bitwise randomized response from :mod:`.reports`, as the Python values
-  the SDK's ``randomize`` returns.
+  local hashing), bitwise randomized response, discrete Laplace, the box and l2-ball vector
+  randomizers and the bucketized vector sum, drawn in :mod:`.reports` from each mechanism's
+  output distribution, as the Python values the SDK's ``randomize`` returns.
 
 :func:`unsupported` says why a component cannot take this path (the population then runs the
 round ``direct``). The probabilities are floats and the generator is seeded: simulation only.
@@ -323,8 +328,9 @@ def draw_payloads(component: Component, values: Any, rng: np.random.Generator) -
     """The component's randomized payloads of encoded ``values`` (:func:`encode_points`), as the SDK's
     ``randomize`` returns them.
 
-    GRR: ``int``; unary encoding and bitwise randomized response: the packed ``bytes``; local
-    hashing: :class:`HashedValue`.
+    GRR: ``int``; unary encoding, bitwise randomized response and the box randomizer: the packed
+    ``bytes``; local hashing: :class:`HashedValue`; discrete Laplace: :class:`Integers`; the l2
+    ball: :class:`Floats`; the bucketized vector sum: :class:`SignedVector`.
     """
     mechanism = component.mechanism
     if isinstance(mechanism, BitwiseRRParams):
