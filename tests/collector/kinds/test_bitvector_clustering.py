@@ -22,6 +22,7 @@ from ldp_client.rng import SeededRng
 from ldp_collector.campaigns import make_engine, prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.estimation import bitvector as bitvector_estimation
 from ldp_collector.estimation.bitvector import (
     dbscan_encoded,
     debias_bits,
@@ -213,6 +214,45 @@ def test_kmeans_in_encoded_space_finds_separated_blobs() -> None:
     gaps = np.linalg.norm(true_centers[:, None, :] - centers[None, :, :], axis=2).min(axis=1)
     assert np.all(gaps < 1.25), centers
     assert sorted(np.round(fit.sizes / len(x), 1)) == pytest.approx([0.3, 0.3, 0.3], abs=0.1)
+
+
+#: kmeans_encoded on the fixed input of the next test, as the implementation before the float
+#: blocks were cached and each EM step's distances reused (a pure speed-up): per ``refine``, the
+#: iterations, the sizes, the decoded centers and each center's sum of bit frequencies.
+KMEANS_BEFORE_THE_SPEED_UP = {
+    True: (339, [836, 894, 873, 897],
+           [[5.615234375, 8.14453125], [2.79296875, 6.50390625], [8.896484375, 3.125], [1.34765625, 0.712890625]],
+           [3.9206206507231594, 4.690317543515676, 2.216901846835387, 3.903967541789065]),
+    False: (39, [835, 699, 1037, 929],
+            [[4.375, 4.55078125], [0.673828125, 5.33203125], [9.98046875, 5.0], [0.615234375, 4.23828125]],
+            [4.491187755243327, 9.528392121408956, -1.5113948440868126, 4.416427247188675]),
+}
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["cached-blocks", "blocks-per-pass"])
+@pytest.mark.parametrize("refine", [True, False])
+def test_kmeans_gives_the_result_it_gave_before_the_speed_up(refine: bool, cache: bool,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same input, same seed: the same iterations, sizes and decoded centers as before the speed-up.
+
+    Chunks of 1000 rows make the 3500 reports span four chunks; the float blocks are either cached
+    or converted on every pass. The centers' sums allow for a different BLAS (1e-9 relative).
+    """
+    monkeypatch.setattr(bitvector_estimation, "_CHUNK", 1000)
+    if not cache:
+        monkeypatch.setattr(bitvector_estimation, "_FLOAT_CACHE_BYTES", 0)
+    rng = np.random.default_rng(18)
+    true_centers = np.array([[1.0, 1.0], [8.0, 2.0], [5.0, 8.5], [2.0, 7.0]])
+    x = true_centers[rng.integers(0, 4, size=3500)] + rng.normal(0, 0.8, size=(3500, 2))
+    layout = public_pivots((0.0, 0.0), (10.0, 10.0), 8, HALF_WIDTH_FACTOR)
+    params = BitwiseRRParams(length=layout.bits, epsilon=3.0, sensitivity=8)
+    y = flip(layout.encode(x), params, rng)
+    fit = kmeans_encoded(y, 4, p_flip=params.p_flip, p_keep=params.p_keep, rng=5, refine=refine)
+    iterations, sizes, centers, sums = KMEANS_BEFORE_THE_SPEED_UP[refine]
+    assert fit.iterations == iterations
+    assert fit.sizes.tolist() == sizes and np.bincount(fit.labels, minlength=4).tolist() == sizes
+    assert decode_centers(fit.centers, layout).tolist() == centers
+    np.testing.assert_allclose(fit.centers.sum(axis=1), sums, rtol=1e-9)
 
 
 def test_dbscan_in_encoded_space_finds_separated_blobs_from_exact_bits() -> None:

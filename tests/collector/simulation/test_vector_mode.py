@@ -3,16 +3,22 @@
 Encodings and group draws are pinned equal to the SDK's (exact). The randomized reports are
 compared with the SDK path's by a two-sample chi-square homogeneity test per mechanism x encoder.
 
-False failures: 12 null tests (4 mechanisms x 3 encoders) at ``ALPHA = 1e-6 / 12`` each, so by
-Bonferroni the family fails falsely with probability at most 1e-6. Each test's power against a
-wrong randomizer (the same oracle at a shifted epsilon: p, or q for OUE, off by 0.05-0.08) is computed from the
-non-central chi-square at the design's sample sizes (``test_the_test_has_power``: at least 0.999)
-and the wrong randomizer is rejected on the seeded samples. All seeds are fixed; nothing is timed.
+False failures: ``NULL_TESTS`` null tests (4 oracles x 3 cell encoders, then one per pair of
+``PAIRS``: the center kinds' mechanisms with their encoders) at ``ALPHA = 1e-6 / NULL_TESTS``
+each, so by Bonferroni the family fails falsely with probability at most 1e-6. Each test's power
+against a wrong randomizer (the same mechanism at a shifted epsilon: for the oracles p, or q for
+OUE, off by 0.05-0.08) is computed from the non-central chi-square at the design's sample sizes
+(``test_the_test_has_power``: at least 0.999; for the vector randomizers from their outcome
+distributions estimated on 400 000 reports) and the wrong randomizer is rejected on the seeded
+samples. All seeds are fixed; nothing is timed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,25 +27,36 @@ from scipy import stats
 from ldp_client.admission import pick_group
 from ldp_client.encoders import CategoricalEncoder, NumericDomain, UniformGridEncoder
 from ldp_client.encoders.base import Encoder
+from ldp_client.encoders.bitvector import BitVectorEncoder
+from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.geometry import TreeCell, tree_children
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
+from ldp_client.encoders.lsh import ShiftedGridEncoder, SimHashEncoder
+from ldp_client.encoders.nearest import NearestCandidateEncoder
+from ldp_client.encoders.projection import RandomProjection
+from ldp_client.encoders.vectors import SymmetricBoxEncoder, UnitBallEncoder, UnitCubeEncoder
 from ldp_client.mechanisms import GRRParams, oue, sue
 from ldp_client.mechanisms.base import MechanismParams
+from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, VectorShape, sign
+from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.local_hashing import LocalHashingParams, hash_value, optimal_hash_range
+from ldp_client.mechanisms.vector_box import VectorBoxParams
+from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector.cli_args import build_campaign_config
 from ldp_collector.core import Collector
+from ldp_collector.estimation.bitvector import public_pivots
+from ldp_collector.kinds.bitvector import HALF_WIDTH_FACTOR
 from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import Population, VectorFallbackWarning, _Preset, numeric_bounds
 from ldp_collector.simulation.runner import run_campaign
-from ldp_collector.simulation.vector import encode_cells
+from ldp_collector.simulation.vector import encode_cells, encode_points
 from ldp_collector.storage import open_store
 from support.stats import FALSE_FAILURE_RATE, chi2_sf
 
-NULL_TESTS = 12
-ALPHA = FALSE_FAILURE_RATE / NULL_TESTS
 DOMAIN = NumericDomain(lower=(-1.0, 0.5), upper=(2.0, 3.0))
 SDK_N = 6000
 VECTOR_N = 30_000
@@ -176,6 +193,155 @@ EPSILON = 1.5
 #: The wrong randomizer of the power checks: the same oracle at this epsilon (p, or q for OUE, off by 0.05-0.08).
 WRONG_EPSILON = {"grr": 1.9, "oue": 2.1, "sue": 2.0, "olh": 1.8}
 
+def _bit_vector() -> BitVectorEncoder:
+    """5 pivots on the first attribute and 3 on the second (8 bits), with the bitvector kind's half-widths."""
+    first = public_pivots(DOMAIN.lower[:1], DOMAIN.upper[:1], 5, HALF_WIDTH_FACTOR)
+    second = public_pivots(DOMAIN.lower[1:], DOMAIN.upper[1:], 3, HALF_WIDTH_FACTOR)
+    return BitVectorEncoder(domain=DOMAIN, pivots=first.pivots[0] + second.pivots[0], pivots_per_attribute=(5, 3),
+                            half_widths=first.half_widths + second.half_widths)
+
+
+BIT_VECTOR = _bit_vector()
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A mechanism x encoder of the center kinds: its component at an epsilon, and per report an
+    outcome whose distribution does not depend on the point (a category, or a row of bits each
+    Bernoulli with one probability, ``bits`` of them); ``expected`` gives those probabilities."""
+
+    component: Callable[[float], Component]
+    outcome: Callable[[list[Any], np.ndarray, Component], np.ndarray]
+    expected: Callable[[Component], np.ndarray]
+    wrong_epsilon: float
+    bits: bool
+
+
+def _flips(payloads: list[Any], points: np.ndarray, component: Component) -> np.ndarray:
+    """Bitwise RR: the report XOR the point's true bits, i.e. which bits were flipped."""
+    length = component.mechanism.length  # type: ignore[attr-defined]
+    rows = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), -1)
+    sent = np.unpackbits(rows, axis=1, count=length, bitorder="little")
+    return sent ^ encode_points(component.encoder, points)
+
+
+def _bitwise_rr(epsilon: float) -> Component:
+    return Component(encoder=BIT_VECTOR, mechanism=BitwiseRRParams(
+        length=BIT_VECTOR.output_size, epsilon=epsilon, sensitivity=BIT_VECTOR.max_hamming_distance))
+
+
+def _laplace_noise(payloads: list[Any], points: np.ndarray, component: Component) -> np.ndarray:
+    """Discrete Laplace: the noise of both coordinates (payload minus the rounded point), each clipped
+    to [-LAPLACE_CLIP, LAPLACE_CLIP], as one category."""
+    mechanism = component.mechanism
+    assert isinstance(mechanism, DiscreteLaplaceParams)
+    grid = [mechanism.round_to_grid(component.encoder.encode(tuple(p))) for p in points.tolist()]
+    noise = np.clip(np.array([q.values for q in payloads]) - np.array(grid), -LAPLACE_CLIP, LAPLACE_CLIP)
+    side = 2 * LAPLACE_CLIP + 1
+    return (noise[:, 0] + LAPLACE_CLIP) + side * (noise[:, 1] + LAPLACE_CLIP)
+
+
+def _laplace_expected(component: Component) -> np.ndarray:
+    """P[clipped noise = k] for |k| < clip: (1 - a) / (1 + a) a^|k|; at +-clip the tail a^clip / (1 + a)."""
+    a = component.mechanism.noise_decay  # type: ignore[attr-defined]
+    k = np.arange(-LAPLACE_CLIP, LAPLACE_CLIP + 1)
+    one = np.where(np.abs(k) == LAPLACE_CLIP, a**LAPLACE_CLIP / (1 + a), (1 - a) / (1 + a) * a ** np.abs(k))
+    return np.outer(one, one).T.ravel()  # coordinate 0 varies fastest, as in the outcome
+
+
+LAPLACE_CLIP = 3
+
+
+def _quadrant(points: np.ndarray) -> np.ndarray:
+    """Which quarter of DOMAIN each point lies in (0-3): the reports' categories are joined with it."""
+    mid = (np.array(DOMAIN.lower) + np.array(DOMAIN.upper)) / 2
+    return (points[:, 0] > mid[0]) + 2 * (points[:, 1] > mid[1])
+
+
+def _sign_pattern(payloads: list[Any], points: np.ndarray, component: Component) -> np.ndarray:
+    """Box signs (packed bytes) or the signs of an l2-ball direction, as an integer, with the point's quadrant."""
+    if isinstance(payloads[0], bytes):
+        pattern = np.array([p[0] for p in payloads], dtype=np.int64)
+    else:
+        values = np.array([p.values for p in payloads])
+        pattern = ((values > 0) * (1 << np.arange(values.shape[1]))).sum(axis=1)
+    return pattern * 4 + _quadrant(points)
+
+
+def _signed_pattern(payloads: list[Any], points: np.ndarray, component: Component) -> np.ndarray:
+    """Bucketized vector: the seed's sign of the device's own bucket, then the inner report's signs
+    and the point's quadrant (:func:`_sign_pattern`)."""
+    buckets, _ = encode_points(component.encoder, points)
+    sigma = [sign(p.seed, int(b)) > 0 for p, b in zip(payloads, buckets.tolist())]
+    inner = _sign_pattern([p.inner for p in payloads], points, component)
+    return np.array(sigma, dtype=np.int64) + 2 * inner
+
+
+#: Draws of the Monte Carlo estimate of a pair's outcome distribution (for the power checks): the
+#: estimates' relative error is below 2 % on categories of probability 1/64.
+POWER_DRAWS = 400_000
+
+
+def _monte_carlo(pair_name: str) -> Callable[[Component], np.ndarray]:
+    """The outcome distribution of a pair's component, estimated from POWER_DRAWS vector-mode reports."""
+    def expected(component: Component) -> np.ndarray:
+        pair = PAIRS[pair_name]
+        points = _points(np.random.default_rng([7, 1]), POWER_DRAWS)
+        reports = Population(points, seed=7, mode="vector").participate(_grid_spec(component))
+        outcome = pair.outcome([r.payloads[0] for r in reports], points, component)
+        counts = np.bincount(outcome, minlength=CATEGORIES[pair_name]).astype(np.float64)
+        return counts / counts.sum()
+    return expected
+
+
+def _box(epsilon: float) -> Component:
+    return Component(encoder=SymmetricBoxEncoder(domain=DOMAIN), mechanism=VectorBoxParams(dimension=2, epsilon=epsilon))
+
+
+def _ball(epsilon: float) -> Component:
+    return Component(encoder=UnitBallEncoder(domain=DOMAIN), mechanism=VectorL2BallParams(dimension=2, epsilon=epsilon))
+
+
+def _bucketized(shape: VectorShape, lsh: Encoder) -> Callable[[float], Component]:
+    def component(epsilon: float) -> Component:
+        encoder = BucketedVectorEncoder(domain=DOMAIN, **{lsh.KIND: lsh})  # type: ignore[arg-type]
+        return Component(encoder=encoder, mechanism=BucketizedVectorParams(
+            bucket_bits=encoder.bucket_bits, dimension=3, epsilon=epsilon, shape=shape))
+    return component
+
+
+SHIFTED_GRID = ShiftedGridEncoder(domain=DOMAIN, level=2, seed=11)
+SIMHASH = SimHashEncoder(domain=DOMAIN, bits=3, seed=12)
+#: Categories of the Monte Carlo pairs' outcomes.
+CATEGORIES = {"vector_box x symmetric_box": 16, "vector_l2_ball x unit_ball": 16,
+              "bucketized_vector box x bucketed shifted_grid": 64, "bucketized_vector ball x bucketed simhash": 64}
+
+PAIRS: dict[str, Pair] = {
+    # grid_bits 1 in 2-D: scale 4 / epsilon, so a = 0.69 at 1.5 and 0.61 at 2.0 (|k| <= 3: 49 categories).
+    "discrete_laplace x unit_cube": Pair(
+        component=lambda eps: Component(encoder=UnitCubeEncoder(domain=DOMAIN),
+                                        mechanism=DiscreteLaplaceParams(dimension=2, epsilon=eps, grid_bits=1)),
+        outcome=_laplace_noise, expected=_laplace_expected, wrong_epsilon=2.0, bits=False),
+    "vector_box x symmetric_box": Pair(
+        component=_box, outcome=_sign_pattern, expected=_monte_carlo("vector_box x symmetric_box"),
+        wrong_epsilon=2.5, bits=False),
+    "vector_l2_ball x unit_ball": Pair(
+        component=_ball, outcome=_sign_pattern, expected=_monte_carlo("vector_l2_ball x unit_ball"),
+        wrong_epsilon=4.0, bits=False),
+    "bucketized_vector box x bucketed shifted_grid": Pair(
+        component=_bucketized(VectorShape.BOX, SHIFTED_GRID), outcome=_signed_pattern,
+        expected=_monte_carlo("bucketized_vector box x bucketed shifted_grid"), wrong_epsilon=3.0, bits=False),
+    "bucketized_vector ball x bucketed simhash": Pair(
+        component=_bucketized(VectorShape.L2_BALL, SIMHASH), outcome=_signed_pattern,
+        expected=_monte_carlo("bucketized_vector ball x bucketed simhash"), wrong_epsilon=4.0, bits=False),
+    # epsilon 1.5 over sensitivity 8: p_flip 0.453; at 3.0 0.407.
+    "bitwise_rr x bitvector": Pair(
+        component=_bitwise_rr, outcome=_flips, wrong_epsilon=3.0, bits=True,
+        expected=lambda c: np.full(c.mechanism.length, c.mechanism.p_flip)),  # type: ignore[attr-defined]
+}
+NULL_TESTS = len(MECHANISMS) * len(ENCODERS) + len(PAIRS)
+ALPHA = FALSE_FAILURE_RATE / NULL_TESTS
+
 
 def _points(rng: np.random.Generator, n: int) -> np.ndarray:
     """Half the points in one corner cell, the rest uniform: a skewed cell distribution."""
@@ -268,17 +434,122 @@ def test_the_test_has_power(name: str) -> None:
     lambda = n_a n_b / (n_a + n_b) * sum (a - b)^2 / c (c the pooled share; per bit for unary)."""
     a = _expected(MECHANISMS[name](EPSILON))
     b = _expected(MECHANISMS[name](WRONG_EPSILON[name]))
+    achieved = power(a, b, bits=name in ("oue", "sue"))
+    assert achieved >= 0.999, f"{name}: power {achieved:.4f}"
+
+
+def power(a: np.ndarray, b: np.ndarray, *, bits: bool) -> float:
+    """Power at ALPHA of the homogeneity test of an SDK_N sample from ``a`` against a VECTOR_N one from
+    ``b``: per-category probabilities, or per-bit ones (``bits``, one 2 x 2 table per bit)."""
     n_a, n_b = SDK_N, VECTOR_N
     c = (n_a * a + n_b * b) / (n_a + n_b)
     scale = n_a * n_b / (n_a + n_b)
-    if name in ("oue", "sue"):
-        noncentrality = scale * float(np.sum((a - b) ** 2 / (c * (1 - c))))
-        dof = 16
+    if bits:
+        noncentrality, dof = scale * float(np.sum((a - b) ** 2 / (c * (1 - c)))), a.size
     else:
-        noncentrality = scale * float(np.sum((a - b) ** 2 / c))
-        dof = a.size - 1
-    power = float(stats.ncx2.sf(stats.chi2.isf(ALPHA, dof), dof, noncentrality))
-    assert power >= 0.999, f"{name}: power {power:.4f}"
+        noncentrality, dof = scale * float(np.sum((a - b) ** 2 / c)), a.size - 1
+    return float(stats.ncx2.sf(stats.chi2.isf(ALPHA, dof), dof, noncentrality))
+
+
+def _pair_sample(pair: Pair, epsilon: float, n: int, seed: int, mode: str) -> np.ndarray:
+    component = pair.component(epsilon)
+    # The points' stream is not the population's (default_rng(seed)): shared draws would couple the
+    # randomization to the points.
+    points = _points(np.random.default_rng([seed, 1]), n)
+    reports = Population(points, seed=seed, mode=mode).participate(_grid_spec(component))  # type: ignore[arg-type]
+    assert len(reports) == n
+    if mode == "vector":
+        for report in reports:
+            assert component.mechanism.check_payload(report.payloads[0]) is not None  # the collector's check
+    return pair.outcome([r.payloads[0] for r in reports], points, component)
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_center_kinds_vector_reports_follow_the_sdk_distribution(name: str) -> None:
+    pair = PAIRS[name]
+    sdk = _pair_sample(pair, EPSILON, SDK_N, 100, "direct")
+    vector = _pair_sample(pair, EPSILON, VECTOR_N, 200, "vector")
+    categories = 0 if pair.bits else CATEGORIES.get(name, int(max(sdk.max(), vector.max())) + 1)
+    stat, dof = _statistic(sdk, vector, categories)
+    p_value = chi2_sf(stat, dof)
+    assert p_value >= ALPHA, f"{name}: chi-square {stat:.1f} on {dof} dof, p = {p_value:.3g}"
+    wrong = _pair_sample(pair, pair.wrong_epsilon, VECTOR_N, 300, "vector")
+    stat_wrong, dof_wrong = _statistic(sdk, wrong, categories)
+    assert chi2_sf(stat_wrong, dof_wrong) < ALPHA, f"{name}: the wrong randomizer passed"
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_the_center_kinds_tests_have_power(name: str) -> None:
+    """As :func:`test_the_test_has_power`, for the pairs."""
+    pair = PAIRS[name]
+    a, b = pair.expected(pair.component(EPSILON)), pair.expected(pair.component(pair.wrong_epsilon))
+    achieved = power(a, b, bits=pair.bits)
+    assert achieved >= 0.999, f"{name}: power {achieved:.4f}"
+
+
+@pytest.mark.parametrize("encoder", [UnitCubeEncoder(domain=DOMAIN), SymmetricBoxEncoder(domain=DOMAIN),
+                                     UnitBallEncoder(domain=DOMAIN),
+                                     UnitBallEncoder(domain=NumericDomain(lower=(0.0,) * 5, upper=(1.0,) * 5))],
+                         ids=lambda e: f"{e.KIND}-{e.domain.dimension}")
+def test_vector_map_encoding_equals_the_sdk_encoder(encoder: Encoder) -> None:
+    """Bit for bit, the corners (where the unit ball's norm may round above 1) included."""
+    d = encoder.domain.dimension  # type: ignore[attr-defined]
+    rng = np.random.default_rng(23)
+    points = _boundary_points(rng, 3000)
+    if d != 2:
+        lo, hi = np.zeros(d), np.ones(d)
+        corners = np.array(np.meshgrid(*[[0.0, 1.0]] * d)).reshape(d, -1).T
+        points = np.concatenate([lo + rng.uniform(-0.2, 1.2, size=(3000, d)) * (hi - lo), corners,
+                                 np.nextafter(corners, 0.5)])
+    expected = [list(encoder.encode(tuple(p))) for p in points.tolist()]
+    assert encode_points(encoder, points).tolist() == expected
+
+
+def _lsh_encoders() -> list[Encoder]:
+    projection = RandomProjection(input_dimension=2, output_dimension=3, seed=5)
+    five = NumericDomain(lower=(-1.0,) * 5, upper=(2.0,) * 5)
+    rng = np.random.default_rng(29)
+    return [SimHashEncoder(domain=DOMAIN, bits=7, seed=3), SimHashEncoder(domain=DOMAIN, projection=projection, bits=64, seed=4),
+            ShiftedGridEncoder(domain=DOMAIN, level=5, seed=6),
+            ShiftedGridEncoder(domain=DOMAIN, projection=projection, level=9, seed=8),
+            NearestCandidateEncoder(domain=DOMAIN, dimension=2, centers=(0.0, 1.0, 1.5, 2.0, 0.0, 1.0, 3.0, 3.0)),
+            NearestCandidateEncoder(domain=five, dimension=5, centers=tuple(rng.uniform(-1.5, 2.5, 40).tolist())),
+            BucketedVectorEncoder(domain=DOMAIN, simhash=SimHashEncoder(domain=DOMAIN, projection=projection, bits=9,
+                                                                        seed=9)),
+            BucketedVectorEncoder(domain=DOMAIN, shifted_grid=ShiftedGridEncoder(domain=DOMAIN, level=4, seed=10))]
+
+
+@pytest.mark.parametrize("encoder", _lsh_encoders(), ids=lambda e: e.KIND)
+def test_lsh_and_nearest_encodings_equal_the_sdk_encoder(encoder: Encoder) -> None:
+    """Bit for bit: the projections' and hyperplanes' float sums are the SDK's, left to right."""
+    d = encoder.domain.dimension  # type: ignore[attr-defined]
+    rng = np.random.default_rng(31)
+    points = _boundary_points(rng, 3000) if d == 2 else rng.uniform(-2.0, 3.0, size=(5000, d))
+    if isinstance(encoder, NearestCandidateEncoder) and d == 2:
+        # Ties: points equidistant from two candidates (the lowest index wins).
+        points = np.concatenate([points, [[0.75, 1.5], [1.0, 2.0], [0.75, 1.5000000000000002]]])
+    expected = [encoder.encode(tuple(p)) for p in points.tolist()]
+    got = encode_points(encoder, points)
+    if isinstance(encoder, BucketedVectorEncoder):
+        got = [(int(b), tuple(v)) for b, v in zip(got[0].tolist(), got[1].tolist())]
+        assert got == expected
+    else:
+        assert got.tolist() == expected
+
+
+def test_bit_vector_encoding_equals_the_sdk_encoder() -> None:
+    points = _boundary_points(np.random.default_rng(19), 3000)
+    pivots = np.array(BIT_VECTOR.pivots)
+    widths = np.repeat(BIT_VECTOR.half_widths, BIT_VECTOR.pivots_per_attribute)
+    # The floats on either side of every window's edges, and the edges themselves.
+    edges = np.concatenate([pivots - widths, pivots + widths])
+    near = np.concatenate([edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf)])
+    columns = np.repeat(np.arange(2), BIT_VECTOR.pivots_per_attribute)
+    edge_points = np.tile(np.array(DOMAIN.lower) + 0.3, (near.size, 1))
+    edge_points[np.arange(near.size), np.tile(columns, 6)] = near
+    points = np.concatenate([points, edge_points])
+    expected = [BIT_VECTOR.encode(tuple(p)) for p in points.tolist()]
+    assert encode_points(BIT_VECTOR, points).tolist() == [list(e) for e in expected]
 
 
 # -- a whole campaign ------------------------------------------------------------------------------

@@ -84,6 +84,8 @@ DECODE_GRID = 1025
 DECODE_SPREADS = tuple(i / 8 for i in range(65))
 #: Rows per chunk of the distance computations (bounds the float scratch to ~ rows x k or B floats).
 _CHUNK = 16384
+#: The float copies of the bits (12 bytes per bit) are kept between passes up to this size.
+_FLOAT_CACHE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,43 +246,89 @@ class BitVectorClustering:
     iterations: int
 
 
-def _scores(y: NDArray[np.uint8], centers: NDArray[np.float64], p_flip: float, scale: float) -> NDArray[np.float64]:
+class _Bits:
+    """The reports' 0/1 bits with their float copies per chunk, made once and reused by every pass.
+
+    k-means++, Lloyd and the EM refinement read the bits hundreds of times; converting them to
+    float on every pass cost more than the products themselves. The float blocks are cached while
+    they fit :data:`_FLOAT_CACHE_BYTES` (else converted per pass, as before): either way every
+    product sees the same chunk shapes and values, so the results are the same bit for bit.
+    """
+
+    def __init__(self, bits: NDArray[np.uint8]) -> None:
+        self.bits = bits
+        self.starts = range(0, len(bits), _CHUNK)
+        self._cache = bits.size * (4 + 8) <= _FLOAT_CACHE_BYTES
+        self._f32: list[NDArray[np.float32]] = []
+        self._f64: list[NDArray[np.float64]] = []
+
+    def __len__(self) -> int:
+        return len(self.bits)
+
+    @property
+    def width(self) -> int:
+        return int(self.bits.shape[1])
+
+    def float32(self, i: int) -> NDArray[np.float32]:
+        """Chunk ``i`` (rows ``starts[i] ..`` + :data:`_CHUNK`) as float32."""
+        if self._f32:
+            return self._f32[i]
+        if not self._cache:
+            return self.bits[self.starts[i]:self.starts[i] + _CHUNK].astype(np.float32)
+        self._f32 = [self.bits[s:s + _CHUNK].astype(np.float32) for s in self.starts]
+        return self._f32[i]
+
+    def float64(self, i: int) -> NDArray[np.float64]:
+        """Chunk ``i`` as float64."""
+        if self._f64:
+            return self._f64[i]
+        if not self._cache:
+            return self.bits[self.starts[i]:self.starts[i] + _CHUNK].astype(np.float64)
+        self._f64 = [self.bits[s:s + _CHUNK].astype(np.float64) for s in self.starts]
+        return self._f64[i]
+
+
+def _row_max(a: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``a.max(axis=1)`` column by column: exact, and several times faster for few, long columns."""
+    return np.asarray(np.maximum.reduce([a[:, j] for j in range(a.shape[1])]), dtype=np.float64)
+
+
+def _scores(y: _Bits, centers: NDArray[np.float64], p_flip: float, scale: float) -> NDArray[np.float64]:
     """``<b_hat_i, c_k>`` for every report and center, from the raw bits in chunks (b_hat is never materialized)."""
     shift = p_flip * centers.sum(axis=1)
     out = np.empty((len(y), len(centers)))
     ct = centers.T.astype(np.float32)
-    for start in range(0, len(y), _CHUNK):
-        block = y[start:start + _CHUNK].astype(np.float32)
-        out[start:start + _CHUNK] = (block @ ct).astype(np.float64)
+    for i, start in enumerate(y.starts):
+        out[start:start + _CHUNK] = (y.float32(i) @ ct).astype(np.float64)
     return np.asarray(scale * (out - shift[None, :]), dtype=np.float64)
 
 
-def _cluster_means(y: NDArray[np.uint8], labels: NDArray[np.int64], k: int, p_flip: float,
+def _cluster_means(y: _Bits, labels: NDArray[np.int64], k: int, p_flip: float,
                    scale: float) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
-    sums = np.zeros((k, y.shape[1]))
-    for start in range(0, len(y), _CHUNK):
+    sums = np.zeros((k, y.width))
+    for i, start in enumerate(y.starts):
         lab = labels[start:start + _CHUNK]
         onehot = np.zeros((len(lab), k))
         onehot[np.arange(len(lab)), lab] = 1.0
-        sums += (y[start:start + _CHUNK].astype(np.float64).T @ onehot).T
+        sums += (y.float64(i).T @ onehot).T
     sizes = np.bincount(labels, minlength=k).astype(np.int64)
     means = scale * (sums / np.maximum(sizes, 1)[:, None] - p_flip)
     return means, sizes
 
 
-def _report_sq_norms(y: NDArray[np.uint8], p_flip: float, scale: float) -> NDArray[np.float64]:
+def _report_sq_norms(y: _Bits, p_flip: float, scale: float) -> NDArray[np.float64]:
     # ||b_hat||^2 = scale^2 * sum (y - q)^2 = scale^2 * (w (1 - 2q) + B q^2) with w the Hamming weight.
-    w = y.sum(axis=1, dtype=np.int64).astype(np.float64)
-    return np.asarray(scale * scale * (w * (1.0 - 2.0 * p_flip) + y.shape[1] * p_flip * p_flip), dtype=np.float64)
+    w = y.bits.sum(axis=1, dtype=np.int64).astype(np.float64)
+    return np.asarray(scale * scale * (w * (1.0 - 2.0 * p_flip) + y.width * p_flip * p_flip), dtype=np.float64)
 
 
-def _assign(y: NDArray[np.uint8], centers: NDArray[np.float64], sizes: NDArray[np.int64] | None,
+def _assign(y: _Bits, centers: NDArray[np.float64], sizes: NDArray[np.int64] | None,
             labels: NDArray[np.int64] | None, p_flip: float, scale: float,
             bit_variance: float) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
     """Nearest center by the unbiased distance; returns labels and the distances to them."""
     d2 = _report_sq_norms(y, p_flip, scale)[:, None] - 2.0 * _scores(y, centers, p_flip, scale) \
         + (centers * centers).sum(axis=1)[None, :]
-    total_var = y.shape[1] * bit_variance
+    total_var = y.width * bit_variance
     if sizes is None:
         d2 -= total_var
     else:
@@ -292,31 +340,31 @@ def _assign(y: NDArray[np.uint8], centers: NDArray[np.float64], sizes: NDArray[n
     return best, d2[np.arange(len(y)), best]
 
 
-def _kmeans_plus_plus(y: NDArray[np.uint8], k: int, rng: np.random.Generator, p_flip: float, scale: float,
+def _kmeans_plus_plus(y: _Bits, k: int, rng: np.random.Generator, p_flip: float, scale: float,
                       bit_variance: float) -> NDArray[np.float64]:
     """k-means++ seeds among the reports, D^2-sampled on unbiased report-to-report distances (clipped at 0)."""
     n = len(y)
     first = int(rng.integers(n))
     seeds = [first]
-    centers = scale * (y[[first]].astype(np.float64) - p_flip)
+    centers = scale * (y.bits[[first]].astype(np.float64) - p_flip)
     # A seed is a report, so the distance to another report carries both reports' noise: 2 B V.
     _, d2 = _assign(y, centers, None, None, p_flip, scale, bit_variance)
-    d2 = np.maximum(d2 - y.shape[1] * bit_variance, 0.0)
+    d2 = np.maximum(d2 - y.width * bit_variance, 0.0)
     d2[first] = 0.0
     for _ in range(1, k):
         total = d2.sum()
         nxt = int(rng.choice(n, p=d2 / total)) if total > 0 else int(rng.integers(n))
         seeds.append(nxt)
-        c = scale * (y[[nxt]].astype(np.float64) - p_flip)
+        c = scale * (y.bits[[nxt]].astype(np.float64) - p_flip)
         _, dn = _assign(y, c, None, None, p_flip, scale, bit_variance)
-        dn = np.maximum(dn - y.shape[1] * bit_variance, 0.0)
+        dn = np.maximum(dn - y.width * bit_variance, 0.0)
         dn[seeds] = 0.0
         d2 = np.minimum(d2, dn)
         centers = np.vstack([centers, c])
     return centers
 
 
-def _lloyd_plain(bits: NDArray[np.uint8], centers: NDArray[np.float64], k: int, p_flip: float, scale: float,
+def _lloyd_plain(bits: _Bits, centers: NDArray[np.float64], k: int, p_flip: float, scale: float,
                  bit_variance: float, max_iter: int, tol: float) -> tuple[NDArray[np.float64], NDArray[np.int64], int]:
     labels, _ = _assign(bits, centers, None, None, p_flip, scale, bit_variance)
     iterations = 0
@@ -341,7 +389,7 @@ def _fill_empty(labels: NDArray[np.int64], dist: NDArray[np.float64], k: int) ->
         dist[far] = -np.inf
 
 
-def _soft_refine(bits: NDArray[np.uint8], centers: NDArray[np.float64], p_flip: float, scale: float,
+def _soft_refine(bits: _Bits, centers: NDArray[np.float64], p_flip: float, scale: float,
                  bit_variance: float, max_iter: int, tol: float) -> tuple[NDArray[np.float64], NDArray[np.float64], float, int]:
     """EM for an isotropic mixture ``b_hat ~ sum_k pi_k N(mu_k, sigma^2 I)`` started at ``centers``.
 
@@ -349,7 +397,7 @@ def _soft_refine(bits: NDArray[np.uint8], centers: NDArray[np.float64], p_flip: 
     Returns the means, the mixing weights, the mean log-likelihood per report (up to a constant)
     and the iterations run.
     """
-    n, width = bits.shape
+    n, width = len(bits), bits.width
     k = len(centers)
     mu = centers.copy()
     pi = np.full(k, 1.0 / k)
@@ -357,11 +405,13 @@ def _soft_refine(bits: NDArray[np.uint8], centers: NDArray[np.float64], p_flip: 
     sq = _report_sq_norms(bits, p_flip, scale)
     loglik = -np.inf
     iterations = 0
+    # d2 of the current means: computed once per mean (the end of an iteration's M-step gives the
+    # next E-step's distances).
+    d2 = sq[:, None] - 2.0 * _scores(bits, mu, p_flip, scale) + (mu * mu).sum(axis=1)[None, :]
     while iterations < max_iter:
         iterations += 1
-        d2 = sq[:, None] - 2.0 * _scores(bits, mu, p_flip, scale) + (mu * mu).sum(axis=1)[None, :]
         logit = -d2 / (2.0 * s2) + np.log(np.maximum(pi, 1e-300))[None, :]
-        top = logit.max(axis=1, keepdims=True)
+        top = _row_max(logit)[:, None]
         resp = np.exp(logit - top)
         total = resp.sum(axis=1, keepdims=True)
         resp /= total
@@ -378,12 +428,12 @@ def _soft_refine(bits: NDArray[np.uint8], centers: NDArray[np.float64], p_flip: 
     return mu, pi, loglik, iterations
 
 
-def _weighted_means(bits: NDArray[np.uint8], resp: NDArray[np.float64], p_flip: float,
+def _weighted_means(bits: _Bits, resp: NDArray[np.float64], p_flip: float,
                     scale: float) -> NDArray[np.float64]:
-    sums = np.zeros((resp.shape[1], bits.shape[1]))
-    for start in range(0, len(bits), _CHUNK):
+    sums = np.zeros((resp.shape[1], bits.width))
+    for i, start in enumerate(bits.starts):
         # (B x rows) @ (rows x k): the fast orientation for BLAS (rows x k transposed on the left is not).
-        sums += (bits[start:start + _CHUNK].astype(np.float64).T @ resp[start:start + _CHUNK]).T
+        sums += (bits.float64(i).T @ resp[start:start + _CHUNK]).T
     return np.asarray(scale * (sums / np.maximum(resp.sum(axis=0), 1e-300)[:, None] - p_flip), dtype=np.float64)
 
 
@@ -420,10 +470,11 @@ def kmeans_encoded(y: ArrayLike, k: int, *, p_flip: float, p_keep: float, rng: n
     rng : numpy.random.Generator or int
         Post-processing randomness (seeding); needs no cryptographic generator.
     """
-    bits = np.ascontiguousarray(np.asarray(y, dtype=np.uint8))
-    n = len(bits)
+    raw = np.ascontiguousarray(np.asarray(y, dtype=np.uint8))
+    n = len(raw)
     if not 1 <= k <= n:
         raise InvalidParameterError(f"k must be in [1, n = {n}], got {k}")
+    bits = _Bits(raw)
     gen = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
     scale = 1.0 / (p_keep - p_flip)
     bit_variance = p_keep * p_flip * scale * scale
@@ -480,6 +531,7 @@ def dbscan_encoded(y: ArrayLike, k: int, *, p_flip: float, p_keep: float, rng: n
     m = min(n, sample)
     index = np.sort(gen.choice(n, size=m, replace=False)) if m < n else np.arange(n)
     sub = scale * (bits[index].astype(np.float64) - p_flip)
+    blocks = _Bits(bits)
     d2 = pairwise_sq_distances(sub, bit_variance)
     min_pts = min(m, min_samples if min_samples is not None else max(5, m // (20 * max(k, 1))))
     kth = np.partition(d2, min_pts - 1, axis=1)[:, min_pts - 1]
@@ -501,15 +553,15 @@ def dbscan_encoded(y: ArrayLike, k: int, *, p_flip: float, p_keep: float, rng: n
         cluster += 1
     if cluster == 0:
         labels = np.zeros(n, dtype=np.int64)
-        centers, sizes = _cluster_means(bits, labels, 1, p_flip, scale)
-        _, dist = _assign(bits, centers, sizes, labels, p_flip, scale, bit_variance)
+        centers, sizes = _cluster_means(blocks, labels, 1, p_flip, scale)
+        _, dist = _assign(blocks, centers, sizes, labels, p_flip, scale, bit_variance)
         return BitVectorClustering(centers=centers, labels=labels, sizes=sizes, cost=float(dist.sum()), iterations=0)
     core_sizes = np.bincount(labels_sub[labels_sub >= 0], minlength=cluster)
     keep = np.argsort(-core_sizes, kind="stable")[:k]
     core_centroids = np.stack([sub[(labels_sub == c) & core].mean(axis=0) for c in keep])
-    labels, _ = _assign(bits, core_centroids, None, None, p_flip, scale, bit_variance)
-    centers, sizes = _cluster_means(bits, labels, len(keep), p_flip, scale)
-    _, dist = _assign(bits, centers, sizes, labels, p_flip, scale, bit_variance)
+    labels, _ = _assign(blocks, core_centroids, None, None, p_flip, scale, bit_variance)
+    centers, sizes = _cluster_means(blocks, labels, len(keep), p_flip, scale)
+    _, dist = _assign(blocks, centers, sizes, labels, p_flip, scale, bit_variance)
     return BitVectorClustering(centers=centers, labels=labels, sizes=sizes, cost=float(dist.sum()), iterations=1)
 
 

@@ -19,16 +19,17 @@ two take the same decisions and, for one seed, send the same reports bit for bit
 ``vector``
     The ``direct`` state, and the same admission decisions, but every device's report of a round
     drawn with numpy in bulk (5-10 us per report on a busy 2-core machine, half of it building the
-    :class:`~ldp_client.report.Report` objects). It applies to a round whose group tasks each have
-    a single component with a cell encoder (uniform grid, grid tree, cell list) and a GRR,
-    unary-encoding or local-hashing oracle, over a finite numeric ``(n, d)`` array of points:
+    :class:`~ldp_client.report.Report` objects). It applies to a round whose group tasks' components
+    all have an array path (:func:`.vector.unsupported`: a cell encoder -- uniform grid, grid tree,
+    cell list -- with a GRR, unary-encoding or local-hashing oracle; a kCluster bit vector with
+    bitwise randomized response), over a finite numeric ``(n, d)`` array of points:
 
     * groups are drawn with :func:`~ldp_client.admission.pick_group` (once per distinct draw
       ``u`` of ``randbelow(sum(group_weights))``), and :func:`~ldp_client.admission.admit` decides
       once per distinct device state (group, spending, reports): a device the per-device path
       refuses is refused here too, and a group drawn for a refused device is not recorded;
-    * points are encoded on arrays (:func:`.vector.encode_cells`, equal to the SDK encoder's
-      index point for point), randomized from the oracle's output distribution with a
+    * points are encoded on arrays (:func:`.vector.encode_points`, equal to the SDK encoder's
+      output point for point), randomized from the oracle's output distribution with a
       ``numpy.random.Generator`` seeded from the population seed (:func:`.vector.draw_payloads`:
       the same payload types and packing the SDK's ``randomize`` returns), and the report ids
       come from :func:`~ldp_client.report.new_report_id`.
@@ -64,7 +65,7 @@ from ldp_client.report import REPORT_ID_BYTES, Report, new_report_id
 from ldp_client.rng import Rng, SeededRng
 from ldp_client.spec import MAX_EPSILON_PER_CAMPAIGN, RoundSpec
 
-from .vector import draw_payloads, encode_cells, unsupported
+from .vector import draw_payloads, encode_points, unsupported
 
 __all__ = [
     "AUTO_DEVICE_LIMIT",
@@ -278,15 +279,13 @@ class Population:
         if self._array is None:
             return "the points are not a finite numeric (n, d) array"
         for task in spec.tasks:
-            if len(task.components) != 1:
-                return f"a group task has {len(task.components)} components"
-            component = task.components[0]
-            reason = unsupported(component)
-            if reason is not None:
-                return reason
-            domain = getattr(component.encoder, "domain", None)
-            if domain is None or domain.dimension != self._array.shape[1]:
-                return "the points do not have the encoder's dimension"
+            for component in task.components:
+                reason = unsupported(component)
+                if reason is not None:
+                    return reason
+                domain = getattr(component.encoder, "domain", None)
+                if domain is None or domain.dimension != self._array.shape[1]:
+                    return "the points do not have the encoder's dimension"
         return None
 
     def _participate_devices(self, spec: RoundSpec, start: int, stop: int) -> list[Report]:
@@ -417,9 +416,9 @@ class Population:
             mine = np.flatnonzero(np.isin(groups[order], task.groups))
             if not mine.size:
                 continue
-            component = task.components[0]
-            values = encode_cells(component.encoder, points[devices[order[mine]]])
-            for at, payload in zip(mine.tolist(), draw_payloads(component, values, self._generator)):
+            rows = points[devices[order[mine]]]
+            columns = [draw_payloads(c, encode_points(c.encoder, rows), self._generator) for c in task.components]
+            for at, payload in zip(mine.tolist(), zip(*columns)):
                 payloads[at] = payload
             cost = units(task.epsilon)
             for i in devices[order[mine]].tolist():
@@ -431,7 +430,7 @@ class Population:
         ids = _Preset(data=self._generator.bytes(REPORT_ID_BYTES * order.size))
         campaign_id, round_ = spec.campaign_id, spec.round
         return [Report(report_id=new_report_id(ids), campaign_id=campaign_id, round=round_, group=group,
-                       payloads=(payload,))
+                       payloads=payload)
                 for group, payload in zip(groups[order].tolist(), payloads)]
 
     def acknowledge(self, reports: Sequence[Report]) -> None:

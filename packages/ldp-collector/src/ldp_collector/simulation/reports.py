@@ -10,15 +10,22 @@ that real device code).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.errors import InvalidParameterError
+from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, VectorShape
+from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.local_hashing import SEED_BITS, LocalHashingParams
 from ldp_client.mechanisms.randomized_response import GRRParams
 from ldp_client.mechanisms.unary_encoding import UnaryEncodingParams
+from ldp_client.mechanisms.vector_box import VectorBoxParams
+from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
 
 from ..estimation.frequency import (
     _UNPACK_CHUNK_BITS,
@@ -42,9 +49,14 @@ from ..estimation.olh_hash import hash_values
 __all__ = [
     "HeavyHitterResult",
     "add_simulated_reports",
+    "draw_bitwise_rr",
+    "draw_bucketized_vector",
+    "draw_discrete_laplace",
     "draw_grr",
+    "draw_l2_ball",
     "draw_local_hashing",
     "draw_unary",
+    "draw_vector_box",
     "find_heavy_hitters",
 ]
 
@@ -84,6 +96,108 @@ def draw_unary(params: UnaryEncodingParams, values: NDArray[np.int64], rng: np.r
     bits = rng.random((n, params.domain_size)) < params.q
     bits[np.arange(n), values] = rng.random(n) < params.p
     return np.packbits(bits, axis=1, bitorder="little")
+
+
+def draw_bitwise_rr(params: BitwiseRRParams, bits: NDArray[np.uint8], rng: np.random.Generator) -> NDArray[np.uint8]:
+    """Bitwise randomized-response reports of 0/1 ``bits`` (shape (n, length)): each bit flipped with p_flip.
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (n, ceil(length / 8))
+        Packed as :func:`draw_unary` packs its rows: ``row.tobytes()`` is the payload.
+    """
+    flips = rng.random(bits.shape) < params.p_flip
+    return np.packbits(flips ^ bits.astype(np.bool_), axis=1, bitorder="little")
+
+
+def draw_discrete_laplace(params: DiscreteLaplaceParams, unit: NDArray[np.float64],
+                          rng: np.random.Generator) -> NDArray[np.int64]:
+    """Discrete-Laplace reports of points of ``[0, 1]^d`` (shape (n, d)): the grid point plus noise.
+
+    The grid point is ``round(x N)`` with ties to even, as the SDK rounds; the noise, with
+    ``P[k]`` proportional to ``a^|k|`` (``a`` = :attr:`~DiscreteLaplaceParams.noise_decay`), is the
+    difference of two independent geometric counts of failures with success probability ``1 - a``.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n, d)
+        The payloads' integers.
+    """
+    grid = np.rint(unit * float(params.grid_size)).astype(np.int64)
+    success = -math.expm1(-1.0 / float(params.scale))  # 1 - a, accurate for large scales
+    return grid + rng.geometric(success, size=grid.shape) - rng.geometric(success, size=grid.shape)
+
+
+def draw_vector_box(params: VectorBoxParams, x: NDArray[np.float64], rng: np.random.Generator) -> NDArray[np.uint8]:
+    """Box-randomizer reports of points of ``[-1, 1]^d`` (shape (n, d)).
+
+    A random corner ``v`` (``v_j = +1`` with probability ``(1 + x_j) / 2``), the upper hemisphere
+    ``<z, v> > 0`` with probability ``upper_probability``, else the lower one ``<z, v> <= 0``, and a
+    uniform sign vector ``z`` of it (uniform draws, each row redrawn until it lands on its side).
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (n, ceil(d / 8))
+        The signs packed little-endian (bit ``j`` set: ``z_j = +1``), as the SDK packs them.
+    """
+    n, d = x.shape
+    corner = rng.random((n, d)) < (1.0 + x) / 2.0
+    upper = np.asarray(rng.random(n) < float(params.upper_probability), dtype=np.bool_)
+    z = np.empty((n, d), dtype=np.bool_)
+    todo: NDArray[np.int64] = np.arange(n, dtype=np.int64)
+    while todo.size:
+        draw = rng.random((todo.size, d)) < 0.5
+        twice_dot = 2 * (draw == corner[todo]).sum(axis=1) - d
+        ok = np.asarray(np.where(upper[todo], twice_dot > 0, twice_dot <= 0), dtype=np.bool_)
+        z[todo[ok]] = draw[ok]
+        todo = todo[~ok]
+    return np.packbits(z, axis=1, bitorder="little")
+
+
+def draw_l2_ball(params: VectorL2BallParams, x: NDArray[np.float64], rng: np.random.Generator) -> NDArray[np.float32]:
+    """l2-ball randomizer reports of points of the unit ball (shape (n, d)), as float32 directions.
+
+    ``x~ = +-x / ||x||`` (``+`` with probability ``(1 + ||x||) / 2``; a uniform direction for
+    ``x = 0``), a uniform direction ``w`` turned to ``x~``'s side, then kept with probability
+    ``near_probability`` and negated otherwise.
+    """
+    n, d = x.shape
+
+    def directions(count: int) -> NDArray[np.float64]:
+        g = rng.standard_normal((count, d))
+        return np.asarray(g / np.linalg.norm(g, axis=1, keepdims=True), dtype=np.float64)
+
+    norm = np.linalg.norm(x, axis=1)
+    keep = rng.random(n) < (1.0 + np.minimum(norm, 1.0)) / 2.0
+    target = np.where(keep, 1.0, -1.0)[:, None] * x / np.where(norm > 0.0, norm, 1.0)[:, None]
+    zero = np.flatnonzero(norm == 0.0)
+    target[zero] = directions(zero.size)
+    w = directions(n)
+    near = np.where((w * target).sum(axis=1) < 0.0, -1.0, 1.0)
+    sides = np.where(rng.random(n) < float(params.near_probability), near, -near)
+    return (w * sides[:, None]).astype(np.float32)
+
+
+def draw_bucketized_vector(params: BucketizedVectorParams, buckets: NDArray[np.uint64], vectors: NDArray[np.float64],
+                           rng: np.random.Generator) -> tuple[NDArray[np.uint64], NDArray[Any]]:
+    """Bucketized vector-sum reports of ``(bucket, vector)`` pairs: a uniform 32-bit sign seed, the
+    SDK's sign ``1 - 2 H(seed, bucket, 2)`` applied, then the inner randomizer.
+
+    Returns
+    -------
+    seeds : numpy.ndarray of uint64, shape (n,)
+    inner : numpy.ndarray
+        :func:`draw_vector_box`'s packed signs (BOX) or :func:`draw_l2_ball`'s directions (L2_BALL).
+    """
+    seeds = rng.integers(0, 2**SEED_BITS, size=len(buckets), dtype=np.uint64)
+    sigma = 1.0 - 2.0 * hash_values(seeds, buckets, 2).astype(np.float64)
+    inner = params.inner
+    if params.shape == VectorShape.BOX:
+        assert isinstance(inner, VectorBoxParams)
+        return seeds, draw_vector_box(inner, sigma[:, None] * vectors, rng)
+    assert isinstance(inner, VectorL2BallParams)
+    factor = sigma / math.sqrt(params.dimension)
+    return seeds, draw_l2_ball(inner, factor[:, None] * vectors, rng)
 
 
 def draw_local_hashing(params: LocalHashingParams, values: NDArray[np.int64],
