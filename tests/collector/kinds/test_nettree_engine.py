@@ -183,14 +183,60 @@ def test_too_few_reports_publish_no_centers() -> None:
     assert any("fewer than the k" in w for w in result.warnings)
 
 
-def test_undetectable_clusters_say_so() -> None:
-    """n = 2000 at epsilon 0.5: the node counts' noise (sigma ~ 500) swamps every cluster."""
+def test_undetectable_clusters_say_so_and_publish_best_effort_centers() -> None:
+    """n = 2000 at epsilon 0.5: the node counts' noise (sigma ~ 500) swamps every cluster. The engine says
+    so, and still publishes the centers of the heaviest leaves below what passed, marked best-effort."""
     x, _ = make_dataset("mixture", 2000, d=2, k=4, seed=0)
     config = nettree_config([-20.0, -20.0], [20.0, 20.0], epsilon=0.5, k=4, campaign_id="nt-weak")
     result = run(config, x).result
-    assert result.state == campaigns_pb2.FINISHED and result.clustering.k == 0
-    assert result.diagnostics["signal_to_noise"] < 2
-    assert any("not detectable" in w for w in result.warnings)
+    assert result.state == campaigns_pb2.FINISHED and result.clustering.k == 4
+    assert result.diagnostics["signal_to_noise"] < 2 and result.diagnostics["best_effort"] == 1
+    (warning,) = [w for w in result.warnings if "not detectable" in w]
+    assert "best-effort centers from the 4 nodes with the largest estimated counts at depth 4" in warning
+    centers = np.asarray(result.clustering.centers).reshape(4, 2)
+    assert np.all(centers >= -20.0) and np.all(centers <= 20.0)
+
+
+def test_no_reports_publish_no_centers() -> None:
+    engine = engine_for(nettree_config([0.0] * 3, [1.0] * 3, k=3, campaign_id="nt-none"))
+    outcome = engine.server_step(0, lambda level, candidates: None, lambda nodes: np.zeros((nodes.size, 3)),
+                                 vector_variance=1.0)
+    assert outcome.result is not None and not outcome.result.clustering.centers
+    assert outcome.result.warnings == ("the round received no reports: no centers published",)
+
+
+@pytest.mark.parametrize("stop_at", [2, 3])
+def test_best_effort_leaves_descend_from_the_nodes_that_passed(stop_at: int) -> None:
+    """Level 1 holds two clear clusters (nodes 1 and 2); below level ``stop_at - 1`` no count passes any
+    threshold. The best-effort leaves are the heaviest descendants of the nodes that passed, the level
+    with most passing nodes is kept whole, and every leaf's sum is asked for."""
+    n, k = 10_000, 3
+    engine = engine_for(nettree_config([0.0] * 6, [1.0] * 6, k=k, depth=3, node_map=NT.SIMHASH, bits_per_level=2,
+                                       campaign_id="nt-best-effort"))
+    passing = {1: {1: 5000.0, 2: 5000.0}, 2: {4: 2600.0, 5: 2400.0, 8: 5000.0}}
+
+    def estimate(level: int, candidates: np.ndarray) -> tuple[np.ndarray, float]:
+        # Below the threshold (z sigma = 1000 at least): small positive counts, larger for higher node indexes.
+        counts = np.array([passing.get(level, {}).get(int(c), 1.0 + int(c) % 7) if level < stop_at else
+                           1.0 + int(c) % 7 for c in candidates])
+        return counts, 200.0
+
+    asked: list[np.ndarray] = []
+
+    def leaf_sums(nodes: np.ndarray) -> np.ndarray:
+        asked.append(nodes.copy())
+        return np.tile(np.array([0.1] * 6), (nodes.size, 1)) * 1000.0
+
+    outcome = engine.server_step(n, estimate, leaf_sums, vector_variance=0.0)
+    result, diagnostics = outcome.result, outcome.diagnostics
+    assert result is not None and diagnostics["best_effort"] == 1
+    widest = 1 if stop_at == 2 else 2  # level 2's three nodes outnumber level 1's two
+    assert diagnostics["best_effort_from_level"] == widest
+    (leaves,) = asked
+    assert leaves.size == k == result.clustering.k  # as many as k: the widest level kept 2 or 3 < k nodes
+    allowed = {1, 2} if widest == 1 else {4, 5, 8}
+    assert {int(leaf) >> (2 * (3 - widest)) for leaf in leaves} <= allowed
+    assert any("best-effort centers" in w for w in result.warnings)
 
 
 @pytest.mark.parametrize(("node_map", "d", "projection"), [(NT.SIMHASH, 6, 0), (NT.SIMHASH, 30, 8),

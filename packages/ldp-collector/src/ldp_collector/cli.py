@@ -76,12 +76,14 @@ from .cli_args import (
     uint64,
 )
 from .cli_output import (
+    ResultFailedError,
     cell_map_of,
     clustering_text,
     kind_name,
     print_campaign,
     print_estimates,
     print_json,
+    result_status,
     state_name,
     timestamp_text,
     to_dict,
@@ -91,6 +93,7 @@ from .config import ConfigError, load_config
 from .demo import DEFAULT_VARIANT as DEMO_VARIANT
 from .demo import VARIANTS as DEMO_VARIANTS
 from .errors import CollectorError
+from .model import Result
 from .operator import KINDS, CampaignStateError, OperatorClient
 from .plotting import MatplotlibMissingError
 from .serde import config_from_proto, estimates_from_proto, result_from_proto, result_to_proto
@@ -194,13 +197,24 @@ def _cmd_campaign_show(args: argparse.Namespace) -> int:
     with _operator(args) as operator:
         campaign = operator.get_campaign(args.campaign_id)
         result = result_from_proto(operator.get_result(args.campaign_id))
+    status = result_status(result, error=campaign.error if campaign.state == campaigns_pb2.FAILED else "")
     if args.json:
-        print_json({"campaign": to_dict(campaign), "result": to_dict(result_to_proto(result))}, sys.stdout)
-        return 0
+        print_json({**status.to_dict(), "campaign": to_dict(campaign), "result": to_dict(result_to_proto(result))},
+                   sys.stdout)
+    else:
+        _print_shown(campaign, result, args.top)
+        sys.stdout.write(f"  status       {status.status}\n")
+    if status.failed:
+        raise ResultFailedError(f"campaign {args.campaign_id} published nothing: {status.reason}")
+    return 0
+
+
+def _print_shown(campaign: campaigns_pb2.Campaign, result: Result, top: int) -> None:
+    """``campaign show``'s text: the campaign, then what its result holds and the engine's explanation."""
     print_campaign(campaign, sys.stdout)
     if result.estimates is not None and result.estimates.estimates:
-        print_estimates(result.estimates, args.top, sys.stdout)
-    for hh in result.heavy_hitters[: args.top]:
+        print_estimates(result.estimates, top, sys.stdout)
+    for hh in result.heavy_hitters[:top]:
         sys.stdout.write(f"  heavy hitter {hh.value}: {hh.count:.1f} +- {hh.std_error:.1f}\n")
     if result.clustering is not None:
         sys.stdout.write(f"  clustering   {clustering_text(result.clustering)}\n")
@@ -209,7 +223,6 @@ def _cmd_campaign_show(args: argparse.Namespace) -> int:
     if campaign.state != campaigns_pb2.FAILED:
         for warning in result.warnings:
             sys.stdout.write(f"  warning: {warning}\n")
-    return 0
 
 
 def _cmd_campaign_close(args: argparse.Namespace) -> int:
@@ -343,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("campaign_id", metavar="CAMPAIGN_ID")
     show.add_argument("--top", type=positive_int, default=10, help="estimates to list (default 10)")
     show.add_argument("--json", action="store_true")
-    show.set_defaults(handler=_cmd_campaign_show)
+    show.set_defaults(handler=_cmd_campaign_show, status_json=True)
 
     close = campaign_commands.add_parser("close", help="close a round and run the server step")
     _add_remote(close)
@@ -401,6 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{_PROG}: interrupted\n")
         return 130
     except _RUNTIME_ERRORS as exc:
+        if getattr(args, "status_json", False) and args.json and not isinstance(exc, ResultFailedError):
+            # A result command's --json always answers with its status, even when there is no result.
+            print_json(result_status(None, error=_one_line(exc)).to_dict(), sys.stdout)
         sys.stderr.write(f"{_PROG}: error: {_one_line(exc)}\n")
         return 1
 

@@ -58,6 +58,7 @@ from ..estimation.frequency import make_aggregator
 from ..estimation.net_tree import (
     LevelEstimator,
     NetTreeLayout,
+    TreeGrowth,
     center_error_floor,
     combine_center_estimates,
     coreset_centers,
@@ -119,6 +120,9 @@ MASS_FRACTION = 64.0
 VECTOR_Z = 2.0
 #: Restarts of the coreset k-means.
 CORESET_RESTARTS = 10
+#: The threshold multiplier of the best-effort regrowth (``NetTreeEngine._best_effort_growth``):
+#: positive, as ``select_nodes`` requires, and small enough that any positive count passes.
+_BEST_EFFORT_Z = 1e-300
 
 
 def default_bits_per_level(k: int, depth: int) -> int:
@@ -366,9 +370,11 @@ class NetTreeEngine(CampaignEngine):
             "vector_variance": inner_variance,
             "center_error_floor": center_error_floor(max(n, 1), k, inner_variance),
         }
-        if n < k:
-            warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters: no centers published")
+        if n == 0:
+            warnings.append("the round received no reports: no centers published")
             return RoundOutcome(result=self._no_centers(warnings), diagnostics=diagnostics)
+        if n < k:
+            warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters")
         # A leaf's representative has per-coordinate noise sqrt(n M) / w: a node lighter than
         # VECTOR_Z sqrt(n M) would bring more noise than position; the mass floor n / (64 k) only
         # bounds the tree when the noise is small (the cap max_nodes_per_level bounds it anyway).
@@ -379,9 +385,24 @@ class NetTreeEngine(CampaignEngine):
                            min_count=vector_floor)
         diagnostics.update(growth.diagnostics)
         warnings.extend(growth.warnings)
-        if growth.level < layout.levels or growth.nodes.size == 0:
-            warnings.append(f"the tree did not reach depth {layout.levels}: the clusters are not detectable at this n "
-                            f"and epsilon (signal-to-noise {diagnostics['signal_to_noise']:.2f}); no centers published")
+        stopped = growth.level < layout.levels or growth.nodes.size == 0
+        explanation = (f"the tree did not reach depth {layout.levels}: the clusters are not detectable at this n and "
+                       f"epsilon (signal-to-noise {diagnostics['signal_to_noise']:.2f})" if stopped else
+                       f"only {_nodes_text(growth.nodes.size)} passed the thresholds at depth {layout.levels} "
+                       f"for k = {k}")
+        if growth.nodes.size < k:
+            relaxed, level = self._best_effort_growth(estimate, growth, n)
+            if relaxed.nodes.size > growth.nodes.size:
+                diagnostics.update(relaxed.diagnostics)
+                below = (f"below the {_nodes_text(growth.kept[level][0].size)} that passed level {level}" if level
+                         else "of the whole tree")
+                warnings.append(f"{explanation}; best-effort centers from the {_nodes_text(relaxed.nodes.size)} "
+                                f"with the largest estimated counts at depth {layout.levels} {below}: those that "
+                                "passed no threshold may be noise")
+                diagnostics.update(best_effort=1.0, best_effort_from_level=float(level))
+                growth = relaxed
+        if growth.nodes.size == 0:
+            warnings.append(f"{explanation}; no centers published")
             diagnostics["leaves"] = 0.0
             return RoundOutcome(result=self._no_centers(warnings), diagnostics=diagnostics)
         kept_nodes, kept_counts = growth.nodes, growth.counts
@@ -427,6 +448,40 @@ class NetTreeEngine(CampaignEngine):
         result = Result(state=CampaignState.FINISHED, clustering=clustering, warnings=tuple(warnings))
         return RoundOutcome(result=result, diagnostics=diagnostics)
 
+    def _best_effort_growth(self, estimate: LevelEstimator, growth: TreeGrowth, n: int) -> tuple[TreeGrowth, int]:
+        """The tree regrown without significance below its widest level: best-effort leaves.
+
+        ``growth`` stopped early or kept fewer than ``k`` leaves. Down to its level with the most
+        kept nodes (the deepest of those; 0 when none passed) the regrown tree keeps the same
+        nodes; below, the descendants with the largest positive estimated counts, as many per
+        level as that level kept or ``k`` (at most ``max_nodes_per_level``): the leaves that did
+        pass are among them, and the heaviest others fill in up to ``k`` clusters.
+
+        Returns
+        -------
+        (TreeGrowth, int)
+            The regrown tree, and the level it was relaxed below.
+        """
+        p = self.params
+        sizes = {level: nodes.size for level, (nodes, _) in growth.kept.items() if nodes.size}
+        widest = max(sizes.values(), default=0)
+        level = max((lvl for lvl, size in sizes.items() if size == widest), default=0)
+        significant = {lvl: nodes for lvl, (nodes, _) in growth.kept.items() if lvl <= level}
+
+        def restricted(at: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float] | None:
+            estimated = estimate(at, candidates)
+            if estimated is None or at not in significant:
+                return estimated
+            counts, zero_se = estimated
+            return np.where(np.isin(candidates, significant[at]), counts, -np.inf), zero_se
+
+        width = min(max(int(p.k), widest), int(p.max_nodes_per_level))
+        # Any positive count passes: no noise threshold (z -> 0), no mass floor, no vector floor.
+        relaxed = grow_tree(restricted, self.layout, n_hat=float(n), k=int(p.k), alpha=float(p.false_positive_rate),
+                            max_nodes=width, mass_fraction=math.inf, z=_BEST_EFFORT_Z, min_count=0.0,
+                            prefix="best_effort_")
+        return relaxed, level
+
     def _no_centers(self, warnings: list[str]) -> Result:
         """A finished result that publishes no center (only the clustering's dimension)."""
         return Result(state=CampaignState.FINISHED, clustering=Clustering(dimension=self.dimension),
@@ -442,6 +497,10 @@ class NetTreeEngine(CampaignEngine):
         out: NDArray[np.float64] = np.column_stack(
             [((codes >> np.uint64(bits - 1 - i)) & np.uint64(1)).astype(np.float64) for i in range(bits)])
         return out
+
+
+def _nodes_text(count: int) -> str:
+    return f"{count} node" if count == 1 else f"{count} nodes"
 
 
 def leaf_nodes(engine: NetTreeEngine, points: NDArray[np.float64]) -> NDArray[np.uint64]:
