@@ -385,26 +385,21 @@ class NetTreeEngine(CampaignEngine):
                            min_count=vector_floor)
         diagnostics.update(growth.diagnostics)
         warnings.extend(growth.warnings)
-        stopped = growth.level < layout.levels or growth.nodes.size == 0
-        explanation = (f"the tree did not reach depth {layout.levels}: the clusters are not detectable at this n and "
-                       f"epsilon (signal-to-noise {diagnostics['signal_to_noise']:.2f})" if stopped else
-                       f"only {_nodes_text(growth.nodes.size)} passed the thresholds at depth {layout.levels} "
-                       f"for k = {k}")
-        if growth.nodes.size < k:
-            relaxed, level = self._best_effort_growth(estimate, growth, n)
-            if relaxed.nodes.size > growth.nodes.size:
-                diagnostics.update(relaxed.diagnostics)
-                below = (f"below the {_nodes_text(growth.kept[level][0].size)} that passed level {level}" if level
-                         else "of the whole tree")
-                warnings.append(f"{explanation}; best-effort centers from the {_nodes_text(relaxed.nodes.size)} "
-                                f"with the largest estimated counts at depth {layout.levels} {below}: those that "
-                                "passed no threshold may be noise")
-                diagnostics.update(best_effort=1.0, best_effort_from_level=float(level))
-                growth = relaxed
-        if growth.nodes.size == 0:
-            warnings.append(f"{explanation}; no centers published")
-            diagnostics["leaves"] = 0.0
-            return RoundOutcome(result=self._no_centers(warnings), diagnostics=diagnostics)
+        if growth.level < layout.levels or growth.nodes.size == 0:
+            explanation = (f"the tree did not reach depth {layout.levels}: the clusters are not detectable at this n "
+                           f"and epsilon (signal-to-noise {diagnostics['signal_to_noise']:.2f})")
+            growth, level = self._best_effort_growth(estimate, growth, n)
+            if growth.nodes.size == 0:
+                warnings.append(f"{explanation}; no centers published")
+                diagnostics["leaves"] = 0.0
+                return RoundOutcome(result=self._no_centers(warnings), diagnostics=diagnostics)
+            below = (f"below the {_nodes_text(growth.kept[level][0].size)} that passed level {level}" if level
+                     else "of the whole tree")
+            warnings.append(f"{explanation}; best-effort centers from the {_nodes_text(growth.nodes.size)} with the "
+                            f"largest estimated counts at depth {layout.levels} {below}: they passed no threshold "
+                            "and may be noise")
+            diagnostics.update(growth.diagnostics)
+            diagnostics.update(best_effort=1.0, best_effort_from_level=float(level))
         kept_nodes, kept_counts = growth.nodes, growth.counts
         diagnostics["leaves"] = float(kept_nodes.size)
         sums = leaf_sums(kept_nodes)
@@ -449,13 +444,13 @@ class NetTreeEngine(CampaignEngine):
         return RoundOutcome(result=result, diagnostics=diagnostics)
 
     def _best_effort_growth(self, estimate: LevelEstimator, growth: TreeGrowth, n: int) -> tuple[TreeGrowth, int]:
-        """The tree regrown without significance below its widest level: best-effort leaves.
+        """The tree regrown without significance below the deepest level it reached: best-effort leaves.
 
-        ``growth`` stopped early or kept fewer than ``k`` leaves. Down to its level with the most
-        kept nodes (the deepest of those; 0 when none passed) the regrown tree keeps the same
-        nodes; below, the descendants with the largest positive estimated counts, as many per
-        level as that level kept or ``k`` (at most ``max_nodes_per_level``): the leaves that did
-        pass are among them, and the heaviest others fill in up to ``k`` clusters.
+        Down to the deepest level where nodes passed the thresholds (0 when none did) the regrown
+        tree keeps the same nodes; below, their descendants with the largest positive estimated
+        counts, as many per level as the widest level kept or ``k`` (at most
+        ``max_nodes_per_level``), so that the vector sums of the heaviest leaves under what was
+        detected still give centers.
 
         Returns
         -------
@@ -463,24 +458,22 @@ class NetTreeEngine(CampaignEngine):
             The regrown tree, and the level it was relaxed below.
         """
         p = self.params
-        sizes = {level: nodes.size for level, (nodes, _) in growth.kept.items() if nodes.size}
-        widest = max(sizes.values(), default=0)
-        level = max((lvl for lvl, size in sizes.items() if size == widest), default=0)
-        significant = {lvl: nodes for lvl, (nodes, _) in growth.kept.items() if lvl <= level}
+        kept = {level: nodes for level, (nodes, _) in growth.kept.items() if nodes.size}
+        deepest = max(kept, default=0)
 
-        def restricted(at: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float] | None:
-            estimated = estimate(at, candidates)
-            if estimated is None or at not in significant:
+        def restricted(level: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float] | None:
+            estimated = estimate(level, candidates)
+            if estimated is None or level not in kept:
                 return estimated
             counts, zero_se = estimated
-            return np.where(np.isin(candidates, significant[at]), counts, -np.inf), zero_se
+            return np.where(np.isin(candidates, kept[level]), counts, -np.inf), zero_se
 
-        width = min(max(int(p.k), widest), int(p.max_nodes_per_level))
+        width = min(max([int(p.k), *(nodes.size for nodes in kept.values())]), int(p.max_nodes_per_level))
         # Any positive count passes: no noise threshold (z -> 0), no mass floor, no vector floor.
         relaxed = grow_tree(restricted, self.layout, n_hat=float(n), k=int(p.k), alpha=float(p.false_positive_rate),
                             max_nodes=width, mass_fraction=math.inf, z=_BEST_EFFORT_Z, min_count=0.0,
                             prefix="best_effort_")
-        return relaxed, level
+        return relaxed, deepest
 
     def _no_centers(self, warnings: list[str]) -> Result:
         """A finished result that publishes no center (only the clustering's dimension)."""
