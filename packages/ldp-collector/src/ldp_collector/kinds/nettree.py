@@ -70,7 +70,7 @@ from ..estimation.net_tree import (
 )
 from ..estimation.vector_sum import bucket_sums
 from ..model import CampaignConfig, CampaignState, Clustering, Result
-from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
+from ._lsh import exact_counts, exact_sums, grow_best_effort, lsh_nodes, vector_shape
 from .base import (
     K_PARAM,
     NUMERIC,
@@ -120,9 +120,6 @@ MASS_FRACTION = 64.0
 VECTOR_Z = 2.0
 #: Restarts of the coreset k-means.
 CORESET_RESTARTS = 10
-#: The threshold multiplier of the best-effort regrowth (``NetTreeEngine._best_effort_growth``):
-#: positive, as ``select_nodes`` requires, and small enough that any positive count passes.
-_BEST_EFFORT_Z = 1e-300
 
 
 def default_bits_per_level(k: int, depth: int) -> int:
@@ -469,10 +466,8 @@ class NetTreeEngine(CampaignEngine):
             return np.where(np.isin(candidates, kept[level]), counts, -np.inf), zero_se
 
         width = min(max([int(p.k), *(nodes.size for nodes in kept.values())]), int(p.max_nodes_per_level))
-        # Any positive count passes: no noise threshold (z -> 0), no mass floor, no vector floor.
-        relaxed = grow_tree(restricted, self.layout, n_hat=float(n), k=int(p.k), alpha=float(p.false_positive_rate),
-                            max_nodes=width, mass_fraction=math.inf, z=_BEST_EFFORT_Z, min_count=0.0,
-                            prefix="best_effort_")
+        relaxed = grow_best_effort(restricted, self.layout, n_hat=float(n), k=int(p.k), width=width,
+                                   prefix="best_effort_")
         return relaxed, deepest
 
     def _no_centers(self, warnings: list[str]) -> Result:

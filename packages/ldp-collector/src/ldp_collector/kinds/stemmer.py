@@ -77,7 +77,7 @@ from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
 from ..estimation.vector_sum import bucket_sums
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
-from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
+from ._lsh import exact_counts, exact_sums, grow_best_effort, lsh_nodes, vector_shape
 from .base import (
     K_PARAM,
     NUMERIC,
@@ -323,19 +323,32 @@ class StemmerEngine(CampaignEngine):
         diagnostics: dict[str, float] = {"keys_reports": float(n)}
         warnings: list[str] = []
         heavy: list[list[Any]] = []  # [r, j, node, share of round A's devices]
-        for r in range(int(p.repetitions)):
-            growth = grow_tree(functools.partial(estimate, r), self.layout, n_hat=float(max(n, 1)), k=k,
-                               alpha=FALSE_POSITIVE_RATE, max_nodes=MAX_KEYS_PER_LEVEL, z=float(p.threshold_z) or None,
-                               prefix=f"rep_{r}_")
-            diagnostics.update(growth.diagnostics)
-            warnings.extend(w for w in growth.warnings if "no reports" in w)
-            for level, (nodes, counts) in growth.kept.items():
-                diagnostics[f"heavy_keys_scale_{level}"] = diagnostics.get(f"heavy_keys_scale_{level}", 0.0) + nodes.size
-                heavy.extend([r, level, int(node), float(c) / max(n, 1)] for node, c in zip(nodes, counts))
+        for best_effort in (False, True):
+            for r in range(int(p.repetitions)):
+                level_estimate = functools.partial(estimate, r)
+                growth = (grow_best_effort(level_estimate, self.layout, n_hat=float(max(n, 1)), k=k, width=k,
+                                           prefix=f"best_effort_rep_{r}_") if best_effort else
+                          grow_tree(level_estimate, self.layout, n_hat=float(max(n, 1)), k=k,
+                                    alpha=FALSE_POSITIVE_RATE, max_nodes=MAX_KEYS_PER_LEVEL,
+                                    z=float(p.threshold_z) or None, prefix=f"rep_{r}_"))
+                diagnostics.update(growth.diagnostics)
+                if not best_effort:
+                    warnings.extend(w for w in growth.warnings if "no reports" in w)
+                for level, (nodes, counts) in growth.kept.items():
+                    key = f"heavy_keys_scale_{level}"
+                    diagnostics[key] = diagnostics.get(key, 0.0) + nodes.size
+                    heavy.extend([r, level, int(node), float(c) / max(n, 1)] for node, c in zip(nodes, counts))
+            if heavy or best_effort:
+                break
+            # Nothing passed: the heaviest keys of every scale (at most k each) are still the best guess.
+            warnings.append("round A found no heavy key: the clusters are not detectable at this n and epsilon")
+            diagnostics["best_effort"] = 1.0
         diagnostics["heavy_keys"] = float(len(heavy))
         if not heavy:
-            return self._finish_empty(diagnostics, warnings + [
-                "round A found no heavy key: the clusters are not detectable at this n and epsilon"])
+            return self._finish_empty(diagnostics, warnings[:-1] + [f"{warnings[-1]}; no centers published"])
+        if diagnostics.get("best_effort"):
+            warnings[-1] += (f"; best-effort: rounds B and C measure the {len(heavy)} keys with the largest estimated "
+                             "counts, which passed no threshold and may be noise")
         tasks = []
         for i, g in enumerate(self._groups("means")):
             tasks.append(GroupTask(groups=(g,), components=(self.vector_components[i],)))
@@ -424,18 +437,30 @@ class StemmerEngine(CampaignEngine):
         warnings = list(state["warnings"])
         diagnostics["weights_reports"] = float(reporters)
         if reporters == 0:
-            return self._finish_empty(diagnostics, warnings + ["round C received no reports"])
-        z = float(self.params.threshold_z) or bonferroni_z(max(m, 1), FALSE_POSITIVE_RATE)
-        keep = weights > z * zero_se
+            # Best effort: round B's candidates survived; without weights, each counts the same.
+            weights, keep = np.ones(m), np.ones(m, dtype=bool)
+            warnings.append(f"round C received no reports: best-effort centers from round B's {m} candidates, "
+                            "unweighted")
+            diagnostics["best_effort"] = 1.0
+        else:
+            z = float(self.params.threshold_z) or bonferroni_z(max(m, 1), FALSE_POSITIVE_RATE)
+            keep = weights > z * zero_se
         if keep.sum() < 1:
-            return self._finish_empty(diagnostics, warnings + ["no candidate has a significant weight in round C"])
+            keep = weights > 0
+            if not keep.any():
+                return self._finish_empty(diagnostics, warnings + [
+                    "no candidate has a positive weight in round C: no centers published"])
+            warnings.append(f"no candidate has a significant weight in round C: best-effort centers from the "
+                            f"{int(keep.sum())} candidates with a positive weight estimate")
+            diagnostics["best_effort"] = 1.0
         # Re-assignment (Algorithm 4): the weight of a dropped candidate moves to its nearest kept one.
         kept_idx = np.flatnonzero(keep)
         nearest = kept_idx[np.argmin(((cand[:, None, :] - cand[None, kept_idx, :]) ** 2).sum(axis=2), axis=1)]
         pooled = np.bincount(nearest, weights=np.clip(weights, 0.0, None), minlength=m)[kept_idx]
         coreset, coreset_w = cand[kept_idx], np.maximum(pooled, 1e-9)
-        diagnostics.update(candidates_kept=float(kept_idx.size), coreset_weight=float(coreset_w.sum()),
-                           coreset_weight_error=float(abs(coreset_w.sum() - reporters) / reporters))
+        diagnostics.update(candidates_kept=float(kept_idx.size), coreset_weight=float(coreset_w.sum()))
+        if reporters:
+            diagnostics["coreset_weight_error"] = float(abs(coreset_w.sum() - reporters) / reporters)
         rng = np.random.default_rng(self._seed())
         kk = min(k, kept_idx.size)
         fit = weighted_kmeans(coreset, kk, rng, weights=coreset_w, n_init=RESTARTS)
