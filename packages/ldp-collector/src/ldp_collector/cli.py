@@ -41,6 +41,14 @@ Exit codes: 0 success, 2 usage error, 1 runtime error, 130 interrupted. Errors a
 stderr, never a traceback: usage errors name the flag and point at ``--help``; runtime errors cover
 SDK, collector, configuration, gRPC, store and file errors.
 
+The result commands (``simulate``, ``campaign show``) report the result's status, decided in one
+place (:func:`ldp_collector.cli_output.result_status`): ``ok``; ``degraded``, a result the engine
+explains with warnings (best-effort centers where the clusters were not detectable, fewer centers
+than k, ...), exit 0; ``pending``, a campaign not finished yet, exit 0; ``failed``, nothing
+published (a failed campaign or run, or a result without centers, cell map, estimates or heavy
+hitters), exit 1 with the reason on stderr. With ``--json`` their JSON always comes, with the
+top-level ``status`` and ``reason`` (empty when ``ok``), also when there is no result at all.
+
 The simulator's randomness is seeded and therefore not privacy-preserving; it exists to measure.
 """
 
@@ -298,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``ldp-collector`` argument parser."""
     parser = _Parser(
         prog=_PROG, description="LDP collector: serve, manage campaigns, simulate devices, demo.",
-        epilog="Exit codes: 0 ok, 1 runtime error, 2 usage error.")
+        epilog="Exit codes: 0 ok (a result with status ok, degraded or pending), 1 runtime error or a result with "
+               "status failed, 2 usage error, 130 interrupted.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -400,7 +409,7 @@ def _one_line(error: BaseException | str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 runtime error, 2 usage error, 130 interrupted)."""
+    """Run the CLI; returns the exit code (0 ok, 1 runtime error or failed result, 2 usage error, 130 interrupted)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
