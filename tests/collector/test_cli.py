@@ -444,6 +444,8 @@ def test_result_status_is_decided_in_one_place() -> None:
     assert result_status(Result(state=finished)).reason == "the result publishes nothing"
     estimates = Estimates(round=1, reports=10, estimates=(Estimate(value=0, count=10.0),))
     assert result_status(Result(state=finished, estimates=estimates)).status == "ok"
+    none_heavy = Result(state=finished, estimates=Estimates(round=1, reports=3), warnings=("no heavy hitter",))
+    assert result_status(none_heavy).status == "degraded"  # an answer: no value passed the threshold
     failed = result_status(Result(state=CampaignState.FAILED), error="engine error")
     assert (failed.status, failed.reason) == ("failed", "engine error")
     assert result_status(None, error="no run").to_dict() == {"status": "failed", "reason": "no run"}

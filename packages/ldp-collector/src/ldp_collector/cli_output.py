@@ -75,11 +75,12 @@ def result_status(result: Result | None, *, error: str = "") -> ResultStatus:
 
 
 def _publishes_something(result: Result) -> bool:
-    """A clustering result publishes centers or a cell map; any other, estimates or heavy hitters."""
+    """A clustering result publishes centers or a cell map; any other, its estimates (a heavy-hitter
+    search that found no value above its threshold answers with empty estimates) or heavy hitters."""
     clustering = result.clustering
     if clustering is not None:
         return bool(clustering.centers) or (clustering.cell_map is not None and bool(clustering.cell_map.cells))
-    return (result.estimates is not None and bool(result.estimates.estimates)) or bool(result.heavy_hitters)
+    return result.estimates is not None or bool(result.heavy_hitters)
 
 
 def kind_name(kind: int) -> str:

@@ -387,7 +387,8 @@ class NetTreeEngine(CampaignEngine):
                            f"and epsilon (signal-to-noise {diagnostics['signal_to_noise']:.2f})")
             growth, level = self._best_effort_growth(estimate, growth, n)
             if growth.nodes.size == 0:
-                warnings.append(f"{explanation}; no centers published")
+                stops = "; ".join(w for w in growth.warnings if "no reports" in w)
+                warnings.append(f"{explanation}; no centers published" + (f" ({stops})" if stops else ""))
                 diagnostics["leaves"] = 0.0
                 return RoundOutcome(result=self._no_centers(warnings), diagnostics=diagnostics)
             below = (f"below the {_nodes_text(growth.kept[level][0].size)} that passed level {level}" if level
