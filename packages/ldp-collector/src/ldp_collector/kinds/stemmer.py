@@ -318,43 +318,51 @@ class StemmerEngine(CampaignEngine):
                   estimate: Callable[[int, int, NDArray[np.uint64]], tuple[NDArray[np.float64], float] | None]
                   ) -> RoundOutcome:
         """Round A's server step on any source of key counts (``estimate(r, level, candidates)``)."""
-        p = self.params
-        k = int(p.k)
         diagnostics: dict[str, float] = {"keys_reports": float(n)}
         warnings: list[str] = []
-        heavy: list[list[Any]] = []  # [r, j, node, share of round A's devices]
-        for best_effort in (False, True):
-            for r in range(int(p.repetitions)):
-                level_estimate = functools.partial(estimate, r)
-                growth = (grow_best_effort(level_estimate, self.layout, n_hat=float(max(n, 1)), k=k, width=k,
-                                           prefix=f"best_effort_rep_{r}_") if best_effort else
-                          grow_tree(level_estimate, self.layout, n_hat=float(max(n, 1)), k=k,
-                                    alpha=FALSE_POSITIVE_RATE, max_nodes=MAX_KEYS_PER_LEVEL,
-                                    z=float(p.threshold_z) or None, prefix=f"rep_{r}_"))
-                diagnostics.update(growth.diagnostics)
-                if not best_effort:
-                    warnings.extend(w for w in growth.warnings if "no reports" in w)
-                for level, (nodes, counts) in growth.kept.items():
-                    key = f"heavy_keys_scale_{level}"
-                    diagnostics[key] = diagnostics.get(key, 0.0) + nodes.size
-                    heavy.extend([r, level, int(node), float(c) / max(n, 1)] for node, c in zip(nodes, counts))
-            if heavy or best_effort:
-                break
+        heavy = self._heavy_keys(n, estimate, diagnostics, warnings, best_effort=False)
+        if not heavy:
             # Nothing passed: the heaviest keys of every scale (at most k each) are still the best guess.
-            warnings.append("round A found no heavy key: the clusters are not detectable at this n and epsilon")
+            explanation = "round A found no heavy key: the clusters are not detectable at this n and epsilon"
+            heavy = self._heavy_keys(n, estimate, diagnostics, warnings, best_effort=True)
+            if not heavy:
+                diagnostics["heavy_keys"] = 0.0
+                return self._finish_empty(diagnostics, warnings + [f"{explanation}; no centers published"])
+            warnings.append(f"{explanation}; best-effort: rounds B and C measure the {len(heavy)} keys with the "
+                            "largest estimated counts, which passed no threshold and may be noise")
             diagnostics["best_effort"] = 1.0
         diagnostics["heavy_keys"] = float(len(heavy))
-        if not heavy:
-            return self._finish_empty(diagnostics, warnings[:-1] + [f"{warnings[-1]}; no centers published"])
-        if diagnostics.get("best_effort"):
-            warnings[-1] += (f"; best-effort: rounds B and C measure the {len(heavy)} keys with the largest estimated "
-                             "counts, which passed no threshold and may be noise")
         tasks = []
         for i, g in enumerate(self._groups("means")):
             tasks.append(GroupTask(groups=(g,), components=(self.vector_components[i],)))
         state = pack_state("means", heavy=heavy, diagnostics=diagnostics, warnings=warnings)
         return RoundOutcome(next_round=RoundPlan(spec=self._spec(round_ + 1, tasks), engine_state=state),
                             diagnostics=diagnostics)
+
+    def _heavy_keys(self, n: int, estimate: Callable[[int, int, NDArray[np.uint64]],
+                                                     tuple[NDArray[np.float64], float] | None],
+                    diagnostics: dict[str, float], warnings: list[str], *, best_effort: bool) -> list[list[Any]]:
+        """Round A's keys ``[r, j, node, share of round A's devices]`` over every repetition ``r`` and
+        scale ``j``: those that pass the thresholds, or (``best_effort``) the ``k`` heaviest of each scale."""
+        p = self.params
+        k = int(p.k)
+        heavy: list[list[Any]] = []
+        for r in range(int(p.repetitions)):
+            level_estimate = functools.partial(estimate, r)
+            if best_effort:
+                growth = grow_best_effort(level_estimate, self.layout, n_hat=float(max(n, 1)), k=k, width=k,
+                                          prefix=f"best_effort_rep_{r}_")
+            else:
+                growth = grow_tree(level_estimate, self.layout, n_hat=float(max(n, 1)), k=k,
+                                   alpha=FALSE_POSITIVE_RATE, max_nodes=MAX_KEYS_PER_LEVEL,
+                                   z=float(p.threshold_z) or None, prefix=f"rep_{r}_")
+                warnings.extend(w for w in growth.warnings if "no reports" in w)
+            diagnostics.update(growth.diagnostics)
+            for level, (nodes, counts) in growth.kept.items():
+                key = f"heavy_keys_scale_{level}"
+                diagnostics[key] = diagnostics.get(key, 0.0) + nodes.size
+                heavy.extend([r, level, int(node), float(c) / max(n, 1)] for node, c in zip(nodes, counts))
+        return heavy
 
     def _close_means(self, spec: RoundSpec, reports: RoundReports, state: dict[str, Any]) -> RoundOutcome:
         columns = self._columns(spec, reports)
