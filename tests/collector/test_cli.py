@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -358,6 +359,99 @@ def test_simulate_lsh_tree_kinds(capsys: pytest.CaptureFixture[str], kind: str) 
     assert result["epsilon_per_device"] == pytest.approx(8.0)
 
 
+# -- never silent: the status of a result ---------------------------------------------------------------
+
+def test_simulate_nettree_below_its_noise_floor_publishes_best_effort_centers(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A 10-D, 10-cluster mixture at n = 3000, epsilon 2: no tree node passes level 2 (signal-to-noise 1.4).
+    The engine still publishes centers, marked best-effort, with its explanation, and the CLI prints both."""
+    argv = ("simulate", "--kind", "nettree", "--dataset", "mixture", "--d", "10", "--k", "10", "--n", "3000",
+            "--epsilon", "2", "--seed", "0")
+    code, out, err = run_cli(capsys, *argv, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["status"] == "degraded" and "did not reach depth 4" in result["reason"]
+    assert any("best-effort" in w for w in result["warnings"]) and result["diagnostics"]["best_effort"] == 1
+    assert result["diagnostics"]["signal_to_noise"] < 2
+    assert result["clustering"]["clusters"] >= 1 and "ari" in result["clustering"]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    assert "warning: the tree did not reach depth 4" in out and "status degraded" in out
+
+
+def _simulated_result(monkeypatch: pytest.MonkeyPatch, result: Any) -> None:
+    """Let ``simulate`` run its campaign, then hand the command ``result`` instead of the published one."""
+    from dataclasses import replace
+
+    from ldp_collector import cli_simulate
+
+    run_simulation = cli_simulate._run_simulation
+    monkeypatch.setattr(cli_simulate, "_run_simulation",
+                        lambda *args, **kwargs: replace(run_simulation(*args, **kwargs), result=result))
+
+
+def test_simulate_that_publishes_nothing_still_prints_its_json_and_fails(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from ldp_collector.model import CampaignState, Clustering, Result
+
+    empty = Result(state=CampaignState.FINISHED, clustering=Clustering(dimension=2),
+                   warnings=("the round received no reports: no centers published",), diagnostics={"reports": 0})
+    _simulated_result(monkeypatch, empty)
+    argv = ("simulate", "--kind", "laplace", "--dataset", "blobs", "--k", "2", "--n", "500")
+    code, out, err = run_cli(capsys, *argv, "--json")
+    assert_one_line_error(code, err, "published nothing: the round received no reports")
+    result = json.loads(out)
+    assert result["status"] == "failed" and result["reason"] == "the round received no reports: no centers published"
+    assert result["warnings"] == list(empty.warnings) and result["diagnostics"] == {"reports": 0}
+    assert "clustering" not in result  # nothing to score
+    code, out, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, "published nothing")
+    assert "warning: the round received no reports" in out and "status failed" in out
+
+
+def test_simulate_whose_campaign_fails_answers_json_with_the_reason(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from ldp_collector import cli_simulate
+    from ldp_collector.simulation.runner import SimulationError
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise SimulationError("campaign c-1 failed: the engine stopped")
+
+    monkeypatch.setattr(cli_simulate, "_run_simulation", failing)
+    code, out, err = run_cli(capsys, "simulate", "--kind", "nettree", "--dataset", "blobs", "--k", "2", "--n", "100",
+                             "--json")
+    assert_one_line_error(code, err, "campaign c-1 failed: the engine stopped")
+    assert json.loads(out) == {"status": "failed", "reason": "campaign c-1 failed: the engine stopped"}
+
+
+def test_result_status_is_decided_in_one_place() -> None:
+    from ldp_client.clusters import CellClusterModel
+    from ldp_client.encoders.base import NumericDomain
+    from ldp_client.encoders.geometry import TreeCell
+    from ldp_collector.cli_output import result_status
+    from ldp_collector.model import CampaignState, Clustering, Estimate, Estimates, Result
+
+    finished = CampaignState.FINISHED
+    centers = Clustering(k=1, dimension=2, centers=(0.5, 0.5), weights=(1.0,))
+    assert result_status(Result(state=finished, clustering=centers)).to_dict() == {"status": "ok", "reason": ""}
+    degraded = result_status(Result(state=finished, clustering=centers, warnings=("a", "b")))
+    assert (degraded.status, degraded.reason, degraded.failed) == ("degraded", "a; b", False)
+    cells = CellClusterModel(domain=NumericDomain(lower=(0.0,), upper=(1.0,)), cells=(TreeCell(level=0, morton_index=0),),
+                             labels=(-1,))
+    assert result_status(Result(state=finished, clustering=Clustering(dimension=1, cell_map=cells))).status == "ok"
+    nothing = result_status(Result(state=finished, clustering=Clustering(dimension=2), warnings=("why",)))
+    assert (nothing.status, nothing.reason, nothing.failed) == ("failed", "why", True)
+    assert result_status(Result(state=finished)).reason == "the result publishes nothing"
+    estimates = Estimates(round=1, reports=10, estimates=(Estimate(value=0, count=10.0),))
+    assert result_status(Result(state=finished, estimates=estimates)).status == "ok"
+    none_heavy = Result(state=finished, estimates=Estimates(round=1, reports=3), warnings=("no heavy hitter",))
+    assert result_status(none_heavy).status == "degraded"  # an answer: no value passed the threshold
+    failed = result_status(Result(state=CampaignState.FAILED), error="engine error")
+    assert (failed.status, failed.reason) == ("failed", "engine error")
+    assert result_status(None, error="no run").to_dict() == {"status": "failed", "reason": "no run"}
+    assert result_status(Result(state=CampaignState.COLLECTING)).status == "pending"
+
+
 # -- the demo ------------------------------------------------------------------------------------------
 
 @pytest.mark.integration
@@ -488,11 +582,15 @@ def test_campaign_commands(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
     assert code == 0, err
     shown = json.loads(out)
     assert shown["result"]["state"] == "FINISHED" and len(shown["result"]["estimates"]["estimates"]) == 8
+    assert shown["status"] in ("ok", "degraded") and shown["reason"] == "; ".join(shown["result"].get("warnings", []))
 
     code, _, err = run_cli(capsys, "campaign", "close", *remote, "cli-test")
     assert_one_line_error(code, err, "campaign cli-test is FINISHED; it has no open round to close")
     code, _, err = run_cli(capsys, "campaign", "show", *remote, "no-such-campaign")
     assert_one_line_error(code, err, "NOT_FOUND")
+    code, out, err = run_cli(capsys, "campaign", "show", *remote, "no-such-campaign", "--json")
+    assert_one_line_error(code, err, "NOT_FOUND")
+    assert json.loads(out)["status"] == "failed" and "NOT_FOUND" in json.loads(out)["reason"]
     code, _, err = run_cli(capsys, "campaign", "create", *remote, "--categories", "8", "--epsilon", "1",
                            "--id", "cli-test")
     assert_one_line_error(code, err, "ALREADY_EXISTS")

@@ -154,8 +154,8 @@ def test_decode_points_is_exact_and_rejects_bad_reports() -> None:
     assert decode_points(iter([]), params).shape == (0, 2)
 
 
-@pytest.mark.parametrize("count", [0, 3])
-def test_too_few_reports_finish_with_a_warning_and_no_centers(count: int) -> None:
+def test_no_reports_finish_with_a_warning_and_no_centers() -> None:
+    count = 0
     engine = engine_for(laplace_config(k=4, campaign_id="lap-few"))
     spec = engine.first_round().spec
     outcome = engine.close_round(spec, ListRoundReports(stored([(5, 5)] * count)), b"")
@@ -165,6 +165,23 @@ def test_too_few_reports_finish_with_a_warning_and_no_centers(count: int) -> Non
     assert not result.clustering.centers and result.clustering.k == 0
     assert len(result.warnings) == 1 and "no centers published" in result.warnings[0]
     assert outcome.diagnostics["reports"] == count
+
+
+def test_fewer_reports_than_clusters_publish_the_reports_as_best_effort_centers() -> None:
+    engine = engine_for(laplace_config(k=4, campaign_id="lap-few"))
+    spec = engine.first_round().spec
+    mechanism = spec.tasks[0].components[0].mechanism
+    points = [(5, 5), (0, 3), (2, 1)]
+    outcome = engine.close_round(spec, ListRoundReports(stored(points)), b"")
+    result = outcome.result
+    assert result is not None and outcome.next_round is None and result.state == campaigns_pb2.FINISHED
+    assert result.clustering.k == 3 and result.clustering.weights == pytest.approx((1 / 3,) * 3)
+    unit = np.clip(np.asarray(points, dtype=np.float64) / mechanism.grid_size, 0.0, 1.0)
+    lower, upper = np.asarray(engine.domain.lower), np.asarray(engine.domain.upper)
+    assert np.asarray(result.clustering.centers).reshape(3, 2) == pytest.approx(lower + unit * (upper - lower))
+    assert result.warnings == ("the round received 3 reports, fewer than the k = 4 clusters: best-effort centers, "
+                               "the 3 decoded reports themselves",)
+    assert outcome.diagnostics["reports"] == 3 and outcome.diagnostics["best_effort"] == 1
 
 
 @pytest.mark.parametrize("algorithm", [KMEANS, FCM, MNFCM])

@@ -195,14 +195,61 @@ def test_too_few_reports_publish_no_centers() -> None:
     assert any("fewer than the k" in w for w in result.warnings)
 
 
-def test_undetectable_clusters_say_so() -> None:
-    """n = 2000 at epsilon 0.5: the node counts' noise (sigma ~ 500) swamps every cluster."""
+def test_undetectable_clusters_say_so_and_publish_best_effort_centers() -> None:
+    """n = 2000 at epsilon 0.5: the node counts' noise (sigma ~ 500) swamps every cluster. The engine says
+    so, and still publishes the centers of the heaviest leaves below what passed, marked best-effort."""
     x, _ = make_dataset("mixture", 2000, d=2, k=4, seed=0)
     config = nettree_config([-20.0, -20.0], [20.0, 20.0], epsilon=0.5, k=4, campaign_id="nt-weak")
     result = run(config, x).result
-    assert result.state == campaigns_pb2.FINISHED and result.clustering.k == 0
-    assert result.diagnostics["signal_to_noise"] < 2
-    assert any("not detectable" in w for w in result.warnings)
+    assert result.state == campaigns_pb2.FINISHED and result.clustering.k == 4
+    assert result.diagnostics["signal_to_noise"] < 2 and result.diagnostics["best_effort"] == 1
+    (warning,) = [w for w in result.warnings if "not detectable" in w]
+    assert "best-effort centers from the 4 nodes with the largest estimated counts at depth 4" in warning
+    centers = np.asarray(result.clustering.centers).reshape(4, 2)
+    assert np.all(centers >= -20.0) and np.all(centers <= 20.0)
+
+
+def test_no_reports_publish_no_centers() -> None:
+    engine = engine_for(nettree_config([0.0] * 3, [1.0] * 3, k=3, campaign_id="nt-none"))
+    outcome = engine.server_step(0, lambda level, candidates: None, lambda nodes: np.zeros((nodes.size, 3)),
+                                 vector_variance=1.0)
+    assert outcome.result is not None and not outcome.result.clustering.centers
+    assert outcome.result.warnings == ("the round received no reports: no centers published",)
+
+
+@pytest.mark.parametrize("stop_at", [2, 3])
+def test_best_effort_leaves_descend_from_the_deepest_nodes_that_passed(stop_at: int) -> None:
+    """Level 1 holds two clear clusters (nodes 1 and 2), level 2 three (nodes 4, 5 and 8); from level
+    ``stop_at`` on no count passes any threshold. The best-effort leaves are the heaviest descendants
+    of the deepest nodes that passed, and every leaf's sum is asked for."""
+    n, k = 10_000, 4
+    engine = engine_for(nettree_config([0.0] * 6, [1.0] * 6, k=k, depth=3, node_map=NT.SIMHASH, bits_per_level=2,
+                                       campaign_id="nt-best-effort"))
+    passing = {1: {1: 5000.0, 2: 5000.0}, 2: {4: 2600.0, 5: 2400.0, 8: 5000.0}}
+
+    def estimate(level: int, candidates: np.ndarray) -> tuple[np.ndarray, float]:
+        # Below every threshold (z sigma >= 600, n / (64 k) = 39): small positive counts.
+        counts = np.array([passing[level].get(int(c), 1.0 + int(c) % 7) if level < stop_at else 1.0 + int(c) % 7
+                           for c in candidates])
+        return counts, 200.0
+
+    asked: list[np.ndarray] = []
+
+    def leaf_sums(nodes: np.ndarray) -> np.ndarray:
+        asked.append(nodes.copy())
+        return np.tile(np.linspace(-0.5, 0.5, 6), (nodes.size, 1)) * 1000.0
+
+    outcome = engine.server_step(n, estimate, leaf_sums, vector_variance=0.0)
+    result, diagnostics = outcome.result, outcome.diagnostics
+    deepest = stop_at - 1
+    assert result is not None and diagnostics["best_effort"] == 1 and diagnostics["best_effort_from_level"] == deepest
+    (leaves,) = asked
+    assert leaves.size == k  # as many as k per level below the nodes that passed (fewer than k)
+    allowed = {1, 2} if deepest == 1 else {4, 5, 8}
+    assert {int(leaf) >> (2 * (3 - deepest)) for leaf in leaves} <= allowed
+    (warning,) = [w for w in result.warnings if "best-effort" in w]
+    assert "the tree did not reach depth 3" in warning and f"that passed level {deepest}" in warning
+    assert result.clustering.centers
 
 
 @pytest.mark.parametrize(("node_map", "d", "projection"), [(NT.SIMHASH, 6, 0), (NT.SIMHASH, 30, 8),

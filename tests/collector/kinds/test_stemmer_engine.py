@@ -23,7 +23,9 @@ from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.kinds import KINDS
+from ldp_collector.kinds.base import load_state
 from ldp_collector.kinds.stemmer import (
+    _PHASES,
     DEFAULT_REPETITIONS,
     DEFAULT_SCALES,
     SHARES_WITH_LLOYD,
@@ -195,6 +197,47 @@ def test_undetectable_clusters_say_so() -> None:
     result = run(config, x).result
     assert result.state == campaigns_pb2.FINISHED and result.clustering.k < 4
     assert result.warnings
+
+
+def test_round_a_without_a_heavy_key_measures_the_heaviest_keys_as_best_effort() -> None:
+    """No key passes the threshold (counts of 3 against a zero-count error of 200): round B still
+    measures the heaviest keys of every scale, at most k each, and says they passed no threshold."""
+    engine = engine_for(stemmer_config([0.0] * 2, [1.0] * 2, k=3, campaign_id="st-best-effort"))
+    outcome = engine.keys_step(1, 10_000, lambda r, level, candidates: (
+        np.where(candidates % 2 == 0, 3.0, -3.0), 200.0))
+    assert outcome.next_round is not None and outcome.result is None
+    assert outcome.diagnostics["best_effort"] == 1
+    heavy = int(outcome.diagnostics["heavy_keys"])
+    assert 0 < heavy <= 3 * int(engine.params.scales) * int(engine.params.repetitions)
+    state = load_state(outcome.next_round.engine_state, "stemmer", _PHASES)
+    assert all(node % 2 == 0 for _, _, node, _ in state["heavy"])  # only positive counts
+    (warning,) = state["warnings"]
+    assert "round A found no heavy key" in warning and f"best-effort: rounds B and C measure the {heavy} keys" in warning
+
+
+def test_round_a_without_reports_publishes_no_centers() -> None:
+    engine = engine_for(stemmer_config([0.0] * 2, [1.0] * 2, k=3, campaign_id="st-none"))
+    outcome = engine.keys_step(1, 0, lambda r, level, candidates: None)
+    assert outcome.result is not None and not outcome.result.clustering.centers
+    assert outcome.result.warnings[-1] == ("round A found no heavy key: the clusters are not detectable at this n "
+                                           "and epsilon; no centers published")
+
+
+@pytest.mark.parametrize(("weights", "reporters", "published", "message"), [
+    ([0.0, 0.0, 0.0, 0.0], 0, 3, "round C received no reports: best-effort centers from round B's 4 candidates"),
+    ([5.0, -2.0, 0.0, 7.0], 1000, 2, "no candidate has a significant weight in round C: best-effort centers from "
+                                     "the 2 candidates with a positive weight estimate"),
+    ([-5.0, -2.0, 0.0, -7.0], 1000, 0, "no candidate has a positive weight in round C: no centers published"),
+])
+def test_round_c_publishes_whatever_candidates_survived(weights: list[float], reporters: int, published: int,
+                                                         message: str) -> None:
+    engine = engine_for(stemmer_config([0.0] * 2, [1.0] * 2, k=3, lloyd_refinement=False, campaign_id="st-c"))
+    state = {"candidates": [-0.5, -0.5, 0.5, 0.5, -0.5, 0.5, 0.5, -0.5], "diagnostics": {}, "warnings": []}
+    outcome = engine.weights_step(3, state, np.asarray(weights), 100.0, reporters)
+    result = outcome.result
+    assert result is not None and result.clustering.k == published and result.warnings[0].startswith(message)
+    assert len(result.clustering.centers) == 2 * published
+    assert outcome.diagnostics.get("best_effort", 0) == (1 if published else 0)
 
 
 @pytest.mark.parametrize(("lloyd", "bound"), [(True, 1.02), (False, 1.6)])

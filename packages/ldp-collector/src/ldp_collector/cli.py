@@ -41,6 +41,14 @@ Exit codes: 0 success, 2 usage error, 1 runtime error, 130 interrupted. Errors a
 stderr, never a traceback: usage errors name the flag and point at ``--help``; runtime errors cover
 SDK, collector, configuration, gRPC, store and file errors.
 
+The result commands (``simulate``, ``campaign show``) report the result's status, decided in one
+place (:func:`ldp_collector.cli_output.result_status`): ``ok``; ``degraded``, a result the engine
+explains with warnings (best-effort centers where the clusters were not detectable, fewer centers
+than k, ...), exit 0; ``pending``, a campaign not finished yet, exit 0; ``failed``, nothing
+published (a failed campaign or run, or a result without centers, cell map, estimates or heavy
+hitters), exit 1 with the reason on stderr. With ``--json`` their JSON always comes, with the
+top-level ``status`` and ``reason`` (empty when ``ok``), also when there is no result at all.
+
 The simulator's randomness is seeded and therefore not privacy-preserving; it exists to measure.
 """
 
@@ -76,12 +84,14 @@ from .cli_args import (
     uint64,
 )
 from .cli_output import (
+    ResultFailedError,
     cell_map_of,
     clustering_text,
     kind_name,
     print_campaign,
     print_estimates,
     print_json,
+    result_status,
     state_name,
     timestamp_text,
     to_dict,
@@ -91,6 +101,7 @@ from .config import ConfigError, load_config
 from .demo import DEFAULT_VARIANT as DEMO_VARIANT
 from .demo import VARIANTS as DEMO_VARIANTS
 from .errors import CollectorError
+from .model import Result
 from .operator import KINDS, CampaignStateError, OperatorClient
 from .plotting import MatplotlibMissingError
 from .serde import config_from_proto, estimates_from_proto, result_from_proto, result_to_proto
@@ -194,13 +205,24 @@ def _cmd_campaign_show(args: argparse.Namespace) -> int:
     with _operator(args) as operator:
         campaign = operator.get_campaign(args.campaign_id)
         result = result_from_proto(operator.get_result(args.campaign_id))
+    status = result_status(result, error=campaign.error if campaign.state == campaigns_pb2.FAILED else "")
     if args.json:
-        print_json({"campaign": to_dict(campaign), "result": to_dict(result_to_proto(result))}, sys.stdout)
-        return 0
+        print_json({**status.to_dict(), "campaign": to_dict(campaign), "result": to_dict(result_to_proto(result))},
+                   sys.stdout)
+    else:
+        _print_shown(campaign, result, args.top)
+        sys.stdout.write(f"  status       {status.status}\n")
+    if status.failed:
+        raise ResultFailedError(f"campaign {args.campaign_id} published nothing: {status.reason}")
+    return 0
+
+
+def _print_shown(campaign: campaigns_pb2.Campaign, result: Result, top: int) -> None:
+    """``campaign show``'s text: the campaign, then what its result holds and the engine's explanation."""
     print_campaign(campaign, sys.stdout)
     if result.estimates is not None and result.estimates.estimates:
-        print_estimates(result.estimates, args.top, sys.stdout)
-    for hh in result.heavy_hitters[: args.top]:
+        print_estimates(result.estimates, top, sys.stdout)
+    for hh in result.heavy_hitters[:top]:
         sys.stdout.write(f"  heavy hitter {hh.value}: {hh.count:.1f} +- {hh.std_error:.1f}\n")
     if result.clustering is not None:
         sys.stdout.write(f"  clustering   {clustering_text(result.clustering)}\n")
@@ -209,7 +231,6 @@ def _cmd_campaign_show(args: argparse.Namespace) -> int:
     if campaign.state != campaigns_pb2.FAILED:
         for warning in result.warnings:
             sys.stdout.write(f"  warning: {warning}\n")
-    return 0
 
 
 def _cmd_campaign_close(args: argparse.Namespace) -> int:
@@ -285,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``ldp-collector`` argument parser."""
     parser = _Parser(
         prog=_PROG, description="LDP collector: serve, manage campaigns, simulate devices, demo.",
-        epilog="Exit codes: 0 ok, 1 runtime error, 2 usage error.")
+        epilog="Exit codes: 0 ok (a result with status ok, degraded or pending), 1 runtime error or a result with "
+               "status failed, 2 usage error, 130 interrupted.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -343,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("campaign_id", metavar="CAMPAIGN_ID")
     show.add_argument("--top", type=positive_int, default=10, help="estimates to list (default 10)")
     show.add_argument("--json", action="store_true")
-    show.set_defaults(handler=_cmd_campaign_show)
+    show.set_defaults(handler=_cmd_campaign_show, status_json=True)
 
     close = campaign_commands.add_parser("close", help="close a round and run the server step")
     _add_remote(close)
@@ -387,7 +409,7 @@ def _one_line(error: BaseException | str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 runtime error, 2 usage error, 130 interrupted)."""
+    """Run the CLI; returns the exit code (0 ok, 1 runtime error or failed result, 2 usage error, 130 interrupted)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
@@ -401,6 +423,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{_PROG}: interrupted\n")
         return 130
     except _RUNTIME_ERRORS as exc:
+        if getattr(args, "status_json", False) and args.json and not isinstance(exc, ResultFailedError):
+            # A result command's --json always answers with its status, even when there is no result.
+            print_json(result_status(None, error=_one_line(exc)).to_dict(), sys.stdout)
         sys.stderr.write(f"{_PROG}: error: {_one_line(exc)}\n")
         return 1
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from datetime import timezone
 from typing import Any, TextIO
 
@@ -15,10 +16,71 @@ from ldp.v1 import campaigns_pb2
 from ldp_client.clusters import CellClusterModel
 from ldp_client.errors import InvalidParameterError
 
-from .model import Clustering, Estimates, Result
+from .errors import CollectorError
+from .model import CampaignState, Clustering, Estimates, Result
 
-__all__ = ["clustering_text", "finite", "kind_name", "number_text", "print_campaign", "print_estimates", "print_json", "state_name",
-           "timestamp_text", "to_dict"]
+__all__ = ["ResultFailedError", "ResultStatus", "clustering_text", "finite", "kind_name", "number_text",
+           "print_campaign", "print_estimates", "print_json", "result_status", "state_name", "timestamp_text",
+           "to_dict"]
+
+
+# -- the status of a result ------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class ResultStatus:
+    """What a result command reports first: its ``status`` and, unless ``ok``, the ``reason``.
+
+    ``status`` is ``ok`` (a result, no warning), ``degraded`` (a result the engine explains with
+    warnings: best-effort centers, fewer centers than asked, ...), ``failed`` (nothing published:
+    a failed campaign, or a result with neither centers, a cell map, estimates nor heavy hitters)
+    or ``pending`` (the campaign has not finished). ``failed`` exits 1; the others exit 0.
+    """
+
+    status: str
+    reason: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"status": self.status, "reason": self.reason}
+
+
+class ResultFailedError(CollectorError):
+    """A command's result has the status ``failed``; its output is written, the reason is the message."""
+
+
+def result_status(result: Result | None, *, error: str = "") -> ResultStatus:
+    """The one rule that decides a result's :class:`ResultStatus` (``simulate``, ``campaign show``).
+
+    Parameters
+    ----------
+    result : Result or None
+        The campaign's result (``None``: there is none, e.g. the run stopped with ``error``).
+    error : str
+        Why the campaign or the run failed (the campaign's ``error``, a simulation error).
+    """
+    warnings = "; ".join(result.warnings) if result is not None else ""
+    if error or result is None or result.state == CampaignState.FAILED:
+        return ResultStatus(status="failed", reason=error or warnings or "the campaign failed and gave no reason")
+    if result.state != CampaignState.FINISHED:
+        return ResultStatus(status="pending",
+                            reason=f"the campaign is {CampaignState(result.state).name}, not FINISHED")
+    if not _publishes_something(result):
+        return ResultStatus(status="failed", reason=warnings or "the result publishes nothing")
+    if result.warnings:
+        return ResultStatus(status="degraded", reason=warnings)
+    return ResultStatus(status="ok")
+
+
+def _publishes_something(result: Result) -> bool:
+    """A clustering result publishes centers or a cell map; any other, its estimates (a heavy-hitter
+    search that found no value above its threshold answers with empty estimates) or heavy hitters."""
+    clustering = result.clustering
+    if clustering is not None:
+        return bool(clustering.centers) or (clustering.cell_map is not None and bool(clustering.cell_map.cells))
+    return result.estimates is not None or bool(result.heavy_hitters)
 
 
 def kind_name(kind: int) -> str:

@@ -37,7 +37,16 @@ from .cli_args import (
     seed_uint64,
     uint32,
 )
-from .cli_output import cell_map_of, clustering_text, estimates_of, finite, number_text, print_json
+from .cli_output import (
+    ResultFailedError,
+    cell_map_of,
+    clustering_text,
+    estimates_of,
+    finite,
+    number_text,
+    print_json,
+    result_status,
+)
 from .kinds import KINDS, Kind
 from .kinds.base import NUMERIC
 from .model import CampaignConfig
@@ -99,7 +108,7 @@ def add_simulate_parser(commands: Any, add_remote: Any) -> None:
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
     simulate.add_argument("--quiet", action="store_true", help="no progress bar")
     add_kind_options(simulate, skip=_OWN_FLAGS)
-    simulate.set_defaults(handler=_cmd_simulate)
+    simulate.set_defaults(handler=_cmd_simulate, status_json=True)
 
 
 def _load_points(args: argparse.Namespace) -> tuple[NDArray[np.float64], NDArray[np.int64] | None, dict[str, Any]]:
@@ -196,21 +205,25 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         "lower": list(lower), "upper": list(upper),
     }
     parameters.update(_reported_parameters(kind, run, cells if NUMERIC not in kind.domains else None))
+    status = result_status(run.result)
     output: dict[str, Any] = {
-        "campaign_id": run.campaign_id, "parameters": parameters, "reports_sent": run.stats.reports_sent,
-        "epsilon_per_device": run.stats.epsilon_per_device, "wall_time_s": run.stats.wall_time_s,
-        "stats": run.stats.to_dict(),
+        **status.to_dict(), "campaign_id": run.campaign_id, "parameters": parameters,
+        "reports_sent": run.stats.reports_sent, "epsilon_per_device": run.stats.epsilon_per_device,
+        "wall_time_s": run.stats.wall_time_s, "stats": run.stats.to_dict(),
     }
-    for section, scores in evaluate_run(kind, run, points, x, labels, k=args.k, seed=args.seed).items():
-        output[section] = {key: finite(value) for key, value in scores.items()}
+    if not status.failed:  # nothing published, nothing to score or draw: the output says why
+        for section, scores in evaluate_run(kind, run, points, x, labels, k=args.k, seed=args.seed).items():
+            output[section] = {key: finite(value) for key, value in scores.items()}
     output["warnings"] = list(run.result.warnings)
     output["diagnostics"] = {key: finite(value) for key, value in run.result.diagnostics.items()}
-    if args.plot is not None:
+    if args.plot is not None and not status.failed:
         output["plot"] = str(_plot_simulation(args.plot, kind, run, x, parameters))
     if args.json:
         print_json(output, sys.stdout)
     else:
         _print_simulation(output, sys.stdout)
+    if status.failed:
+        raise ResultFailedError(f"campaign {run.campaign_id} published nothing: {status.reason}")
     return 0
 
 
@@ -285,5 +298,6 @@ def _print_simulation(output: dict[str, Any], stream: TextIO) -> None:
             write(f"  {key:<26} {number_text(value)}\n")
     for warning in output["warnings"]:
         write(f"  warning: {warning}\n")
+    write(f"  status {output['status']}\n")
     if output.get("plot"):
         write(f"wrote {output['plot']}\n")

@@ -3,10 +3,13 @@
 :func:`lsh_nodes` computes the public node of every point under a SimHash or shifted-grid encoder,
 vectorized; :func:`exact_counts` and :func:`exact_sums` are the frequency oracle and the bucketized
 sum at epsilon = infinity, with which both kinds' ``noiseless_outcome`` measure the algorithm's own
-approximation.
+approximation. :func:`grow_best_effort` grows their trees without significance, for the
+best-effort results of a campaign whose clusters are not detectable.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numpy.typing import NDArray
@@ -16,7 +19,27 @@ from ldp_client.mechanisms.bucketized_vector import VectorShape
 from ldp_client.mechanisms.vector_box import VectorBoxParams
 from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
 
-__all__ = ["exact_counts", "exact_sums", "lsh_nodes", "vector_shape"]
+from ..estimation.net_tree import LevelEstimator, NetTreeLayout, TreeGrowth, grow_tree
+
+__all__ = ["exact_counts", "exact_sums", "grow_best_effort", "lsh_nodes", "vector_shape"]
+
+#: The threshold multiplier of :func:`grow_best_effort`: positive, as ``select_nodes`` requires, and
+#: small enough that any positive count passes.
+_BEST_EFFORT_Z = 1e-300
+
+
+def grow_best_effort(estimate: LevelEstimator, layout: NetTreeLayout, *, n_hat: float, k: int, width: int,
+                     prefix: str) -> TreeGrowth:
+    """:func:`~ldp_collector.estimation.net_tree.grow_tree` without significance: best-effort nodes.
+
+    Every level keeps at most ``width`` of the tested nodes with the largest positive estimated
+    counts (no noise threshold, no mass floor, no vector floor): where nothing passed the real
+    thresholds, the heaviest nodes are still the best guess, and the result says they passed none.
+    A caller restricts the nodes a level may keep by giving the others the count ``-inf``.
+    """
+    # alpha is unused: the fixed z replaces the Bonferroni quantile.
+    return grow_tree(estimate, layout, n_hat=n_hat, k=k, alpha=0.5, max_nodes=width, mass_fraction=math.inf,
+                     z=_BEST_EFFORT_Z, min_count=0.0, prefix=prefix)
 
 
 def vector_shape(dimension: int, epsilon: float) -> VectorShape:

@@ -43,6 +43,12 @@ class RoundOutcome:
 
     The collector sets the ids, the finish time and the state of ``estimates`` and ``result``, and
     copies ``diagnostics`` into the result.
+
+    Never silent: a final round publishes a result whenever any estimate exists. Where the
+    engine's own tests found nothing significant, the result holds its best effort (a warning
+    says what it is, and the diagnostic ``best_effort`` is 1) beside the diagnostics that explain
+    why, such as the signal-to-noise ratio; only a round without reports publishes nothing, with a
+    warning saying so.
     """
 
     estimates: Estimates | None = None

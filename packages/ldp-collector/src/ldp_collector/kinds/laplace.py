@@ -244,6 +244,13 @@ class LaplaceEngine(CampaignEngine):
     def _seed(self) -> int:
         return campaign_seed(self.config, "laplace:")
 
+    def _to_original(self, unit: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Points of the unit cube in the domain's units."""
+        lower = np.asarray(self.domain.lower, dtype=np.float64)
+        upper = np.asarray(self.domain.upper, dtype=np.float64)
+        out: NDArray[np.float64] = lower + unit * (upper - lower)
+        return out
+
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
         """Decode the noisy points, cluster them and finish the campaign."""
         component = spec.tasks[0].components[0]
@@ -263,11 +270,20 @@ class LaplaceEngine(CampaignEngine):
             "noise_std": math.sqrt(mechanism.noise_variance), "grid_bits": float(mechanism.grid_bits),
             "algorithm": float(p.algorithm), "k": float(k),
         }
-        if n < k:
-            warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters: no centers published"
-                            if n else "the round received no reports: no centers published")
+        if n == 0:
+            warnings.append("the round received no reports: no centers published")
             result = Result(state=CampaignState.FINISHED, clustering=Clustering(dimension=d), warnings=tuple(warnings))
             return RoundOutcome(result=result, diagnostics=diagnostics)
+        if n < k:
+            # Best effort: with fewer reports than clusters, each decoded report is its own cluster's estimate.
+            warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters: best-effort centers, "
+                            f"the {n} decoded reports themselves")
+            diagnostics["best_effort"] = 1.0
+            clustering = Clustering(k=n, dimension=d, centers=tuple(self._to_original(np.clip(points, 0.0, 1.0))
+                                                                   .reshape(-1).tolist()),
+                                    weights=(1.0 / n,) * n)
+            return RoundOutcome(result=Result(state=CampaignState.FINISHED, clustering=clustering,
+                                              warnings=tuple(warnings)), diagnostics=diagnostics)
         if n < 10 * k:
             warnings.append(f"only {n} reports for k = {k} clusters: the centers are unreliable")
         rng = np.random.default_rng(self._seed())
@@ -292,7 +308,7 @@ class LaplaceEngine(CampaignEngine):
             diagnostics.update(iterations=float(km.iterations), objective=float(km.cost))
         lower = np.asarray(self.domain.lower, dtype=np.float64)
         upper = np.asarray(self.domain.upper, dtype=np.float64)
-        original = lower + centers * (upper - lower)
+        original = self._to_original(centers)
         # A center is (about) the mean of its share of the decoded points: the noise adds the mechanism's
         # variance divided by the points it pools (for FCM, its fuzzy share of n).
         counts = np.asarray(shares, dtype=np.float64) * n

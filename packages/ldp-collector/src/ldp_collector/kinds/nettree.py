@@ -73,6 +73,7 @@ from ..estimation.frequency import make_aggregator
 from ..estimation.net_tree import (
     LevelEstimator,
     NetTreeLayout,
+    TreeGrowth,
     center_error_floor,
     combine_center_estimates,
     coreset_centers,
@@ -85,7 +86,7 @@ from ..estimation.net_tree import (
 )
 from ..estimation.vector_sum import bucket_sums, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
-from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
+from ._lsh import exact_counts, exact_sums, grow_best_effort, lsh_nodes, vector_shape
 from .base import (
     K_PARAM,
     NUMERIC,
@@ -503,9 +504,11 @@ class NetTreeEngine(CampaignEngine):
             "vector_variance": inner_variance,
             "center_error_floor": center_error_floor(max(n, 1), k, inner_variance),
         }
-        if n < k:
-            warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters: no centers published")
+        if n == 0:
+            warnings.append("the round received no reports: no centers published")
             return RoundOutcome(result=self._no_centers(warnings), diagnostics=diagnostics)
+        if n < k:
+            warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters")
         # A leaf's representative has per-coordinate noise sqrt(n M) / w: a node lighter than
         # VECTOR_Z sqrt(n M) would bring more noise than position; the mass floor n / (64 k) only
         # bounds the tree when the noise is small (the cap max_nodes_per_level bounds it anyway).
@@ -517,10 +520,21 @@ class NetTreeEngine(CampaignEngine):
         diagnostics.update(growth.diagnostics)
         warnings.extend(growth.warnings)
         if growth.level < layout.levels or growth.nodes.size == 0:
-            warnings.append(f"the tree did not reach depth {layout.levels}: the clusters are not detectable at this n "
-                            f"and epsilon (signal-to-noise {diagnostics['signal_to_noise']:.2f}); no centers published")
-            diagnostics["leaves"] = 0.0
-            return RoundOutcome(result=self._no_centers(warnings), diagnostics=diagnostics)
+            explanation = (f"the tree did not reach depth {layout.levels}: the clusters are not detectable at this n "
+                           f"and epsilon (signal-to-noise {diagnostics['signal_to_noise']:.2f})")
+            growth, level = self._best_effort_growth(estimate, growth, n)
+            if growth.nodes.size == 0:
+                stops = "; ".join(w for w in growth.warnings if "no reports" in w)
+                warnings.append(f"{explanation}; no centers published" + (f" ({stops})" if stops else ""))
+                diagnostics["leaves"] = 0.0
+                return RoundOutcome(result=self._no_centers(warnings), diagnostics=diagnostics)
+            below = (f"below the {_nodes_text(growth.kept[level][0].size)} that passed level {level}" if level
+                     else "of the whole tree")
+            warnings.append(f"{explanation}; best-effort centers from the {_nodes_text(growth.nodes.size)} with the "
+                            f"largest estimated counts at depth {layout.levels} {below}: they passed no threshold "
+                            "and may be noise")
+            diagnostics.update(growth.diagnostics)
+            diagnostics.update(best_effort=1.0, best_effort_from_level=float(level))
         kept_nodes, kept_counts = growth.nodes, growth.counts
         diagnostics["leaves"] = float(kept_nodes.size)
         sums = leaf_sums(kept_nodes)
@@ -570,6 +584,36 @@ class NetTreeEngine(CampaignEngine):
         result = Result(state=CampaignState.FINISHED, clustering=clustering, warnings=tuple(warnings))
         return RoundOutcome(result=result, diagnostics=diagnostics)
 
+    def _best_effort_growth(self, estimate: LevelEstimator, growth: TreeGrowth, n: int) -> tuple[TreeGrowth, int]:
+        """The tree regrown without significance below the deepest level it reached: best-effort leaves.
+
+        Down to the deepest level where nodes passed the thresholds (0 when none did) the regrown
+        tree keeps the same nodes; below, their descendants with the largest positive estimated
+        counts, as many per level as the widest level kept or ``k`` (at most
+        ``max_nodes_per_level``), so that the vector sums of the heaviest leaves under what was
+        detected still give centers.
+
+        Returns
+        -------
+        (TreeGrowth, int)
+            The regrown tree, and the level it was relaxed below.
+        """
+        p = self.params
+        kept = {level: nodes for level, (nodes, _) in growth.kept.items() if nodes.size}
+        deepest = max(kept, default=0)
+
+        def restricted(level: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float] | None:
+            estimated = estimate(level, candidates)
+            if estimated is None or level not in kept:
+                return estimated
+            counts, zero_se = estimated
+            return np.where(np.isin(candidates, kept[level]), counts, -np.inf), zero_se
+
+        width = min(max([int(p.k), *(nodes.size for nodes in kept.values())]), int(p.max_nodes_per_level))
+        relaxed = grow_best_effort(restricted, self.layout, n_hat=float(n), k=int(p.k), width=width,
+                                   prefix="best_effort_")
+        return relaxed, deepest
+
     def _no_centers(self, warnings: list[str]) -> Result:
         """A finished result that publishes no center (only the clustering's dimension)."""
         return Result(state=CampaignState.FINISHED, clustering=Clustering(dimension=self.dimension),
@@ -585,6 +629,10 @@ class NetTreeEngine(CampaignEngine):
         out: NDArray[np.float64] = np.column_stack(
             [((codes >> np.uint64(bits - 1 - i)) & np.uint64(1)).astype(np.float64) for i in range(bits)])
         return out
+
+
+def _nodes_text(count: int) -> str:
+    return f"{count} node" if count == 1 else f"{count} nodes"
 
 
 def leaf_nodes(engine: NetTreeEngine, points: NDArray[np.float64]) -> NDArray[np.uint64]:

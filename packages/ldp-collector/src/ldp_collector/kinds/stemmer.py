@@ -79,7 +79,7 @@ from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
 from ..estimation.vector_sum import bucket_sums, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
-from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
+from ._lsh import exact_counts, exact_sums, grow_best_effort, lsh_nodes, vector_shape
 from .base import (
     K_PARAM,
     NUMERIC,
@@ -318,30 +318,51 @@ class StemmerEngine(CampaignEngine):
                   estimate: Callable[[int, int, NDArray[np.uint64]], tuple[NDArray[np.float64], float] | None]
                   ) -> RoundOutcome:
         """Round A's server step on any source of key counts (``estimate(r, level, candidates)``)."""
-        p = self.params
-        k = int(p.k)
         diagnostics: dict[str, float] = {"keys_reports": float(n)}
         warnings: list[str] = []
-        heavy: list[list[Any]] = []  # [r, j, node, share of round A's devices]
-        for r in range(int(p.repetitions)):
-            growth = grow_tree(functools.partial(estimate, r), self.layout, n_hat=float(max(n, 1)), k=k,
-                               alpha=FALSE_POSITIVE_RATE, max_nodes=MAX_KEYS_PER_LEVEL, z=float(p.threshold_z) or None,
-                               prefix=f"rep_{r}_")
-            diagnostics.update(growth.diagnostics)
-            warnings.extend(w for w in growth.warnings if "no reports" in w)
-            for level, (nodes, counts) in growth.kept.items():
-                diagnostics[f"heavy_keys_scale_{level}"] = diagnostics.get(f"heavy_keys_scale_{level}", 0.0) + nodes.size
-                heavy.extend([r, level, int(node), float(c) / max(n, 1)] for node, c in zip(nodes, counts))
-        diagnostics["heavy_keys"] = float(len(heavy))
+        heavy = self._heavy_keys(n, estimate, diagnostics, warnings, best_effort=False)
         if not heavy:
-            return self._finish_empty(diagnostics, warnings + [
-                "round A found no heavy key: the clusters are not detectable at this n and epsilon"])
+            # Nothing passed: the heaviest keys of every scale (at most k each) are still the best guess.
+            explanation = "round A found no heavy key: the clusters are not detectable at this n and epsilon"
+            heavy = self._heavy_keys(n, estimate, diagnostics, warnings, best_effort=True)
+            if not heavy:
+                diagnostics["heavy_keys"] = 0.0
+                return self._finish_empty(diagnostics, warnings + [f"{explanation}; no centers published"])
+            warnings.append(f"{explanation}; best-effort: rounds B and C measure the {len(heavy)} keys with the "
+                            "largest estimated counts, which passed no threshold and may be noise")
+            diagnostics["best_effort"] = 1.0
+        diagnostics["heavy_keys"] = float(len(heavy))
         tasks = []
         for i, g in enumerate(self._groups("means")):
             tasks.append(GroupTask(groups=(g,), components=(self.vector_components[i],)))
         state = pack_state("means", heavy=heavy, diagnostics=diagnostics, warnings=warnings)
         return RoundOutcome(next_round=RoundPlan(spec=self._spec(round_ + 1, tasks), engine_state=state),
                             diagnostics=diagnostics)
+
+    def _heavy_keys(self, n: int, estimate: Callable[[int, int, NDArray[np.uint64]],
+                                                     tuple[NDArray[np.float64], float] | None],
+                    diagnostics: dict[str, float], warnings: list[str], *, best_effort: bool) -> list[list[Any]]:
+        """Round A's keys ``[r, j, node, share of round A's devices]`` over every repetition ``r`` and
+        scale ``j``: those that pass the thresholds, or (``best_effort``) the ``k`` heaviest of each scale."""
+        p = self.params
+        k = int(p.k)
+        heavy: list[list[Any]] = []
+        for r in range(int(p.repetitions)):
+            level_estimate = functools.partial(estimate, r)
+            if best_effort:
+                growth = grow_best_effort(level_estimate, self.layout, n_hat=float(max(n, 1)), k=k, width=k,
+                                          prefix=f"best_effort_rep_{r}_")
+            else:
+                growth = grow_tree(level_estimate, self.layout, n_hat=float(max(n, 1)), k=k,
+                                   alpha=FALSE_POSITIVE_RATE, max_nodes=MAX_KEYS_PER_LEVEL,
+                                   z=float(p.threshold_z) or None, prefix=f"rep_{r}_")
+                warnings.extend(w for w in growth.warnings if "no reports" in w)
+            diagnostics.update(growth.diagnostics)
+            for level, (nodes, counts) in growth.kept.items():
+                key = f"heavy_keys_scale_{level}"
+                diagnostics[key] = diagnostics.get(key, 0.0) + nodes.size
+                heavy.extend([r, level, int(node), float(c) / max(n, 1)] for node, c in zip(nodes, counts))
+        return heavy
 
     def _close_means(self, spec: RoundSpec, reports: RoundReports, state: dict[str, Any]) -> RoundOutcome:
         columns = self._columns(spec, reports)
@@ -426,18 +447,30 @@ class StemmerEngine(CampaignEngine):
         warnings = list(state["warnings"])
         diagnostics["weights_reports"] = float(reporters)
         if reporters == 0:
-            return self._finish_empty(diagnostics, warnings + ["round C received no reports"])
-        z = float(self.params.threshold_z) or bonferroni_z(max(m, 1), FALSE_POSITIVE_RATE)
-        keep = weights > z * zero_se
+            # Best effort: round B's candidates survived; without weights, each counts the same.
+            weights, keep = np.ones(m), np.ones(m, dtype=bool)
+            warnings.append(f"round C received no reports: best-effort centers from round B's {m} candidates, "
+                            "unweighted")
+            diagnostics["best_effort"] = 1.0
+        else:
+            z = float(self.params.threshold_z) or bonferroni_z(max(m, 1), FALSE_POSITIVE_RATE)
+            keep = weights > z * zero_se
         if keep.sum() < 1:
-            return self._finish_empty(diagnostics, warnings + ["no candidate has a significant weight in round C"])
+            keep = weights > 0
+            if not keep.any():
+                return self._finish_empty(diagnostics, warnings + [
+                    "no candidate has a positive weight in round C: no centers published"])
+            warnings.append(f"no candidate has a significant weight in round C: best-effort centers from the "
+                            f"{int(keep.sum())} candidates with a positive weight estimate")
+            diagnostics["best_effort"] = 1.0
         # Re-assignment (Algorithm 4): the weight of a dropped candidate moves to its nearest kept one.
         kept_idx = np.flatnonzero(keep)
         nearest = kept_idx[np.argmin(((cand[:, None, :] - cand[None, kept_idx, :]) ** 2).sum(axis=2), axis=1)]
         pooled = np.bincount(nearest, weights=np.clip(weights, 0.0, None), minlength=m)[kept_idx]
         coreset, coreset_w = cand[kept_idx], np.maximum(pooled, 1e-9)
-        diagnostics.update(candidates_kept=float(kept_idx.size), coreset_weight=float(coreset_w.sum()),
-                           coreset_weight_error=float(abs(coreset_w.sum() - reporters) / reporters))
+        diagnostics.update(candidates_kept=float(kept_idx.size), coreset_weight=float(coreset_w.sum()))
+        if reporters:
+            diagnostics["coreset_weight_error"] = float(abs(coreset_w.sum() - reporters) / reporters)
         rng = np.random.default_rng(self._seed())
         kk = min(k, kept_idx.size)
         fit = weighted_kmeans(coreset, kk, rng, weights=coreset_w, n_init=RESTARTS)
