@@ -803,7 +803,7 @@ def test_serve_with_a_metrics_port_in_use_says_so_in_one_line(tmp_path: Path, ta
 # -- the kinds' flags, read from the registry ------------------------------------------------------
 
 #: Protobuf field types (``FieldDescriptor.TYPE_*``) each CLI value type may fill.
-_FIELD_TYPES = {"uint32": {13}, "positive_float": {1, 2}, "cells": {13}, "switch": {8}, "choice": {14}}
+_FIELD_TYPES = {"uint32": {13}, "uint64": {4}, "positive_float": {1, 2}, "cells": {13}, "switch": {8}, "choice": {14}}
 
 
 def _param_problems(message: type, param: CliParam) -> list[str]:
