@@ -16,11 +16,29 @@ from ldp_client.mechanisms.bucketized_vector import VectorShape
 from ldp_client.mechanisms.vector_box import VectorBoxParams
 from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
 
-__all__ = ["exact_counts", "exact_sums", "lsh_nodes", "vector_shape"]
+from .common import ProtoEnum
+
+__all__ = ["VectorShapeParam", "exact_counts", "exact_sums", "lsh_nodes", "vector_shape"]
 
 
-def vector_shape(dimension: int, epsilon: float) -> VectorShape:
-    """The randomizer (box or l2 ball) of smaller per-coordinate variance in ``[-1, 1]`` units."""
+class VectorShapeParam(ProtoEnum):
+    """``ldp.v1.BucketizedVector.Shape`` as a kind parameter: the bucketized vector's randomizer."""
+
+    SHAPE_UNSPECIFIED = 0
+    L2_BALL = 1
+    BOX = 2
+    PRIVUNIT = 3
+
+
+#: ``--vector-shape`` choices (the kinds' flag).
+VECTOR_SHAPE_CHOICES = (("ball", VectorShapeParam.L2_BALL), ("box", VectorShapeParam.BOX),
+                        ("privunit", VectorShapeParam.PRIVUNIT))
+
+
+def vector_shape(dimension: int, epsilon: float, requested: int = VectorShapeParam.SHAPE_UNSPECIFIED) -> VectorShape:
+    """The ``requested`` randomizer, or else (box or l2 ball) the one of smaller per-coordinate variance in ``[-1, 1]`` units."""
+    if requested:
+        return VectorShape(int(requested))
     box = VectorBoxParams(dimension=dimension, epsilon=epsilon).variance_bound
     ball = VectorL2BallParams(dimension=dimension, epsilon=epsilon).variance_bound * dimension
     return VectorShape.BOX if box <= ball else VectorShape.L2_BALL

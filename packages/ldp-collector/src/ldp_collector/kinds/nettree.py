@@ -12,7 +12,8 @@ The round
        the variance-optimal frequency oracle for ``2^(l b)`` values at ``node_share * epsilon``;
     2. the bucketized vector ``(2t - 1, 1)`` of its point in the *original* space, bucketed by its
        depth-``T`` node, at the remaining epsilon, with the SDK's box or l2-ball randomizer,
-       whichever has the smaller per-coordinate variance at ``d + 1`` dimensions.
+       whichever has the smaller per-coordinate variance at ``d + 1`` dimensions, or the one
+       ``vector_shape`` names (``PRIVUNIT``: lower total variance, ``benchmarks/README.md``).
 
     Sequential composition within the report: each device spends exactly epsilon, once.
 
@@ -69,11 +70,12 @@ from ..estimation.net_tree import (
 )
 from ..estimation.vector_sum import bucket_sums
 from ..model import CampaignConfig, CampaignState, Clustering, Result
-from ._lsh import exact_counts, exact_sums, lsh_nodes, vector_shape
+from ._lsh import VECTOR_SHAPE_CHOICES, VectorShapeParam, exact_counts, exact_sums, lsh_nodes, vector_shape
 from .base import (
     K_PARAM,
     NUMERIC,
     CampaignEngine,
+    CliParam,
     Kind,
     KindCli,
     KindParams,
@@ -159,6 +161,9 @@ class NetTreeParams(KindParams):
         Share of epsilon spent on the node report, in (0, 1) (0 = 0.5).
     false_positive_rate : float
         Family-wise false-positive rate of the node thresholds per level, in (0, 1) (0 = 0.05).
+    vector_shape : VectorShapeParam
+        The bucketized vector's randomizer: L2_BALL, BOX or PRIVUNIT (UNSPECIFIED: the one of least
+        worst-case per-coordinate variance among L2_BALL and BOX, left unspecified by :meth:`resolve`).
     """
 
     k: int = 0
@@ -170,6 +175,7 @@ class NetTreeParams(KindParams):
     bits_per_level: int = 0
     node_share: float = 0.0
     false_positive_rate: float = 0.0
+    vector_shape: VectorShapeParam = VectorShapeParam.SHAPE_UNSPECIFIED
 
     def resolve(self, config: CampaignConfig) -> NetTreeParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
@@ -219,6 +225,9 @@ class NetTreeParams(KindParams):
         false_positive_rate = self.false_positive_rate or DEFAULT_FALSE_POSITIVE_RATE
         if not (math.isfinite(false_positive_rate) and 0.0 < false_positive_rate < 1.0):
             raise InvalidArgumentError(f"nettree.false_positive_rate must be in (0, 1), got {false_positive_rate:g}")
+        if self.vector_shape not in tuple(VectorShapeParam):
+            raise InvalidArgumentError(f"nettree.vector_shape {int(self.vector_shape)} is not L2_BALL (1), BOX (2) "
+                                       "or PRIVUNIT (3)")
         return replace(self, depth=depth, node_map=node_map, projection_dimension=projection_dimension,
                        bits_per_level=bits_per_level, max_nodes_per_level=max_nodes_per_level,
                        node_share=node_share, false_positive_rate=false_positive_rate)
@@ -261,7 +270,7 @@ class NetTreeEngine(CampaignEngine):
         try:
             self.node_encoders = tuple(self._node_encoder(level, seed) for level in range(1, self.layout.levels + 1))
             leaf = self.node_encoders[-1]
-            shape = vector_shape(d + 1, self.vector_epsilon)
+            shape = vector_shape(d + 1, self.vector_epsilon, p.vector_shape)
             self.vector = Component(
                 encoder=BucketedVectorEncoder(domain=self.domain,
                                               simhash=leaf if isinstance(leaf, SimHashEncoder) else None,
@@ -476,8 +485,11 @@ def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
     return engine.server_step(n, estimate, leaf_sums, vector_variance=0.0)
 
 
-#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
-CLI = KindCli(result="clustering", params=(K_PARAM,))
+#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given) and
+#: ``--vector-shape``.
+CLI = KindCli(result="clustering", params=(K_PARAM, CliParam(
+    flag="--vector-shape", field="vector_shape", type="choice", choices=VECTOR_SHAPE_CHOICES,
+    help="the bucketized vector's randomizer (default: the l2 ball or the box, whichever has the smaller variance)")))
 
 #: The NETTREE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="nettree", engine=NetTreeEngine,

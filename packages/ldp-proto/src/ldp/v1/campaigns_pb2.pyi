@@ -395,6 +395,7 @@ class NetTreeParameters(_message.Message):
     BITS_PER_LEVEL_FIELD_NUMBER: _builtins.int
     NODE_SHARE_FIELD_NUMBER: _builtins.int
     FALSE_POSITIVE_RATE_FIELD_NUMBER: _builtins.int
+    VECTOR_SHAPE_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     projection_dimension: _builtins.int
     depth: _builtins.int
@@ -409,6 +410,10 @@ class NetTreeParameters(_message.Message):
     """Share of epsilon spent on the node report; the rest goes to the bucketized vector (0 = 0.5)."""
     false_positive_rate: _builtins.float
     """Family-wise false-positive rate of the node thresholds per level (0 = 0.05)."""
+    vector_shape: _mechanisms_pb2.BucketizedVector.Shape.ValueType
+    """The bucketized vector's randomizer (SHAPE_UNSPECIFIED = the one of least worst-case
+    per-coordinate variance at d + 1 dimensions among L2_BALL and BOX).
+    """
     def __init__(
         self,
         *,
@@ -421,10 +426,11 @@ class NetTreeParameters(_message.Message):
         bits_per_level: _builtins.int = ...,
         node_share: _builtins.float = ...,
         false_positive_rate: _builtins.float = ...,
+        vector_shape: _mechanisms_pb2.BucketizedVector.Shape.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "cluster_in_projected_space", b"cluster_in_projected_space", "depth", b"depth", "false_positive_rate", b"false_positive_rate", "k", b"k", "max_nodes_per_level", b"max_nodes_per_level", "node_map", b"node_map", "node_share", b"node_share", "projection_dimension", b"projection_dimension"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "cluster_in_projected_space", b"cluster_in_projected_space", "depth", b"depth", "false_positive_rate", b"false_positive_rate", "k", b"k", "max_nodes_per_level", b"max_nodes_per_level", "node_map", b"node_map", "node_share", b"node_share", "projection_dimension", b"projection_dimension", "vector_shape", b"vector_shape"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -267,8 +267,8 @@ class BucketizedVector(_message.Message):
     """Bucketized vector sum: the device holds a bucket b in [0, 2^bucket_bits) and a vector v of the
     box [-1, 1]^dimension; it draws a fresh 32-bit seed s, takes the public sign
     sigma = 1 - 2 H(s, b) (the local-hashing hash with g = 2) and randomizes sigma v with the
-    box (one sign bit per coordinate) or l2-ball (v / sqrt(dimension), float directions) vector
-    randomizer at `epsilon`. The report is (s, inner payload); the collector estimates the sum of
+    box (one sign bit per coordinate), l2-ball or PrivUnit (v / sqrt(dimension), float directions)
+    vector randomizer at `epsilon`. The report is (s, inner payload); the collector estimates the sum of
     v over ANY bucket c it chooses afterwards as sum_i sigma_i(c) z_i.
     """
 
@@ -285,6 +285,8 @@ class BucketizedVector(_message.Message):
         """The l2-ball randomizer (VectorL2Ball) on v / sqrt(dimension)."""
         BOX: BucketizedVector._Shape.ValueType  # 2
         """The box randomizer (VectorBox) on v."""
+        PRIVUNIT: BucketizedVector._Shape.ValueType  # 3
+        """The PrivUnit randomizer (VectorPrivUnit) on v / sqrt(dimension)."""
 
     class Shape(_Shape, metaclass=_ShapeEnumTypeWrapper): ...
     SHAPE_UNSPECIFIED: BucketizedVector.Shape.ValueType  # 0
@@ -292,6 +294,8 @@ class BucketizedVector(_message.Message):
     """The l2-ball randomizer (VectorL2Ball) on v / sqrt(dimension)."""
     BOX: BucketizedVector.Shape.ValueType  # 2
     """The box randomizer (VectorBox) on v."""
+    PRIVUNIT: BucketizedVector.Shape.ValueType  # 3
+    """The PrivUnit randomizer (VectorPrivUnit) on v / sqrt(dimension)."""
 
     BUCKET_BITS_FIELD_NUMBER: _builtins.int
     DIMENSION_FIELD_NUMBER: _builtins.int
