@@ -28,6 +28,7 @@ from ldp_client.mechanisms import GRRParams
 from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.vector_box import VectorBoxParams
 from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
+from ldp_client.mechanisms.vector_privunit import VectorPrivUnitParams
 from ldp_client.payload import payload_from_wire
 from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
@@ -164,15 +165,15 @@ def test_vector_estimates_match_the_sdk_estimates() -> None:
     points = [(0.1, 0.5, 0.9, 0.3), (1.0, 0.0, 0.25, 0.75)]
     domain = NumericDomain(lower=(0.0,) * d, upper=(1.0,) * d)
     for params in (VectorL2BallParams(dimension=d, epsilon=1.0), VectorBoxParams(dimension=d, epsilon=1.0),
-                   DiscreteLaplaceParams(dimension=d, epsilon=1.0)):
+                   DiscreteLaplaceParams(dimension=d, epsilon=1.0), VectorPrivUnitParams(dimension=d, epsilon=1.0)):
         encoder = {"vector_l2_ball": UnitBallEncoder, "vector_box": SymmetricBoxEncoder,
-                   "discrete_laplace": UnitCubeEncoder}[params.KIND](domain=domain)
+                   "discrete_laplace": UnitCubeEncoder, "vector_privunit": UnitBallEncoder}[params.KIND](domain=domain)
         payloads = [params.randomize(encoder.encode(p), rng=rng) for p in points]
         got = vector_estimates(params, payloads)
         for row, payload in zip(got, payloads):
             if isinstance(params, DiscreteLaplaceParams):
                 expected = np.asarray(params.decode(payload))
-            elif isinstance(params, VectorL2BallParams):
+            elif isinstance(params, (VectorL2BallParams, VectorPrivUnitParams)):
                 expected = (np.asarray(params.estimate(payload)) * math.sqrt(d) + 1.0) / 2.0
             else:
                 expected = (np.asarray(params.estimate(payload)) + 1.0) / 2.0
