@@ -16,9 +16,12 @@ from ldp_client.mechanisms.bucketized_vector import VectorShape
 from ldp_client.mechanisms.vector_box import VectorBoxParams
 from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
 
+from ..errors import InvalidArgumentError
+from .base import CliParam
 from .common import ProtoEnum
 
-__all__ = ["VectorShapeParam", "exact_counts", "exact_sums", "lsh_nodes", "vector_shape"]
+__all__ = ["VECTOR_SHAPE_PARAM", "VectorShapeParam", "check_vector_shape", "exact_counts", "exact_sums", "lsh_nodes",
+           "vector_shape"]
 
 
 class VectorShapeParam(ProtoEnum):
@@ -30,9 +33,17 @@ class VectorShapeParam(ProtoEnum):
     PRIVUNIT = 3
 
 
-#: ``--vector-shape`` choices (the kinds' flag).
-VECTOR_SHAPE_CHOICES = (("ball", VectorShapeParam.L2_BALL), ("box", VectorShapeParam.BOX),
-                        ("privunit", VectorShapeParam.PRIVUNIT))
+#: ``--vector-shape``: the two kinds' flag for their ``vector_shape`` field.
+VECTOR_SHAPE_PARAM = CliParam(
+    flag="--vector-shape", field="vector_shape", type="choice",
+    choices=(("ball", VectorShapeParam.L2_BALL), ("box", VectorShapeParam.BOX), ("privunit", VectorShapeParam.PRIVUNIT)),
+    help="the bucketized vector's randomizer (default: the l2 ball or the box, whichever has the smaller variance)")
+
+
+def check_vector_shape(requested: int, kind: str) -> None:
+    """Refuse a ``vector_shape`` number that names no shape (a proto3 enum is open)."""
+    if requested not in tuple(VectorShapeParam):
+        raise InvalidArgumentError(f"{kind}.vector_shape {int(requested)} is not L2_BALL (1), BOX (2) or PRIVUNIT (3)")
 
 
 def vector_shape(dimension: int, epsilon: float, requested: int = VectorShapeParam.SHAPE_UNSPECIFIED) -> VectorShape:

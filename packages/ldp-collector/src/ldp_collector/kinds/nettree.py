@@ -70,12 +70,19 @@ from ..estimation.net_tree import (
 )
 from ..estimation.vector_sum import bucket_sums
 from ..model import CampaignConfig, CampaignState, Clustering, Result
-from ._lsh import VECTOR_SHAPE_CHOICES, VectorShapeParam, exact_counts, exact_sums, lsh_nodes, vector_shape
+from ._lsh import (
+    VECTOR_SHAPE_PARAM,
+    VectorShapeParam,
+    check_vector_shape,
+    exact_counts,
+    exact_sums,
+    lsh_nodes,
+    vector_shape,
+)
 from .base import (
     K_PARAM,
     NUMERIC,
     CampaignEngine,
-    CliParam,
     Kind,
     KindCli,
     KindParams,
@@ -225,9 +232,7 @@ class NetTreeParams(KindParams):
         false_positive_rate = self.false_positive_rate or DEFAULT_FALSE_POSITIVE_RATE
         if not (math.isfinite(false_positive_rate) and 0.0 < false_positive_rate < 1.0):
             raise InvalidArgumentError(f"nettree.false_positive_rate must be in (0, 1), got {false_positive_rate:g}")
-        if self.vector_shape not in tuple(VectorShapeParam):
-            raise InvalidArgumentError(f"nettree.vector_shape {int(self.vector_shape)} is not L2_BALL (1), BOX (2) "
-                                       "or PRIVUNIT (3)")
+        check_vector_shape(self.vector_shape, "nettree")
         return replace(self, depth=depth, node_map=node_map, projection_dimension=projection_dimension,
                        bits_per_level=bits_per_level, max_nodes_per_level=max_nodes_per_level,
                        node_share=node_share, false_positive_rate=false_positive_rate)
@@ -487,9 +492,7 @@ def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
 
 #: Command line: ``--k`` (the dataset's number of labels in a simulation when not given) and
 #: ``--vector-shape``.
-CLI = KindCli(result="clustering", params=(K_PARAM, CliParam(
-    flag="--vector-shape", field="vector_shape", type="choice", choices=VECTOR_SHAPE_CHOICES,
-    help="the bucketized vector's randomizer (default: the l2 ball or the box, whichever has the smaller variance)")))
+CLI = KindCli(result="clustering", params=(K_PARAM, VECTOR_SHAPE_PARAM))
 
 #: The NETTREE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="nettree", engine=NetTreeEngine,

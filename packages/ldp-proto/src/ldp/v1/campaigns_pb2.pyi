@@ -340,6 +340,7 @@ class StemmerParameters(_message.Message):
     REPETITIONS_FIELD_NUMBER: _builtins.int
     THRESHOLD_Z_FIELD_NUMBER: _builtins.int
     LLOYD_REFINEMENT_FIELD_NUMBER: _builtins.int
+    VECTOR_SHAPE_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     projection_dimension: _builtins.int
     scales: _builtins.int
@@ -347,6 +348,10 @@ class StemmerParameters(_message.Message):
     threshold_z: _builtins.float
     lloyd_refinement: _builtins.bool
     """Round D (one Lloyd step from bucketized vectors by nearest center); unset = on."""
+    vector_shape: _mechanisms_pb2.BucketizedVector.Shape.ValueType
+    """The bucketized vectors' randomizer (SHAPE_UNSPECIFIED = the one of least worst-case
+    per-coordinate variance at d + 1 dimensions among L2_BALL and BOX).
+    """
     def __init__(
         self,
         *,
@@ -356,10 +361,11 @@ class StemmerParameters(_message.Message):
         repetitions: _builtins.int = ...,
         threshold_z: _builtins.float = ...,
         lloyd_refinement: _builtins.bool | None = ...,
+        vector_shape: _mechanisms_pb2.BucketizedVector.Shape.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement", "lloyd_refinement", b"lloyd_refinement"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement", "k", b"k", "lloyd_refinement", b"lloyd_refinement", "projection_dimension", b"projection_dimension", "repetitions", b"repetitions", "scales", b"scales", "threshold_z", b"threshold_z"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement", "k", b"k", "lloyd_refinement", b"lloyd_refinement", "projection_dimension", b"projection_dimension", "repetitions", b"repetitions", "scales", b"scales", "threshold_z", b"threshold_z", "vector_shape", b"vector_shape"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__lloyd_refinement: _TypeAlias = _typing.Literal["lloyd_refinement"]  # noqa: Y015
     _WhichOneofArgType__lloyd_refinement: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement"]  # noqa: Y015
