@@ -229,3 +229,25 @@ def test_bad_parameters_and_values() -> None:
         params.check_payload(Floats((float("nan"), 1.0)))
     with pytest.raises(ProtocolError):
         params.estimate(b"\x00")
+
+
+#: (d, epsilon) -> (cap size j, scale B): the derived constants docs/protocol.md §5 requires of every
+#: implementation (B to 1e-9 relative, the quadrature's accuracy).
+VECTORS = [
+    (1, 1.0, 16, 2.1639534137386653),
+    (2, 0.5, 15, 6.372762825902583),
+    (3, 1.0, 12, 4.131708956642131),
+    (11, 1.0, 12, 8.287694527393159),
+    (11, 2.0, 8, 4.276910822148552),
+    (50, 4.0, 2, 4.9493579283866005),
+    (4096, 1.0, 11, 162.947018860578),
+]
+
+
+@pytest.mark.parametrize("dimension,epsilon,cap,scale", VECTORS)
+def test_derived_constants_match_the_pinned_vectors(dimension: int, epsilon: float, cap: int, scale: float) -> None:
+    params = VectorPrivUnitParams(dimension=dimension, epsilon=epsilon)
+    assert params.cap_size == cap
+    assert math.isclose(params.scale, scale, rel_tol=1e-9)
+    r, m = params.ratio, params.members
+    assert params.cap_probability == r * cap / (r * cap + m - cap)
