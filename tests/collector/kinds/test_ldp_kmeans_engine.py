@@ -158,6 +158,19 @@ def test_vector_mechanism_is_the_least_variance_one(d: int, epsilon: float, kind
     assert component.encoder.output_size == d
 
 
+@pytest.mark.parametrize("policy", [PARTITION, SPLIT])
+def test_privunit_vectors_replace_the_least_variance_choice(policy: int) -> None:
+    engine = engine_for(kmeans_config([0.0] * 3, [1.0] * 3, k=3, policy=policy, privunit_vectors=True,
+                                      campaign_id=f"km-privunit-{policy}"))
+    for component in (engine.init_component, engine.label_vector_component):
+        assert isinstance(component.mechanism, VectorPrivUnitParams)
+        assert isinstance(component.encoder, UnitBallEncoder)
+    assert engine.init_component.mechanism.epsilon == engine.plan.init_epsilon
+    assert engine.label_vector_component.mechanism.epsilon == engine.plan.label_vector_epsilon
+    assert not isinstance(engine_for(kmeans_config([0.0] * 3, [1.0] * 3, k=3)).init_component.mechanism,
+                          VectorPrivUnitParams)
+
+
 def test_vector_estimates_match_the_sdk_estimates() -> None:
     """Decoding in bulk gives the SDK's per-report estimate, mapped back to normalized units."""
     rng = SeededRng(3)

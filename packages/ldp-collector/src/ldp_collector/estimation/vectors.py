@@ -58,11 +58,12 @@ def normalized_variance(params: _VectorMechanism) -> float:
     return params.noise_variance + rounding * rounding
 
 
-def vector_component(domain: NumericDomain, epsilon: float) -> Component:
-    """The encoder and vector randomizer of least per-coordinate variance at ``epsilon``.
+def vector_component(domain: NumericDomain, epsilon: float, *, privunit: bool = False) -> Component:
+    """The encoder and vector randomizer of least per-coordinate variance at ``epsilon`` (or PrivUnit).
 
     Candidates: the SDK's l2-ball, box and grid discrete-Laplace randomizers, each with its
-    encoder (module docstring). Ties go to the smaller payload.
+    encoder (module docstring). Ties go to the smaller payload. With ``privunit``: the SDK's PrivUnit
+    on the unit ball, whatever the others' variances.
 
     Raises
     ------
@@ -70,6 +71,9 @@ def vector_component(domain: NumericDomain, epsilon: float) -> Component:
         ``epsilon`` outside what the mechanisms accept.
     """
     d = domain.dimension
+    if privunit:
+        return Component(encoder=UnitBallEncoder(domain=domain), mechanism=VectorPrivUnitParams(dimension=d,
+                                                                                                 epsilon=epsilon))
     candidates: list[tuple[_VectorMechanism, Encoder]] = [
         (VectorL2BallParams(dimension=d, epsilon=epsilon), UnitBallEncoder(domain=domain)),
         (VectorBoxParams(dimension=d, epsilon=epsilon), SymmetricBoxEncoder(domain=domain)),

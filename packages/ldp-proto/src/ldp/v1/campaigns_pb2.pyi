@@ -534,20 +534,26 @@ class LdpKmeansParameters(_message.Message):
     K_FIELD_NUMBER: _builtins.int
     ITERATIONS_FIELD_NUMBER: _builtins.int
     DATA_SHARE_FIELD_NUMBER: _builtins.int
+    PRIVUNIT_VECTORS_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     iterations: _builtins.int
     data_share: _builtins.float
     """Share of epsilon spent on the perturbed vector; the rest is split over the label rounds."""
+    privunit_vectors: _builtins.bool
+    """Perturb the vectors with PrivUnit (VectorPrivUnit) instead of the randomizer of least
+    worst-case per-coordinate variance among the l2 ball, the box and discrete Laplace.
+    """
     def __init__(
         self,
         *,
         k: _builtins.int = ...,
         iterations: _builtins.int = ...,
         data_share: _builtins.float = ...,
+        privunit_vectors: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_share", b"data_share", "iterations", b"iterations", "k", b"k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_share", b"data_share", "iterations", b"iterations", "k", b"k", "privunit_vectors", b"privunit_vectors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
