@@ -543,3 +543,18 @@ def test_privunit_bucket_sum_is_unbiased_within_its_second_moment() -> None:
             sums[j] += x
     for j in range(4):
         assert_unbiased(sums[j] / n, v[j], math.sqrt(params.report_second_moment / n), z=5.3)
+
+
+def test_mean_second_moment_is_the_squared_norm_per_coordinate() -> None:
+    """Ball and box: equal to M; PrivUnit: B'^2 exactly (unit reports), below its worst-coordinate M."""
+    for make in (_box, _ball):
+        params = make(dimension=11)
+        assert params.report_mean_second_moment == pytest.approx(params.report_second_moment, rel=1e-12)
+    params = _privunit(dimension=11)
+    assert isinstance(params.inner, VectorPrivUnitParams)
+    assert params.report_mean_second_moment == pytest.approx(params.inner.scale**2, rel=1e-12)
+    assert params.report_mean_second_moment < params.report_second_moment
+    rng = SeededRng(4)
+    for _ in range(20):
+        z = params.decode(params.randomize((3, [0.5] * 10 + [1.0]), rng=rng))
+        assert math.fsum(v * v for v in z) / 11 == pytest.approx(params.report_mean_second_moment, rel=1e-5)

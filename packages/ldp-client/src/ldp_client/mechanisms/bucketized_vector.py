@@ -162,6 +162,18 @@ class BucketizedVectorParams(MechanismParams):
             return self.inner.variance_bound  # B^2
         return self.inner.variance_bound * self.dimension  # (B'^2 / D) * D for the ball
 
+    @cached_property
+    def report_mean_second_moment(self) -> float:
+        """E[||z||^2] / D, exact for every input: B^2 (box) or B'^2 (ball, PrivUnit: unit directions).
+
+        What a report adds to a bucket sum's squared error, averaged over the coordinates (a
+        center's squared l2 error adds the coordinates up); equal to :attr:`report_second_moment`
+        except for PrivUnit, whose noise leans towards the input's direction.
+        """
+        if self.shape == VectorShape.BOX:
+            return self.inner.variance_bound
+        return self.decode_scale**2 / self.dimension
+
     def sum_variance(self, reports: float, bucket_square_sum: float = 0.0) -> float:
         """Exact variance ``n M - sum_{i in c} v_ij^2`` of one coordinate of a bucket's estimated sum.
 
