@@ -36,7 +36,8 @@ class VectorShapeParam(ProtoEnum):
 #: ``--vector-shape``: the two kinds' flag for their ``vector_shape`` field.
 VECTOR_SHAPE_PARAM = CliParam(
     flag="--vector-shape", field="vector_shape", type="choice",
-    choices=(("ball", VectorShapeParam.L2_BALL), ("box", VectorShapeParam.BOX), ("privunit", VectorShapeParam.PRIVUNIT)),
+    choices=(("l2_ball", VectorShapeParam.L2_BALL), ("box", VectorShapeParam.BOX),
+             ("privunit", VectorShapeParam.PRIVUNIT)),
     help="the bucketized vector's randomizer (default: the l2 ball or the box, whichever has the smaller variance)")
 
 
