@@ -42,7 +42,7 @@ from ldp_client.encoders import (
     SymmetricBoxEncoder,
 )
 from ldp_client.errors import EncodingError, InvalidParameterError, ProtocolError
-from ldp_client.mechanisms import MECHANISMS, BucketizedVectorParams, VectorBoxParams, VectorShape
+from ldp_client.mechanisms import MECHANISMS, BucketizedVectorParams, VectorBoxParams, VectorPrivUnitParams, VectorShape
 from ldp_client.mechanisms.bucketized_vector import sign
 from ldp_client.mechanisms.local_hashing import hash_value
 from ldp_client.payload import Floats, SignedVector, payload_from_wire, payload_to_wire, unpack_bits
@@ -50,6 +50,7 @@ from ldp_client.report import Report, pack_batch, unpack_batch, unpack_batch_col
 from ldp_client.rng import Rng, SeededRng, _RngBase
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from support.exact import EnumeratingRng, max_privacy_ratio, output_distribution
+from support.stats import assert_unbiased
 
 DOMAIN = NumericDomain(lower=(0.0, -2.0), upper=(10.0, 2.0))
 SIMHASH = SimHashEncoder(domain=DOMAIN, bits=5, seed=17)
@@ -64,6 +65,11 @@ def _box(bucket_bits: int = 8, dimension: int = 3, epsilon: float = 1.0) -> Buck
 def _ball(bucket_bits: int = 8, dimension: int = 3, epsilon: float = 1.0) -> BucketizedVectorParams:
     return BucketizedVectorParams(bucket_bits=bucket_bits, dimension=dimension, epsilon=epsilon,
                                   shape=VectorShape.L2_BALL)
+
+
+def _privunit(bucket_bits: int = 8, dimension: int = 3, epsilon: float = 1.0) -> BucketizedVectorParams:
+    return BucketizedVectorParams(bucket_bits=bucket_bits, dimension=dimension, epsilon=epsilon,
+                                  shape=VectorShape.PRIVUNIT)
 
 
 # ---------------------------------------------------------------------------------------------- encoder
@@ -211,8 +217,9 @@ def test_bad_parameters() -> None:
         _box(epsilon=0.0)
     with pytest.raises(InvalidParameterError, match="epsilon must be at least"):
         _box(epsilon=1e-15)
-    for shape in (0, 3):
-        with pytest.raises(InvalidParameterError, match=rf"shape must be L2_BALL \(1\) or BOX \(2\), got {shape}"):
+    for shape in (0, 4):
+        with pytest.raises(InvalidParameterError,
+                           match=rf"shape must be L2_BALL \(1\), BOX \(2\) or PRIVUNIT \(3\), got {shape}"):
             BucketizedVectorParams(bucket_bits=1, dimension=2, epsilon=1.0, shape=shape)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="shape must be a VectorShape, got bool"):
         BucketizedVectorParams(bucket_bits=1, dimension=2, epsilon=1.0, shape=True)  # type: ignore[arg-type]
@@ -352,7 +359,7 @@ def test_estimate_is_exactly_unbiased_for_a_fixed_seed(dimension: int) -> None:
                 assert mean == [sign(seed, c) * sign(seed, bucket) * Fraction(x) for x in v]
 
 
-@pytest.mark.parametrize("make", [_box, _ball], ids=["box", "ball"])
+@pytest.mark.parametrize("make", [_box, _ball, _privunit], ids=["box", "ball", "privunit"])
 @pytest.mark.parametrize("dimension", [1, 3, 8])
 def test_report_is_seed_then_inner_report_of_the_signed_vector(make: Any, dimension: int) -> None:
     """Bit for bit, for both shapes: the first 32-bit draw is the seed, then the inner randomizer runs."""
@@ -369,7 +376,7 @@ def test_report_is_seed_then_inner_report_of_the_signed_vector(make: Any, dimens
         assert params.check_payload(payload) == payload
         z = params.decode(payload)
         assert params.estimate(payload, bucket) == [sigma * x for x in z]
-        if params.shape == VectorShape.L2_BALL:
+        if params.shape != VectorShape.BOX:
             assert isinstance(payload.inner, Floats)
             assert z == [params.decode_scale * w for w in payload.inner.values]
             assert math.fsum(x * x for x in z) == pytest.approx(params.decode_scale**2, rel=1e-5)
@@ -520,3 +527,34 @@ def test_bad_payloads_are_protocol_errors() -> None:
         box.estimate(b"\x00", 1)
     with pytest.raises(InvalidParameterError, match=r"bucket must be in \[0, 15\]"):
         box.estimate(good_box, 16)
+
+
+def test_privunit_bucket_sum_is_unbiased_within_its_second_moment() -> None:
+    """E[sigma_s(b) z] = v for the reports' own bucket; the tolerance is 5.3 sigma of the mean (Bonferroni over 4)."""
+    params = _privunit(bucket_bits=6, dimension=4, epsilon=2.0)
+    assert isinstance(params.inner, VectorPrivUnitParams)
+    assert params.decode_scale == pytest.approx(2.0 * params.inner.scale)
+    v = [0.5, -1.0, 0.25, 1.0]
+    n = 6000
+    rng = SeededRng(31)
+    sums = [0.0] * 4
+    for _ in range(n):
+        for j, x in enumerate(params.estimate(params.randomize((9, v), rng=rng), 9)):
+            sums[j] += x
+    for j in range(4):
+        assert_unbiased(sums[j] / n, v[j], math.sqrt(params.report_second_moment / n), z=5.3)
+
+
+def test_mean_second_moment_is_the_squared_norm_per_coordinate() -> None:
+    """Ball and box: equal to M; PrivUnit: B'^2 exactly (unit reports), below its worst-coordinate M."""
+    for make in (_box, _ball):
+        params = make(dimension=11)
+        assert params.report_mean_second_moment == pytest.approx(params.report_second_moment, rel=1e-12)
+    params = _privunit(dimension=11)
+    assert isinstance(params.inner, VectorPrivUnitParams)
+    assert params.report_mean_second_moment == pytest.approx(params.inner.scale**2, rel=1e-12)
+    assert params.report_mean_second_moment < params.report_second_moment
+    rng = SeededRng(4)
+    for _ in range(20):
+        z = params.decode(params.randomize((3, [0.5] * 10 + [1.0]), rng=rng))
+        assert math.fsum(v * v for v in z) / 11 == pytest.approx(params.report_mean_second_moment, rel=1e-5)

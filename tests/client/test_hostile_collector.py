@@ -280,3 +280,29 @@ class _no_error:
 
     def __exit__(self, *exc: object) -> bool:
         return False
+
+
+@pytest.mark.parametrize("spec_epsilon,campaign_epsilon", [(2.0, 2.0), (1.5, 1.0), (20.0, 100.0)])
+def test_privunit_spec_cannot_release_beyond_the_policy(tmp_path: Path, spec_epsilon: float,
+                                                        campaign_epsilon: float) -> None:
+    """A PrivUnit component above the policy's cap (or the spec's own) is refused before any coin: nothing charged, nothing to send."""
+    from ldp_client.encoders import NumericDomain, UnitBallEncoder
+    from ldp_client.mechanisms import VectorPrivUnitParams
+
+    device = Device(tmp_path, POLICY)
+    encoder = UnitBallEncoder(domain=NumericDomain(lower=[0.0, 0.0, 0.0], upper=[1.0, 1.0, 1.0]))
+    component = Component(encoder=encoder, mechanism=VectorPrivUnitParams(dimension=3, epsilon=spec_epsilon))
+    with pytest.raises(LdpError):  # the spec's own check (component above its campaign epsilon) or the policy's
+        spec = RoundSpec(campaign_id="a", round=1, group_weights=(1,),
+                         tasks=(GroupTask(groups=(0,), components=(component,)),),
+                         campaign_epsilon=campaign_epsilon, max_reports_per_device=1, kind="histogram")
+        device.participate(spec, (0.2, 0.5, 0.9))
+    assert device.pending_reports() == []
+    assert device.spent("a") == 0.0
+    # within the policy the same component is accepted and charged its epsilon, no more
+    allowed = RoundSpec(campaign_id="a", round=1, group_weights=(1,), tasks=(GroupTask(groups=(0,), components=(
+        Component(encoder=encoder, mechanism=VectorPrivUnitParams(dimension=3, epsilon=1.0)),)),),
+        campaign_epsilon=1.0, max_reports_per_device=1, kind="histogram")
+    report = device.participate(allowed, (0.2, 0.5, 0.9))
+    assert report is not None and len(device.pending_reports()) == 1
+    assert 0.0 < device.spent("a") <= POLICY.max_epsilon_per_campaign

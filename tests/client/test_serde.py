@@ -50,6 +50,7 @@ MECHANISM_EXAMPLES: dict[str, Any] = {
     "bitwise_rr": mech.BitwiseRandomizedResponse(length=12, epsilon=2.0, sensitivity=4),
     "discrete_laplace": mech.DiscreteLaplace(dimension=3, epsilon=3.0, grid_bits=8),
     "vector_l2_ball": mech.VectorL2Ball(dimension=4, epsilon=1.0),
+    "vector_privunit": mech.VectorPrivUnit(dimension=4, epsilon=1.0),
     "vector_box": mech.VectorBox(dimension=4, epsilon=1.0),
     "bucketized_vector": mech.BucketizedVector(bucket_bits=6, dimension=3, epsilon=1.0,
                                                shape=mech.BucketizedVector.BOX),

@@ -27,7 +27,7 @@ from ldp.v1 import campaigns_pb2
 from ldp_client import serde
 from ldp_client.encoders import BucketedVectorEncoder, NumericDomain, ShiftedGridEncoder, SimHashEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
-from ldp_client.mechanisms import BucketizedVectorParams, VectorShape
+from ldp_client.mechanisms import BucketizedVectorParams, VectorPrivUnitParams, VectorShape
 from ldp_client.mechanisms.bucketized_vector import sign
 from ldp_client.payload import Floats, HashedValue, SignedVector
 from ldp_client.report import Report, pack_batch, unpack_batch_columns
@@ -221,6 +221,25 @@ def _truth(encoder: BucketedVectorEncoder, points: list[tuple[float, float]]) ->
     return out
 
 
+def _moment_sums(params: BucketizedVectorParams, vectors: np.ndarray) -> np.ndarray:
+    """sum_i E[z_ij^2] over the reports of ``vectors`` (rows): a bucket's exact variance is this minus its sum v_ij^2.
+
+    Ball and box: n M (every report's E[z_j^2] is M, ``params.sum_variance``). PrivUnit: E[z_j^2]
+    of a report depends on its input's direction c = v / ||v|| (D times the inner
+    ``second_moment`` of c_j^2); n M is then a bound.
+    """
+    n = len(vectors)
+    bound = np.full(params.dimension, params.sum_variance(n))
+    if params.shape != VectorShape.PRIVUNIT:
+        return bound
+    inner = params.inner
+    assert isinstance(inner, VectorPrivUnitParams)
+    directions = vectors * vectors / np.sum(vectors * vectors, axis=1, keepdims=True)
+    sums: np.ndarray = params.dimension * np.vectorize(inner.second_moment)(directions).sum(axis=0)
+    assert np.all(sums <= bound * (1 + 1e-12))
+    return sums
+
+
 def _empty_buckets(params: BucketizedVectorParams, taken: set[int], count: int) -> list[int]:
     top = 2**params.bucket_bits
     return [b for b in (0, top - 1, top // 3, top // 2 + 1, 5) if b not in taken][:count]
@@ -241,14 +260,16 @@ def test_sums_are_within_their_analytic_standard_errors(shape: VectorShape, lsh:
     points = _clustered_points(rng, n)
     payloads = [component.run(p, rng=rng) for p in points]
     truth = _truth(encoder, points)
+    moment_sums = _moment_sums(params, np.array([encoder.encode(p)[1] for p in points]))
     assert 3 <= len(truth) <= 8  # three clusters, a few of them cut by a bucket border
     cells = sorted(truth) + _empty_buckets(params, set(truth), 2)
     result = bucket_sums(params, payloads, cells)
     assert isinstance(result, BucketSums) and result.reports == n
     for k, cell in enumerate(cells):
         true_sum, true_squares = truth.get(cell, np.zeros((2, 3)))
+        variances = moment_sums - true_squares
         for j in range(3):
-            se = math.sqrt(params.sum_variance(n, float(true_squares[j])))
+            se = math.sqrt(variances[j])
             error = result.sums[k, j] - true_sum[j]
             assert abs(error) <= Z * se, (cell, j, result.sums[k, j], true_sum[j], error / se)
             assert se <= result.std_errors[k, j] * 1.15  # the plug-in is conservative (up to noise)
@@ -269,7 +290,7 @@ def test_standardized_errors_have_unit_variance_over_repeated_runs(shape: Vector
     runs, sizes = 40, {17: 300, 50: 200}
     vectors = {17: (0.5, -0.25, 1.0), 50: (-1.0, 0.75, 1.0)}
     cells = list(range(64))
-    n = sum(sizes.values())
+    moment_sums = _moment_sums(params, np.array([vectors[c] for c, size in sizes.items() for _ in range(size)]))
     squares: list[list[float]] = [[], [], []]
     for run in range(runs):
         rng = SeededRng(50_000 + 100 * int(shape) + run)
@@ -278,8 +299,9 @@ def test_standardized_errors_have_unit_variance_over_repeated_runs(shape: Vector
         for k, cell in enumerate(cells):
             v = np.array(vectors.get(cell, (0.0, 0.0, 0.0)))
             size = sizes.get(cell, 0)
+            variances = moment_sums - size * v**2
             for j in range(3):
-                sd = math.sqrt(params.sum_variance(n, size * v[j] ** 2))
+                sd = math.sqrt(variances[j])
                 squares[j].append(((result.sums[k, j] - size * v[j]) / sd) ** 2)
     for j in range(3):
         dof = len(squares[j])

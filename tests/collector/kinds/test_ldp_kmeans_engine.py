@@ -28,6 +28,7 @@ from ldp_client.mechanisms import GRRParams
 from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.vector_box import VectorBoxParams
 from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
+from ldp_client.mechanisms.vector_privunit import VectorPrivUnitParams
 from ldp_client.payload import payload_from_wire
 from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundSpec
@@ -157,6 +158,19 @@ def test_vector_mechanism_is_the_least_variance_one(d: int, epsilon: float, kind
     assert component.encoder.output_size == d
 
 
+@pytest.mark.parametrize("policy", [PARTITION, SPLIT])
+def test_privunit_vectors_replace_the_least_variance_choice(policy: int) -> None:
+    engine = engine_for(kmeans_config([0.0] * 3, [1.0] * 3, k=3, policy=policy, privunit_vectors=True,
+                                      campaign_id=f"km-privunit-{policy}"))
+    for component in (engine.init_component, engine.label_vector_component):
+        assert isinstance(component.mechanism, VectorPrivUnitParams)
+        assert isinstance(component.encoder, UnitBallEncoder)
+    assert engine.init_component.mechanism.epsilon == engine.plan.init_epsilon
+    assert engine.label_vector_component.mechanism.epsilon == engine.plan.label_vector_epsilon
+    assert not isinstance(engine_for(kmeans_config([0.0] * 3, [1.0] * 3, k=3)).init_component.mechanism,
+                          VectorPrivUnitParams)
+
+
 def test_vector_estimates_match_the_sdk_estimates() -> None:
     """Decoding in bulk gives the SDK's per-report estimate, mapped back to normalized units."""
     rng = SeededRng(3)
@@ -164,15 +178,15 @@ def test_vector_estimates_match_the_sdk_estimates() -> None:
     points = [(0.1, 0.5, 0.9, 0.3), (1.0, 0.0, 0.25, 0.75)]
     domain = NumericDomain(lower=(0.0,) * d, upper=(1.0,) * d)
     for params in (VectorL2BallParams(dimension=d, epsilon=1.0), VectorBoxParams(dimension=d, epsilon=1.0),
-                   DiscreteLaplaceParams(dimension=d, epsilon=1.0)):
+                   DiscreteLaplaceParams(dimension=d, epsilon=1.0), VectorPrivUnitParams(dimension=d, epsilon=1.0)):
         encoder = {"vector_l2_ball": UnitBallEncoder, "vector_box": SymmetricBoxEncoder,
-                   "discrete_laplace": UnitCubeEncoder}[params.KIND](domain=domain)
+                   "discrete_laplace": UnitCubeEncoder, "vector_privunit": UnitBallEncoder}[params.KIND](domain=domain)
         payloads = [params.randomize(encoder.encode(p), rng=rng) for p in points]
         got = vector_estimates(params, payloads)
         for row, payload in zip(got, payloads):
             if isinstance(params, DiscreteLaplaceParams):
                 expected = np.asarray(params.decode(payload))
-            elif isinstance(params, VectorL2BallParams):
+            elif isinstance(params, (VectorL2BallParams, VectorPrivUnitParams)):
                 expected = (np.asarray(params.estimate(payload)) * math.sqrt(d) + 1.0) / 2.0
             else:
                 expected = (np.asarray(params.estimate(payload)) + 1.0) / 2.0

@@ -87,6 +87,21 @@ def test_defaults_are_filled_in() -> None:
     assert low.config.parameters.node_map == NT.SHIFTED_GRID and low.config.parameters.bits_per_level == 2
 
 
+def test_vector_shape_picks_the_bucketized_randomizer() -> None:
+    """Unspecified: the smaller-variance of the ball and the box at d + 1; otherwise the shape asked for."""
+    from ldp_client.mechanisms.bucketized_vector import VectorShape
+    from ldp_client.mechanisms.vector_privunit import VectorPrivUnitParams
+
+    default = engine_for(nettree_config([0.0] * 10, [1.0] * 10, k=8, campaign_id="nt-shape-default"))
+    assert default.vector.mechanism.shape in (VectorShape.L2_BALL, VectorShape.BOX)
+    for shape in (VectorShape.L2_BALL, VectorShape.BOX, VectorShape.PRIVUNIT):
+        engine = engine_for(nettree_config([0.0] * 10, [1.0] * 10, k=8, vector_shape=int(shape),
+                                           campaign_id=f"nt-shape-{int(shape)}"))
+        assert engine.vector.mechanism.shape == shape
+    assert isinstance(engine.vector.mechanism.inner, VectorPrivUnitParams)
+    assert engine.vector.mechanism.inner.epsilon == engine.vector_epsilon
+
+
 @pytest.mark.parametrize(("params", "message"), [
     ({"k": 1}, "nettree.k"),
     ({"k": 300}, "nettree.k"),
@@ -102,6 +117,7 @@ def test_defaults_are_filled_in() -> None:
     ({"false_positive_rate": 1.5}, "false_positive_rate"),
     ({"refinement_share": 0.95}, "refinement_share"),
     ({"refinement_share": -0.1}, "refinement_share"),
+    ({"vector_shape": 9}, "nettree.vector_shape 9"),
 ])
 def test_bad_parameters_name_the_field(params: dict[str, Any], message: str) -> None:
     k = params.pop("k", 4)

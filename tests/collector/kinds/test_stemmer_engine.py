@@ -69,6 +69,19 @@ def test_registered_and_defaults() -> None:
     assert engine.subgroups == DEFAULT_SCALES * DEFAULT_REPETITIONS
 
 
+def test_vector_shape_picks_the_bucketized_randomizer() -> None:
+    """Unspecified: the smaller-variance of the ball and the box at d + 1; otherwise the shape asked for, everywhere."""
+    from ldp_client.mechanisms.bucketized_vector import VectorShape
+
+    default = engine_for(stemmer_config([0.0] * 5, [1.0] * 5, k=3, campaign_id="st-shape-default"))
+    assert default.vector_shape in (VectorShape.L2_BALL, VectorShape.BOX)
+    for shape in (VectorShape.L2_BALL, VectorShape.BOX, VectorShape.PRIVUNIT):
+        engine = engine_for(stemmer_config([0.0] * 5, [1.0] * 5, k=3, vector_shape=int(shape),
+                                           campaign_id=f"st-shape-{int(shape)}"))
+        assert engine.vector_shape == shape
+        assert {c.mechanism.shape for c in engine.vector_components} == {shape}
+
+
 @pytest.mark.parametrize(("params", "message"), [
     ({"k": 1}, "stemmer.k"),
     ({"projection_dimension": 7}, "projection_dimension"),
@@ -76,6 +89,7 @@ def test_registered_and_defaults() -> None:
     ({"repetitions": 9}, "repetitions"),
     ({"threshold_z": -1.0}, "threshold_z"),
     ({"threshold_z": math.nan}, "threshold_z"),
+    ({"vector_shape": 9}, "stemmer.vector_shape 9"),
 ])
 def test_bad_parameters_name_the_field(params: dict[str, Any], message: str) -> None:
     k = params.pop("k", 4)

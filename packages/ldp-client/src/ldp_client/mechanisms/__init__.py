@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # loaded on first use (PEP 562): a device imports only what i
     from .unary_encoding import UnaryEncodingParams, UnaryVariant, oue, sue
     from .vector_box import VectorBoxParams
     from .vector_l2_ball import VectorL2BallParams
+    from .vector_privunit import VectorPrivUnitParams
 
 _LAZY = {
     "BitwiseRRParams": "bitwise_randomized_response",
@@ -35,6 +36,7 @@ _LAZY = {
     "sue": "unary_encoding",
     "VectorBoxParams": "vector_box",
     "VectorL2BallParams": "vector_l2_ball",
+    "VectorPrivUnitParams": "vector_privunit",
 }
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "UnaryVariant",
     "VectorBoxParams",
     "VectorL2BallParams",
+    "VectorPrivUnitParams",
     "VectorShape",
     "choose_frequency_oracle",
     "oue",

@@ -27,6 +27,7 @@ MECHANISMS = SpecRegistry("mechanism", "ldp_client.mechanisms", {
     "bitwise_rr": "bitwise_randomized_response",
     "discrete_laplace": "discrete_laplace",
     "vector_l2_ball": "vector_l2_ball",
+    "vector_privunit": "vector_privunit",
     "vector_box": "vector_box",
     "bucketized_vector": "bucketized_vector",
 })

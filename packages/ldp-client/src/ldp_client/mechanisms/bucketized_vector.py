@@ -13,9 +13,11 @@ Algorithm
        (:func:`~ldp_client.mechanisms.local_hashing.hash_value` with g = 2; the collector's numpy
        twin is ``ldp_collector.estimation.olh_hash.hash_values``).
     3. Shape BOX: y = the box randomizer (:class:`~ldp_client.mechanisms.vector_box.VectorBoxParams`,
-       dimension D) on sigma v; shape L2_BALL: y = the l2-ball randomizer
-       (:class:`~ldp_client.mechanisms.vector_l2_ball.VectorL2BallParams`, dimension D) on
-       sigma v / sqrt(D), which lies in the unit ball since ||v|| <= sqrt(D).
+       dimension D) on sigma v; shape L2_BALL (PRIVUNIT): y = the l2-ball randomizer
+       (:class:`~ldp_client.mechanisms.vector_l2_ball.VectorL2BallParams`; PrivUnit,
+       :class:`~ldp_client.mechanisms.vector_privunit.VectorPrivUnitParams`), dimension D, on
+       sigma v / sqrt(D), which lies in the unit ball since ||v|| <= sqrt(D). PrivUnit is decoded
+       as the ball (its own B').
     The decoding in box units is z = B y_signs (box: B the box randomizer's scale, y_signs in
     {-1, +1}^D) or z = sqrt(D) B' w (ball: B' the l2 randomizer's scale, w the reported direction).
 Privacy
@@ -30,7 +32,7 @@ Privacy
     protected by the inner randomization exactly as the vector is.
 Parameters
     ``bucket_bits`` in [0, 64], ``dimension`` D in [1, 4096], ``epsilon`` in (0, 20] (at least
-    about 1.5e-14), ``shape`` L2_BALL or BOX.
+    about 1.5e-14), ``shape`` L2_BALL, BOX or PRIVUNIT.
 Utility
     E[z | s, b, v] = sigma_s(b) v (the inner estimate is unbiased), so
     E[sigma_s(c) z] = E_s[sigma_s(c) sigma_s(b)] v, which is v for b = c and 0 for b != c when the
@@ -39,13 +41,14 @@ Utility
     So E[S_c] = sum of v_i over the devices in bucket c. Per coordinate j, sigma^2 = 1 gives
     E[(sigma z_j)^2] = E[z_j^2] = M exactly, whatever the input, with
     M = B^2 (box: every z_j is +-B) or M = B'^2 (ball: E[(B' w_j)^2] = B'^2 / D, times D)
-    (:attr:`BucketizedVectorParams.report_second_moment`). Reports are independent, so the exact
-    variance of coordinate j of S_c over n reports is
+    (:attr:`BucketizedVectorParams.report_second_moment`; for PRIVUNIT, M = D times its
+    ``variance_bound`` bounds E[z_j^2], whose sum over j is exactly D B'^2). Reports are
+    independent, so the exact (PRIVUNIT: bounded) variance of coordinate j of S_c over n reports is
     Var[S_cj] = n M - sum_{i in c} v_ij^2 <= n M (:meth:`BucketizedVectorParams.sum_variance`):
     every report adds noise to every bucket, independently of the bucket's size. M is
     O(D / epsilon^2) for small epsilon for both shapes.
 Cost
-    32 + D bits (box) or 32 + 32 D bits (ball). CPU: one 32-bit draw, one hash (two 64-bit mixes)
+    32 + D bits (box) or 32 + 32 D bits (ball, PrivUnit). CPU: one 32-bit draw, one hash (two 64-bit mixes)
     and the inner randomizer (about 40 microseconds for D = 10, box). The collector's cost is one
     hash and D multiply-adds per (report, bucket) pair.
 Reference
@@ -71,6 +74,7 @@ from .base import MECHANISMS, MechanismParams
 from .local_hashing import SEED_BITS, hash_value
 from .vector_box import VectorBoxParams
 from .vector_l2_ball import VectorL2BallParams
+from .vector_privunit import VectorPrivUnitParams
 
 __all__ = ["MAX_BUCKET_BITS", "BucketizedVectorParams", "VectorShape", "randomize", "sign"]
 
@@ -83,6 +87,7 @@ class VectorShape(enum.IntEnum):
 
     L2_BALL = 1
     BOX = 2
+    PRIVUNIT = 3
 
 
 def sign(seed: int, bucket: int) -> int:
@@ -124,16 +129,18 @@ class BucketizedVectorParams(MechanismParams):
         shape: Any = self.shape  # may be a plain int (from_dict, callers)
         if isinstance(shape, bool) or not isinstance(shape, int):
             raise TypeError(f"shape must be a VectorShape, got {type(shape).__name__}")
-        if shape not in (VectorShape.L2_BALL, VectorShape.BOX):
-            raise InvalidParameterError(f"shape must be L2_BALL (1) or BOX (2), got {int(shape)}")
+        if shape not in (VectorShape.L2_BALL, VectorShape.BOX, VectorShape.PRIVUNIT):
+            raise InvalidParameterError(f"shape must be L2_BALL (1), BOX (2) or PRIVUNIT (3), got {int(shape)}")
         object.__setattr__(self, "shape", VectorShape(shape))
         _ = self.inner  # the inner randomizer's own checks (epsilon large enough for an unbiased estimate)
 
     @cached_property
-    def inner(self) -> VectorBoxParams | VectorL2BallParams:
+    def inner(self) -> VectorBoxParams | VectorL2BallParams | VectorPrivUnitParams:
         """The inner vector randomizer, of dimension ``dimension`` at ``epsilon``."""
         if self.shape == VectorShape.BOX:
             return VectorBoxParams(dimension=self.dimension, epsilon=self.epsilon)
+        if self.shape == VectorShape.PRIVUNIT:
+            return VectorPrivUnitParams(dimension=self.dimension, epsilon=self.epsilon)
         return VectorL2BallParams(dimension=self.dimension, epsilon=self.epsilon)
 
     @cached_property
@@ -145,14 +152,27 @@ class BucketizedVectorParams(MechanismParams):
 
     @cached_property
     def report_second_moment(self) -> float:
-        """M = E[z_j^2], exact for every input: B^2 (box) or B'^2 (ball), in box units.
+        """M = E[z_j^2]: B^2 (box) or B'^2 (ball), exact for every input, in box units; a bound for PrivUnit.
 
         The variance of one report's contribution sigma(c) z_j to a bucket's sum is M, or
-        M - v_j^2 for a report from that bucket.
+        M - v_j^2 for a report from that bucket. PrivUnit's E[z_j^2] depends on the direction of
+        the input; M is its largest value, D times the inner ``variance_bound``.
         """
         if self.shape == VectorShape.BOX:
             return self.inner.variance_bound  # B^2
-        return self.inner.variance_bound * self.dimension  # (B'^2 / D) * D
+        return self.inner.variance_bound * self.dimension  # (B'^2 / D) * D for the ball
+
+    @cached_property
+    def report_mean_second_moment(self) -> float:
+        """E[||z||^2] / D, exact for every input: B^2 (box) or B'^2 (ball, PrivUnit: unit directions).
+
+        What a report adds to a bucket sum's squared error, averaged over the coordinates (a
+        center's squared l2 error adds the coordinates up); equal to :attr:`report_second_moment`
+        except for PrivUnit, whose noise leans towards the input's direction.
+        """
+        if self.shape == VectorShape.BOX:
+            return self.inner.variance_bound
+        return self.decode_scale**2 / self.dimension
 
     def sum_variance(self, reports: float, bucket_square_sum: float = 0.0) -> float:
         """Exact variance ``n M - sum_{i in c} v_ij^2`` of one coordinate of a bucket's estimated sum.

@@ -21,6 +21,8 @@ Variance
     ``sum_i z_ij^2``, an unbiased estimate of ``n M`` (so of the bound; it overstates the exact
     variance by the bucket's ``sum v_ij^2``, at most its device count). For the box every
     ``z_ij^2`` is ``B^2``, so the plug-in equals the bound exactly; for the ball it is random.
+    For PrivUnit a report's ``E[z_ij^2]`` depends on its input's direction and M is its largest
+    value: ``n M`` is a bound, and the plug-in estimates the exact ``sum_i E[z_ij^2]`` below it.
 Cost
     One hash and ``D`` multiply-adds per (report, bucket) pair, about 12 ns per pair on one core
     (1e6 box reports of D = 11 x 500 buckets: about 6 s). Reports are decoded in chunks of at most

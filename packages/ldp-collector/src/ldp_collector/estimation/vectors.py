@@ -12,7 +12,10 @@ SDK's own parameter objects:
 * box (Duchi et al.'s l-infinity mechanism, on ``2t - 1``): ``B_inf^2 / 4``;
 * discrete Laplace on a 2^10 grid (on ``t``): about ``2 d^2 / eps^2``.
 
-Ties go to the smaller payload.
+Ties go to the smaller payload. The SDK's PrivUnit randomizer (on ``(2t - 1) / sqrt(d)``, decoded
+as the l2 ball with its own B) is decoded here too but is not a candidate: its gain is in the sum
+of the coordinates' variances, while this choice ranks the worst coordinate, where the two are
+within 1 % (``benchmarks/README.md``, "Vector randomizers for the l2 ball").
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from ldp_client.errors import ProtocolError
 from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.vector_box import VectorBoxParams
 from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
+from ldp_client.mechanisms.vector_privunit import VectorPrivUnitParams
 from ldp_client.payload import Floats, Integers
 from ldp_client.spec import Component
 
@@ -40,13 +44,13 @@ _LAPLACE_GRID_BITS = 10
 #: Relative variance difference below which two mechanisms count as tied.
 _TIE = 1e-9
 
-_VectorMechanism = VectorL2BallParams | VectorBoxParams | DiscreteLaplaceParams
+_VectorMechanism = VectorL2BallParams | VectorPrivUnitParams | VectorBoxParams | DiscreteLaplaceParams
 
 
 def normalized_variance(params: _VectorMechanism) -> float:
     """Worst-case variance of one decoded coordinate, in units of the domain side ([0, 1])."""
-    if isinstance(params, VectorL2BallParams):
-        # t = (sqrt(d) x + 1) / 2 with Var[x_j] <= B^2 / d.
+    if isinstance(params, (VectorL2BallParams, VectorPrivUnitParams)):
+        # t = (sqrt(d) x + 1) / 2 with Var[x_j] <= variance_bound (B^2 / d for the l2 ball).
         return params.variance_bound * params.dimension / 4.0
     if isinstance(params, VectorBoxParams):
         return params.variance_bound / 4.0  # t = (x + 1) / 2 with Var[x_j] <= B^2
@@ -54,11 +58,12 @@ def normalized_variance(params: _VectorMechanism) -> float:
     return params.noise_variance + rounding * rounding
 
 
-def vector_component(domain: NumericDomain, epsilon: float) -> Component:
-    """The encoder and vector randomizer of least per-coordinate variance at ``epsilon``.
+def vector_component(domain: NumericDomain, epsilon: float, *, privunit: bool = False) -> Component:
+    """The encoder and vector randomizer of least per-coordinate variance at ``epsilon`` (or PrivUnit).
 
     Candidates: the SDK's l2-ball, box and grid discrete-Laplace randomizers, each with its
-    encoder (module docstring). Ties go to the smaller payload.
+    encoder (module docstring). Ties go to the smaller payload. With ``privunit``: the SDK's PrivUnit
+    on the unit ball, whatever the others' variances.
 
     Raises
     ------
@@ -66,6 +71,9 @@ def vector_component(domain: NumericDomain, epsilon: float) -> Component:
         ``epsilon`` outside what the mechanisms accept.
     """
     d = domain.dimension
+    if privunit:
+        return Component(encoder=UnitBallEncoder(domain=domain), mechanism=VectorPrivUnitParams(dimension=d,
+                                                                                                 epsilon=epsilon))
     candidates: list[tuple[_VectorMechanism, Encoder]] = [
         (VectorL2BallParams(dimension=d, epsilon=epsilon), UnitBallEncoder(domain=domain)),
         (VectorBoxParams(dimension=d, epsilon=epsilon), SymmetricBoxEncoder(domain=domain)),
@@ -83,7 +91,7 @@ def vector_estimates(params: Any, payloads: Sequence[Any]) -> NDArray[np.float64
 
     Parameters
     ----------
-    params : VectorL2BallParams, VectorBoxParams or DiscreteLaplaceParams
+    params : VectorL2BallParams, VectorPrivUnitParams, VectorBoxParams or DiscreteLaplaceParams
     payloads : sequence of payloads
         Decoded payloads of that mechanism (already checked at ingestion; shapes are re-checked).
 
@@ -96,9 +104,9 @@ def vector_estimates(params: Any, payloads: Sequence[Any]) -> NDArray[np.float64
     n = len(payloads)
     if n == 0:
         return np.zeros((0, d))
-    if isinstance(params, VectorL2BallParams):
+    if isinstance(params, (VectorL2BallParams, VectorPrivUnitParams)):
         if not all(isinstance(p, Floats) and len(p.values) == d for p in payloads):
-            raise ProtocolError(f"vector_l2_ball payloads must be Floats of {d} values")
+            raise ProtocolError(f"{params.KIND} payloads must be Floats of {d} values")
         w = np.array([p.values for p in payloads], dtype=np.float64).reshape(n, d)
         out: NDArray[np.float64] = (params.scale * math.sqrt(d) * w + 1.0) / 2.0
         return out

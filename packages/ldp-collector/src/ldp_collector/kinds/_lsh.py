@@ -19,9 +19,13 @@ from ldp_client.mechanisms.bucketized_vector import VectorShape
 from ldp_client.mechanisms.vector_box import VectorBoxParams
 from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
 
+from ..errors import InvalidArgumentError
 from ..estimation.net_tree import LevelEstimator, NetTreeLayout, TreeGrowth, grow_tree
+from .base import CliParam
+from .common import ProtoEnum
 
-__all__ = ["exact_counts", "exact_sums", "grow_best_effort", "lsh_nodes", "vector_shape"]
+__all__ = ["VECTOR_SHAPE_PARAM", "VectorShapeParam", "check_vector_shape", "exact_counts", "exact_sums",
+           "grow_best_effort", "lsh_nodes", "vector_shape"]
 
 #: The threshold multiplier of :func:`grow_best_effort`: positive, as ``select_nodes`` requires, and
 #: small enough that any positive count passes.
@@ -42,8 +46,33 @@ def grow_best_effort(estimate: LevelEstimator, layout: NetTreeLayout, *, n_hat: 
                      z=_BEST_EFFORT_Z, min_count=0.0, prefix=prefix)
 
 
-def vector_shape(dimension: int, epsilon: float) -> VectorShape:
-    """The randomizer (box or l2 ball) of smaller per-coordinate variance in ``[-1, 1]`` units."""
+class VectorShapeParam(ProtoEnum):
+    """``ldp.v1.BucketizedVector.Shape`` as a kind parameter: the bucketized vector's randomizer."""
+
+    SHAPE_UNSPECIFIED = 0
+    L2_BALL = 1
+    BOX = 2
+    PRIVUNIT = 3
+
+
+#: ``--vector-shape``: the two kinds' flag for their ``vector_shape`` field.
+VECTOR_SHAPE_PARAM = CliParam(
+    flag="--vector-shape", field="vector_shape", type="choice",
+    choices=(("l2_ball", VectorShapeParam.L2_BALL), ("box", VectorShapeParam.BOX),
+             ("privunit", VectorShapeParam.PRIVUNIT)),
+    help="the bucketized vector's randomizer (default: the l2 ball or the box, whichever has the smaller variance)")
+
+
+def check_vector_shape(requested: int, kind: str) -> None:
+    """Refuse a ``vector_shape`` number that names no shape (a proto3 enum is open)."""
+    if requested not in tuple(VectorShapeParam):
+        raise InvalidArgumentError(f"{kind}.vector_shape {int(requested)} is not L2_BALL (1), BOX (2) or PRIVUNIT (3)")
+
+
+def vector_shape(dimension: int, epsilon: float, requested: int = VectorShapeParam.SHAPE_UNSPECIFIED) -> VectorShape:
+    """The ``requested`` randomizer, or else (box or l2 ball) the one of smaller per-coordinate variance in ``[-1, 1]`` units."""
+    if requested:
+        return VectorShape(int(requested))
     box = VectorBoxParams(dimension=dimension, epsilon=epsilon).variance_bound
     ball = VectorL2BallParams(dimension=dimension, epsilon=epsilon).variance_bound * dimension
     return VectorShape.BOX if box <= ball else VectorShape.L2_BALL

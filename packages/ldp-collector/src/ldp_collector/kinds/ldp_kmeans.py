@@ -165,6 +165,7 @@ from .base import (
     K_PARAM,
     NUMERIC,
     CampaignEngine,
+    CliParam,
     Kind,
     KindCli,
     KindParams,
@@ -361,11 +362,14 @@ class LdpKmeansParams(KindParams):
         Label rounds, in [1, 20] (0 = 5).
     data_share : float
         Share of epsilon spent on the perturbed vector, in (0, 1) (0 = 0.5).
+    privunit_vectors : bool
+        Perturb the vectors with the SDK's PrivUnit instead of :func:`vector_component`'s choice.
     """
 
     k: int = 0
     iterations: int = 0
     data_share: float = 0.0
+    privunit_vectors: bool = False
 
     def resolve(self, config: CampaignConfig) -> LdpKmeansParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
@@ -415,8 +419,10 @@ class LdpKmeansEngine(CampaignEngine):
         self.dimension = self.domain.dimension
         self.plan = self._plan(config)
         try:
-            self.init_component = vector_component(self.domain, self.plan.init_epsilon)
-            self.label_vector_component = vector_component(self.domain, self.plan.label_vector_epsilon)
+            privunit = bool(params.privunit_vectors)
+            self.init_component = vector_component(self.domain, self.plan.init_epsilon, privunit=privunit)
+            self.label_vector_component = vector_component(self.domain, self.plan.label_vector_epsilon,
+                                                           privunit=privunit)
             self.label_mechanism = GRRParams(domain_size=self.k, epsilon=self.plan.label_epsilon)
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"ldp_kmeans: {exc}") from None
@@ -615,7 +621,9 @@ class LdpKmeansEngine(CampaignEngine):
 
 
 #: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
-CLI = KindCli(result="clustering", params=(K_PARAM,))
+CLI = KindCli(result="clustering", params=(K_PARAM, CliParam(
+    flag="--privunit-vectors", field="privunit_vectors", type="switch",
+    help="perturb the vectors with PrivUnit (default: the l2 ball, the box or discrete Laplace, least variance)")))
 
 #: The LDP_KMEANS campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="ldp_kmeans", engine=LdpKmeansEngine,

@@ -13,7 +13,8 @@ The round
        the variance-optimal frequency oracle for ``2^(l b)`` values at ``node_share * epsilon``;
     2. the bucketized vector ``(2t - 1, 1)`` of its point in the *original* space, bucketed by its
        depth-``T`` node, at the remaining epsilon, with the SDK's box or l2-ball randomizer,
-       whichever has the smaller per-coordinate variance at ``d + 1`` dimensions.
+       whichever has the smaller per-coordinate variance at ``d + 1`` dimensions, or the one
+       ``vector_shape`` names (``PRIVUNIT``: lower total variance, ``benchmarks/README.md``).
 
     Sequential composition within the report: each device spends exactly epsilon, once.
 
@@ -86,7 +87,16 @@ from ..estimation.net_tree import (
 )
 from ..estimation.vector_sum import bucket_sums, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
-from ._lsh import exact_counts, exact_sums, grow_best_effort, lsh_nodes, vector_shape
+from ._lsh import (
+    VECTOR_SHAPE_PARAM,
+    VectorShapeParam,
+    check_vector_shape,
+    exact_counts,
+    exact_sums,
+    grow_best_effort,
+    lsh_nodes,
+    vector_shape,
+)
 from .base import (
     K_PARAM,
     NUMERIC,
@@ -195,6 +205,9 @@ class NetTreeParams(KindParams):
         Share of the devices held back for a Lloyd refinement round, in [0, MAX_REFINEMENT_SHARE]
         (0 = no refinement: one round). They report once, in round 2, with the whole epsilon: their
         point's bucketized vector bucketed by its nearest round-1 center (PARTITION only).
+    vector_shape : VectorShapeParam
+        The bucketized vector's randomizer: L2_BALL, BOX or PRIVUNIT (UNSPECIFIED: the one of least
+        worst-case per-coordinate variance among L2_BALL and BOX, left unspecified by :meth:`resolve`).
     """
 
     k: int = 0
@@ -208,6 +221,7 @@ class NetTreeParams(KindParams):
     false_positive_rate: float = 0.0
     expected_reports: int = 0
     refinement_share: float = 0.0
+    vector_shape: VectorShapeParam = VectorShapeParam.SHAPE_UNSPECIFIED
 
     def resolve(self, config: CampaignConfig) -> NetTreeParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
@@ -268,6 +282,7 @@ class NetTreeParams(KindParams):
             config.epsilon, k, NetTreeLayout(levels=depth, child_bits=bits_per_level), false_positive_rate)
         if not (math.isfinite(node_share) and 0.0 < node_share < 1.0):
             raise InvalidArgumentError(f"nettree.node_share must be in (0, 1), got {node_share:g}")
+        check_vector_shape(self.vector_shape, "nettree")
         return replace(self, depth=depth, node_map=node_map, projection_dimension=projection_dimension,
                        bits_per_level=bits_per_level, max_nodes_per_level=max_nodes_per_level,
                        node_share=node_share, false_positive_rate=false_positive_rate)
@@ -318,7 +333,7 @@ class NetTreeEngine(CampaignEngine):
         try:
             self.node_encoders = tuple(self._node_encoder(level, seed) for level in range(1, self.layout.levels + 1))
             leaf = self.node_encoders[-1]
-            shape = vector_shape(d + 1, self.vector_epsilon)
+            shape = vector_shape(d + 1, self.vector_epsilon, p.vector_shape)
             self.vector = Component(
                 encoder=BucketedVectorEncoder(domain=self.domain,
                                               simhash=leaf if isinstance(leaf, SimHashEncoder) else None,
@@ -380,7 +395,7 @@ class NetTreeEngine(CampaignEngine):
             domain=self.domain, dimension=d, centers=tuple(centers.ravel().tolist())))
         epsilon = float(self.config.epsilon)
         mechanism = BucketizedVectorParams(bucket_bits=encoder.bucket_bits, dimension=d + 1, epsilon=epsilon,
-                                           shape=vector_shape(d + 1, epsilon))
+                                           shape=vector_shape(d + 1, epsilon, self.params.vector_shape))
         levels = self.layout.levels
         spec = RoundSpec(campaign_id=self.campaign_id, round=2, group_weights=self._group_weights(),
                          tasks=(GroupTask(groups=(levels,), components=(Component(encoder=encoder, mechanism=mechanism),)),),
@@ -418,7 +433,8 @@ class NetTreeEngine(CampaignEngine):
             sums = bucket_sums(params, payloads, np.arange(len(previous), dtype=np.uint64))
             start = 2.0 * (previous - lower) / (upper - lower) - 1.0
             move = lloyd_move(start, np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound))
-            centers_unit, variances = np.clip(move.centers, -1.0, 1.0), move.variances
+            centers_unit = np.clip(move.centers, -1.0, 1.0)
+            variances = move.variances * (params.report_mean_second_moment / params.report_second_moment)
             diagnostics["refinement_centers_moved"] = float(move.moved.sum())
             if not move.moved.all():
                 warnings.append(f"{int((~move.moved).sum())} of {len(previous)} centers kept their round-1 place: "
@@ -464,14 +480,15 @@ class NetTreeEngine(CampaignEngine):
                                                   dtype=np.float64)[:, :d]
             return out
 
-        outcome = self.server_step(n, estimate, leaf_sums, vector_variance=float(vector_params.report_second_moment))
+        outcome = self.server_step(n, estimate, leaf_sums, vector_variance=float(vector_params.report_second_moment),
+                                   floor_variance=float(vector_params.report_mean_second_moment))
         for level in range(1, layout.levels + 1):
             outcome.diagnostics[f"level_{level}_reports"] = float(aggregators[level - 1].n)  # type: ignore[index]
         return outcome
 
     def server_step(self, n: int, estimate: LevelEstimator,
                     leaf_sums: Callable[[NDArray[np.uint64]], NDArray[np.float64]], *,
-                    vector_variance: float) -> RoundOutcome:
+                    vector_variance: float, floor_variance: float | None = None) -> RoundOutcome:
         """The server step on any source of node counts and leaf sums.
 
         ``close_round`` passes the frequency-oracle estimates and the bucketized vector sums of the
@@ -488,6 +505,8 @@ class NetTreeEngine(CampaignEngine):
             ``leaf_sums(nodes) -> (L, d)`` sums of ``2t - 1`` over each depth-``T`` node's devices.
         vector_variance : float
             Per-report second moment ``M`` of a vector coordinate (0 for exact sums).
+        floor_variance : float, optional
+            Its mean over the coordinates, for the noise floor (default ``vector_variance``; below it for PrivUnit).
         """
         layout = self.layout
         p = self.params
@@ -555,6 +574,10 @@ class NetTreeEngine(CampaignEngine):
                             f"{fit.centers.shape[0]} centers published")
         leaves_per_center = np.bincount(fit.labels, minlength=fit.centers.shape[0]).astype(np.float64)
         center_variance = leaves_per_center * n * inner_variance / fit.weights**2
+        # The floor adds the coordinates up: a report's mean second moment over them (PrivUnit's worst
+        # coordinate, which the thresholds use, overstates it).
+        floor_ratio = (floor_variance if floor_variance is not None else inner_variance) / inner_variance \
+            if inner_variance > 0 else 1.0
         diagnostics["vector_center_se_mean"] = float(np.sqrt(center_variance).mean())
         centers = fit.centers
         if cells is not None:
@@ -576,8 +599,8 @@ class NetTreeEngine(CampaignEngine):
         upper = np.asarray(self.domain.upper, dtype=np.float64)
         original = lower + unit * (upper - lower)
         diagnostics.update(floor_diagnostics(
-            unit_to_data_variance(np.repeat(center_variance[:, None], d, axis=1), lower, upper, unit_width=2.0),
-            fit_weights, centers=original, lower=lower, upper=upper))
+            unit_to_data_variance(np.repeat(floor_ratio * center_variance[:, None], d, axis=1), lower, upper,
+                                  unit_width=2.0), fit_weights, centers=original, lower=lower, upper=upper))
         clustering = Clustering(k=int(original.shape[0]), dimension=d, centers=tuple(original.reshape(-1).tolist()),
                                 weights=tuple((fit_weights / fit_weights.sum()).tolist()))
         diagnostics["published_centers"] = float(original.shape[0])
@@ -667,14 +690,16 @@ def noiseless_outcome(engine: NetTreeEngine, points: ArrayLike) -> RoundOutcome:
     return engine.server_step(n, estimate, leaf_sums, vector_variance=0.0)
 
 
-#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
-#: ``--expected-reports`` (``simulate``: the simulated population when not given), ``--refinement-share``.
+#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given),
+#: ``--expected-reports`` (``simulate``: the simulated population when not given), ``--refinement-share`` and
+#: ``--vector-shape``.
 CLI = KindCli(result="clustering", params=(
     K_PARAM,
     CliParam(flag="--expected-reports", field="expected_reports", type="uint64", metavar="N",
              help="devices expected to report: the node share of epsilon is planned for them (nettree)"),
     CliParam(flag="--refinement-share", field="refinement_share", type="positive_float", metavar="SHARE",
              help="share of the devices held back for a Lloyd refinement round (nettree; default none)"),
+    VECTOR_SHAPE_PARAM,
 ))
 
 #: The NETTREE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).

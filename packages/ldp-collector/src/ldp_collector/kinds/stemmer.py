@@ -79,7 +79,16 @@ from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
 from ..estimation.vector_sum import bucket_sums, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
-from ._lsh import exact_counts, exact_sums, grow_best_effort, lsh_nodes, vector_shape
+from ._lsh import (
+    VECTOR_SHAPE_PARAM,
+    VectorShapeParam,
+    check_vector_shape,
+    exact_counts,
+    exact_sums,
+    grow_best_effort,
+    lsh_nodes,
+    vector_shape,
+)
 from .base import (
     K_PARAM,
     NUMERIC,
@@ -132,6 +141,9 @@ class StemmerParams(KindParams):
         Significance of the heavy-key test, in (0, 20] (0 = Bonferroni, left as 0).
     lloyd_refinement : bool or None
         Round D (one Lloyd step from bucketized vectors by nearest center); ``None`` (unset) = on.
+    vector_shape : VectorShapeParam
+        The bucketized vectors' randomizer: L2_BALL, BOX or PRIVUNIT (UNSPECIFIED: the one of least
+        worst-case per-coordinate variance among L2_BALL and BOX, left unspecified by :meth:`resolve`).
     """
 
     k: int = 0
@@ -140,6 +152,7 @@ class StemmerParams(KindParams):
     repetitions: int = 0
     threshold_z: float = 0.0
     lloyd_refinement: bool | None = None
+    vector_shape: VectorShapeParam = VectorShapeParam.SHAPE_UNSPECIFIED
 
     def resolve(self, config: CampaignConfig) -> StemmerParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
@@ -166,6 +179,7 @@ class StemmerParams(KindParams):
         z = self.threshold_z
         if z != 0 and not (math.isfinite(z) and 0 < z <= 20):
             raise InvalidArgumentError(f"stemmer.threshold_z must be in (0, 20] (0 = Bonferroni), got {z:g}")
+        check_vector_shape(self.vector_shape, "stemmer")
         return replace(self, projection_dimension=projection_dimension, scales=scales, repetitions=repetitions,
                        lloyd_refinement=True if self.lloyd_refinement is None else self.lloyd_refinement)
 
@@ -217,12 +231,17 @@ class StemmerEngine(CampaignEngine):
             eps = self.round_epsilon
             self.key_components = [Component(encoder=enc, mechanism=choose_frequency_oracle(
                 1 << (level * dp), eps, MAX_PAYLOAD_BITS)) for reps in self.keys for level, enc in enumerate(reps, 1)]
-            shape = vector_shape(d + 1, eps)
+            shape = vector_shape(d + 1, eps, p.vector_shape)
             self.vector_components = [Component(
                 encoder=BucketedVectorEncoder(domain=self.domain, shifted_grid=enc),
                 mechanism=BucketizedVectorParams(bucket_bits=level * dp, dimension=d + 1, epsilon=eps, shape=shape))
                 for reps in self.keys for level, enc in enumerate(reps, 1)]
             self.vector_shape = shape
+            # The floor adds a center's coordinates up: a report's mean second moment over them, which only
+            # PrivUnit's worst-coordinate bound (the thresholds' M) overstates.
+            inner = self.vector_components[0].mechanism
+            assert isinstance(inner, BucketizedVectorParams)
+            self._floor_ratio = inner.report_mean_second_moment / inner.report_second_moment
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"stemmer: {exc}") from None
 
@@ -548,7 +567,8 @@ class StemmerEngine(CampaignEngine):
         w = np.clip(weights, 0.0, None)
         lower, upper = self.domain.lower, self.domain.upper
         diagnostics.update(floor_diagnostics(
-            unit_to_data_variance(np.repeat(np.asarray(variances, dtype=np.float64).reshape(-1, 1), self.dimension,
+            unit_to_data_variance(np.repeat(self._floor_ratio * np.asarray(variances, dtype=np.float64).reshape(-1, 1),
+                                            self.dimension,
                                             axis=1), lower, upper, unit_width=2.0), w,
             centers=self._to_original(centers), lower=lower, upper=upper))
         clustering = Clustering(
@@ -607,7 +627,7 @@ def noiseless_outcome(engine: StemmerEngine, points: ArrayLike) -> RoundOutcome:
 
 
 #: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
-CLI = KindCli(result="clustering", params=(K_PARAM,))
+CLI = KindCli(result="clustering", params=(K_PARAM, VECTOR_SHAPE_PARAM))
 
 #: The STEMMER campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="stemmer", engine=StemmerEngine,

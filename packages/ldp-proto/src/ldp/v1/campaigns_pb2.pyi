@@ -340,6 +340,7 @@ class StemmerParameters(_message.Message):
     REPETITIONS_FIELD_NUMBER: _builtins.int
     THRESHOLD_Z_FIELD_NUMBER: _builtins.int
     LLOYD_REFINEMENT_FIELD_NUMBER: _builtins.int
+    VECTOR_SHAPE_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     projection_dimension: _builtins.int
     scales: _builtins.int
@@ -347,6 +348,10 @@ class StemmerParameters(_message.Message):
     threshold_z: _builtins.float
     lloyd_refinement: _builtins.bool
     """Round D (one Lloyd step from bucketized vectors by nearest center); unset = on."""
+    vector_shape: _mechanisms_pb2.BucketizedVector.Shape.ValueType
+    """The bucketized vectors' randomizer (SHAPE_UNSPECIFIED = the one of least worst-case
+    per-coordinate variance at d + 1 dimensions among L2_BALL and BOX).
+    """
     def __init__(
         self,
         *,
@@ -356,10 +361,11 @@ class StemmerParameters(_message.Message):
         repetitions: _builtins.int = ...,
         threshold_z: _builtins.float = ...,
         lloyd_refinement: _builtins.bool | None = ...,
+        vector_shape: _mechanisms_pb2.BucketizedVector.Shape.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement", "lloyd_refinement", b"lloyd_refinement"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement", "k", b"k", "lloyd_refinement", b"lloyd_refinement", "projection_dimension", b"projection_dimension", "repetitions", b"repetitions", "scales", b"scales", "threshold_z", b"threshold_z"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement", "k", b"k", "lloyd_refinement", b"lloyd_refinement", "projection_dimension", b"projection_dimension", "repetitions", b"repetitions", "scales", b"scales", "threshold_z", b"threshold_z", "vector_shape", b"vector_shape"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__lloyd_refinement: _TypeAlias = _typing.Literal["lloyd_refinement"]  # noqa: Y015
     _WhichOneofArgType__lloyd_refinement: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement"]  # noqa: Y015
@@ -397,6 +403,7 @@ class NetTreeParameters(_message.Message):
     FALSE_POSITIVE_RATE_FIELD_NUMBER: _builtins.int
     EXPECTED_REPORTS_FIELD_NUMBER: _builtins.int
     REFINEMENT_SHARE_FIELD_NUMBER: _builtins.int
+    VECTOR_SHAPE_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     projection_dimension: _builtins.int
     depth: _builtins.int
@@ -421,6 +428,10 @@ class NetTreeParameters(_message.Message):
     once, in round 2, with the whole epsilon: their bucketized vector bucketed by the nearest round-1
     center. Needs the PARTITION budget policy.
     """
+    vector_shape: _mechanisms_pb2.BucketizedVector.Shape.ValueType
+    """The bucketized vector's randomizer (SHAPE_UNSPECIFIED = the one of least worst-case
+    per-coordinate variance at d + 1 dimensions among L2_BALL and BOX).
+    """
     def __init__(
         self,
         *,
@@ -435,10 +446,11 @@ class NetTreeParameters(_message.Message):
         false_positive_rate: _builtins.float = ...,
         expected_reports: _builtins.int = ...,
         refinement_share: _builtins.float = ...,
+        vector_shape: _mechanisms_pb2.BucketizedVector.Shape.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "cluster_in_projected_space", b"cluster_in_projected_space", "depth", b"depth", "expected_reports", b"expected_reports", "false_positive_rate", b"false_positive_rate", "k", b"k", "max_nodes_per_level", b"max_nodes_per_level", "node_map", b"node_map", "node_share", b"node_share", "projection_dimension", b"projection_dimension", "refinement_share", b"refinement_share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "cluster_in_projected_space", b"cluster_in_projected_space", "depth", b"depth", "expected_reports", b"expected_reports", "false_positive_rate", b"false_positive_rate", "k", b"k", "max_nodes_per_level", b"max_nodes_per_level", "node_map", b"node_map", "node_share", b"node_share", "projection_dimension", b"projection_dimension", "refinement_share", b"refinement_share", "vector_shape", b"vector_shape"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -536,20 +548,26 @@ class LdpKmeansParameters(_message.Message):
     K_FIELD_NUMBER: _builtins.int
     ITERATIONS_FIELD_NUMBER: _builtins.int
     DATA_SHARE_FIELD_NUMBER: _builtins.int
+    PRIVUNIT_VECTORS_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     iterations: _builtins.int
     data_share: _builtins.float
     """Share of epsilon spent on the perturbed vector; the rest is split over the label rounds."""
+    privunit_vectors: _builtins.bool
+    """Perturb the vectors with PrivUnit (VectorPrivUnit) instead of the randomizer of least
+    worst-case per-coordinate variance among the l2 ball, the box and discrete Laplace.
+    """
     def __init__(
         self,
         *,
         k: _builtins.int = ...,
         iterations: _builtins.int = ...,
         data_share: _builtins.float = ...,
+        privunit_vectors: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_share", b"data_share", "iterations", b"iterations", "k", b"k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_share", b"data_share", "iterations", b"iterations", "k", b"k", "privunit_vectors", b"privunit_vectors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -208,6 +208,35 @@ class VectorL2Ball(_message.Message):
 Global___VectorL2Ball: _TypeAlias = VectorL2Ball  # noqa: Y015
 
 @_typing.final
+class VectorPrivUnit(_message.Message):
+    """Unbiased randomizer for vectors in the unit l2 ball with lower variance than VectorL2Ball
+    (PrivUnit, Bhowmick et al. 2018, over a random set of 16 antipodal direction pairs drawn
+    independently of the vector): the report is the member chosen from the cap of the members
+    closest to the vector or from its complement by an exact coin; the estimator scales it by the
+    public constant B. The set size, the cap size and B are derived by the SDK from these fields.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DIMENSION_FIELD_NUMBER: _builtins.int
+    EPSILON_FIELD_NUMBER: _builtins.int
+    dimension: _builtins.int
+    epsilon: _builtins.float
+    def __init__(
+        self,
+        *,
+        dimension: _builtins.int = ...,
+        epsilon: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dimension", b"dimension", "epsilon", b"epsilon"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VectorPrivUnit: _TypeAlias = VectorPrivUnit  # noqa: Y015
+
+@_typing.final
 class VectorBox(_message.Message):
     """Unbiased randomizer for vectors in the box [-1, 1]^dimension (Duchi et al.'s l-infinity
     mechanism with an exact hemisphere coin): the report is one sign bit per coordinate.
@@ -238,8 +267,8 @@ class BucketizedVector(_message.Message):
     """Bucketized vector sum: the device holds a bucket b in [0, 2^bucket_bits) and a vector v of the
     box [-1, 1]^dimension; it draws a fresh 32-bit seed s, takes the public sign
     sigma = 1 - 2 H(s, b) (the local-hashing hash with g = 2) and randomizes sigma v with the
-    box (one sign bit per coordinate) or l2-ball (v / sqrt(dimension), float directions) vector
-    randomizer at `epsilon`. The report is (s, inner payload); the collector estimates the sum of
+    box (one sign bit per coordinate), l2-ball or PrivUnit (v / sqrt(dimension), float directions)
+    vector randomizer at `epsilon`. The report is (s, inner payload); the collector estimates the sum of
     v over ANY bucket c it chooses afterwards as sum_i sigma_i(c) z_i.
     """
 
@@ -256,6 +285,8 @@ class BucketizedVector(_message.Message):
         """The l2-ball randomizer (VectorL2Ball) on v / sqrt(dimension)."""
         BOX: BucketizedVector._Shape.ValueType  # 2
         """The box randomizer (VectorBox) on v."""
+        PRIVUNIT: BucketizedVector._Shape.ValueType  # 3
+        """The PrivUnit randomizer (VectorPrivUnit) on v / sqrt(dimension)."""
 
     class Shape(_Shape, metaclass=_ShapeEnumTypeWrapper): ...
     SHAPE_UNSPECIFIED: BucketizedVector.Shape.ValueType  # 0
@@ -263,6 +294,8 @@ class BucketizedVector(_message.Message):
     """The l2-ball randomizer (VectorL2Ball) on v / sqrt(dimension)."""
     BOX: BucketizedVector.Shape.ValueType  # 2
     """The box randomizer (VectorBox) on v."""
+    PRIVUNIT: BucketizedVector.Shape.ValueType  # 3
+    """The PrivUnit randomizer (VectorPrivUnit) on v / sqrt(dimension)."""
 
     BUCKET_BITS_FIELD_NUMBER: _builtins.int
     DIMENSION_FIELD_NUMBER: _builtins.int
@@ -300,6 +333,7 @@ class MechanismSpec(_message.Message):
     VECTOR_L2_BALL_FIELD_NUMBER: _builtins.int
     VECTOR_BOX_FIELD_NUMBER: _builtins.int
     BUCKETIZED_VECTOR_FIELD_NUMBER: _builtins.int
+    VECTOR_PRIVUNIT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def grr(self) -> Global___GeneralizedRandomizedResponse: ...
     @_builtins.property
@@ -316,6 +350,8 @@ class MechanismSpec(_message.Message):
     def vector_box(self) -> Global___VectorBox: ...
     @_builtins.property
     def bucketized_vector(self) -> Global___BucketizedVector: ...
+    @_builtins.property
+    def vector_privunit(self) -> Global___VectorPrivUnit: ...
     def __init__(
         self,
         *,
@@ -327,12 +363,13 @@ class MechanismSpec(_message.Message):
         vector_l2_ball: Global___VectorL2Ball | None = ...,
         vector_box: Global___VectorBox | None = ...,
         bucketized_vector: Global___BucketizedVector | None = ...,
+        vector_privunit: Global___VectorPrivUnit | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["bitwise_rr", b"bitwise_rr", "bucketized_vector", b"bucketized_vector", "discrete_laplace", b"discrete_laplace", "grr", b"grr", "local_hashing", b"local_hashing", "mechanism", b"mechanism", "unary_encoding", b"unary_encoding", "vector_box", b"vector_box", "vector_l2_ball", b"vector_l2_ball"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bitwise_rr", b"bitwise_rr", "bucketized_vector", b"bucketized_vector", "discrete_laplace", b"discrete_laplace", "grr", b"grr", "local_hashing", b"local_hashing", "mechanism", b"mechanism", "unary_encoding", b"unary_encoding", "vector_box", b"vector_box", "vector_l2_ball", b"vector_l2_ball", "vector_privunit", b"vector_privunit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitwise_rr", b"bitwise_rr", "bucketized_vector", b"bucketized_vector", "discrete_laplace", b"discrete_laplace", "grr", b"grr", "local_hashing", b"local_hashing", "mechanism", b"mechanism", "unary_encoding", b"unary_encoding", "vector_box", b"vector_box", "vector_l2_ball", b"vector_l2_ball"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitwise_rr", b"bitwise_rr", "bucketized_vector", b"bucketized_vector", "discrete_laplace", b"discrete_laplace", "grr", b"grr", "local_hashing", b"local_hashing", "mechanism", b"mechanism", "unary_encoding", b"unary_encoding", "vector_box", b"vector_box", "vector_l2_ball", b"vector_l2_ball", "vector_privunit", b"vector_privunit"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_mechanism: _TypeAlias = _typing.Literal["grr", "unary_encoding", "local_hashing", "bitwise_rr", "discrete_laplace", "vector_l2_ball", "vector_box", "bucketized_vector"]  # noqa: Y015
+    _WhichOneofReturnType_mechanism: _TypeAlias = _typing.Literal["grr", "unary_encoding", "local_hashing", "bitwise_rr", "discrete_laplace", "vector_l2_ball", "vector_box", "bucketized_vector", "vector_privunit"]  # noqa: Y015
     _WhichOneofArgType_mechanism: _TypeAlias = _typing.Literal["mechanism", b"mechanism"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_mechanism) -> _WhichOneofReturnType_mechanism | None: ...
 
