@@ -42,7 +42,7 @@ KeyedPayloads = tuple[str, Sequence[Any]]
 _State = tuple[str, CountAccumulator] | None
 
 
-class ComponentCombineFn(beam.CombineFn):  # type: ignore[misc]  # apache_beam has no type hints
+class ComponentCombineFn(beam.CombineFn):  # type: ignore[misc]  # beam.CombineFn is Any to mypy
     """Per-component :class:`CountAccumulator` of one round as a ``CombineFn`` (for ``CombinePerKey``).
 
     Parameters
