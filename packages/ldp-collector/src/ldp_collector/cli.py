@@ -24,6 +24,15 @@ Commands
     the dataset's labels; a grid clustering labels each point by its cell, ``-1`` = noise).
     ``--plot FILE`` draws the result: a histogram's estimates, or a grid clustering's final cells
     coloured by cluster over the points.
+``export CAMPAIGN ROUND --out DIR``
+    A closed round's raw reports as Parquet files with a manifest (:mod:`ldp_collector.columnar`;
+    the ``export`` extra), read from the store (``--data-dir``, ``$LDP_DATA_DIR``); resumable and
+    idempotent.
+``close-round CAMPAIGN [--engine beam] [--runner R] [-- PIPELINE OPTIONS]``
+    Close the open round on the store and run its server step here: in-process, or with
+    ``--engine beam`` the round is exported (``--export-dir``) and its accumulators computed by an
+    Apache Beam pipeline (:mod:`ldp_collector.beam`) on ``--runner`` (default the DirectRunner), with
+    the options after ``--`` passed to Beam as they are.
 ``demo``
     Embedded end-to-end run over real gRPC (:mod:`ldp_collector.demo`): a histogram and a grid
     clustering, writes ``ldp-demo.png`` and ``ldp-demo-clusters.png``.
@@ -100,13 +109,14 @@ from .cli_simulate import add_simulate_parser
 from .config import ConfigError, load_config
 from .demo import DEFAULT_VARIANT as DEMO_VARIANT
 from .demo import VARIANTS as DEMO_VARIANTS
-from .errors import CollectorError
+from .errors import CollectorError, FailedPreconditionError
 from .model import Result
 from .operator import KINDS, CampaignStateError, OperatorClient
 from .plotting import MatplotlibMissingError
 from .serde import config_from_proto, estimates_from_proto, result_from_proto, result_to_proto
 from .simulation.datasets import DATASETS
 from .simulation.runner import SimulationError
+from .storage.base import ReportStore
 
 __all__ = ["DEFAULT_COLLECTOR", "UsageError", "build_campaign_config", "build_parser", "main"]
 
@@ -251,6 +261,74 @@ def _cmd_campaign_close(args: argparse.Namespace) -> int:
     return 0
 
 
+def _open_data_store(args: argparse.Namespace) -> ReportStore:
+    """The store of ``--data-dir`` (or ``$LDP_DATA_DIR``, the configuration's) for the batch commands."""
+    from .storage import open_store
+
+    return open_store(load_config(args.config, overrides={"data_dir": args.data_dir}).data_dir)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    try:
+        from .columnar import export_round
+    except ImportError as exc:
+        raise FailedPreconditionError(str(exc)) from None
+    store = _open_data_store(args)
+    try:
+        manifest = export_round(store, args.campaign_id, args.round, args.out, buckets=args.buckets,
+                                max_rows_per_file=args.max_rows_per_file)
+    finally:
+        store.close()
+    summary = {"campaign_id": manifest.campaign_id, "round": manifest.round, "reports": manifest.reports,
+               "files": len(manifest.files), "content_sha256": manifest.content_sha256, "out": str(args.out)}
+    if args.json:
+        print_json(summary, sys.stdout)
+    else:
+        sys.stdout.write(f"exported {manifest.reports} reports of round {manifest.round} of {manifest.campaign_id} "
+                         f"to {args.out} ({len(manifest.files)} files, sha256 {manifest.content_sha256})\n")
+    return 0
+
+
+def _cmd_close_round(args: argparse.Namespace) -> int:
+    from .core import Collector
+    from .serde import campaign_to_proto
+
+    if args.engine != "beam" and (args.pipeline_options or args.runner or args.export_dir):
+        raise UsageError("--runner, --export-dir and pipeline options after -- need --engine beam")
+    store = _open_data_store(args)
+    try:
+        collector = Collector(store)
+        round_ = args.round
+        if round_ is None:
+            round_ = store.get_campaign(args.campaign_id).current_round
+        if args.engine == "beam":
+            try:
+                from .beam import close_round_on_beam, pipeline_args
+            except ImportError as exc:
+                raise FailedPreconditionError(str(exc)) from None
+            export_dir = args.export_dir or f"{args.campaign_id}-round-{round_}"
+            campaign = close_round_on_beam(collector, args.campaign_id, round_, export_dir,
+                                           pipeline_args(args.runner, args.pipeline_options))
+        else:
+            campaign = collector.close_round(args.campaign_id, round_)
+    finally:
+        store.close()
+    message = campaign_to_proto(campaign)
+    if args.json:
+        print_json(to_dict(message), sys.stdout)
+    else:
+        sys.stdout.write(f"closed round {round_} ({args.engine})\n")
+        print_campaign(message, sys.stdout)
+    return 0
+
+
+def _add_data_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", metavar="DIR|URL",
+                        help="the store: an SQLite data directory (default ./ldp-data, $LDP_DATA_DIR) or a "
+                             "postgresql:// URL")
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file (default ./ldp-collector.toml)")
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from .plotting import plot_estimates, plot_grid_clustering, require_matplotlib
 
@@ -376,6 +454,39 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_simulate_parser(commands, _add_remote)
 
+    export = commands.add_parser("export", help="a closed round's reports as Parquet files with a manifest",
+                                 description="Write a closed round's raw reports as Parquet files (by group and "
+                                             "hash bucket) with manifest.json; a re-run finishes an interrupted "
+                                             "export and changes nothing in a finished one. Needs "
+                                             "'ldp-collector[export]'.")
+    export.add_argument("campaign_id", metavar="CAMPAIGN_ID")
+    export.add_argument("round", metavar="ROUND", type=uint32)
+    export.add_argument("--out", metavar="DIR", required=True, help="the export's directory")
+    export.add_argument("--buckets", type=positive_int, default=8, help="hash buckets per group (default 8)")
+    export.add_argument("--max-rows-per-file", type=positive_int, default=1_000_000,
+                        help="rows per Parquet file at most (default 1000000)")
+    _add_data_dir(export)
+    export.add_argument("--json", action="store_true")
+    export.set_defaults(handler=_cmd_export)
+
+    close_round = commands.add_parser(
+        "close-round", help="close a round on the store and run its server step here (in-process or on Beam)",
+        description="Close the open round and run the server step in this process, on the store. --engine beam "
+                    "exports the round and computes its accumulators with Apache Beam; the options after -- go "
+                    "to the Beam pipeline (--direct_num_workers=2, --project=..., --flink_master=...).")
+    close_round.add_argument("campaign_id", metavar="CAMPAIGN_ID")
+    close_round.add_argument("--round", type=uint32, help="the open round (default: the current one)")
+    close_round.add_argument("--engine", choices=("inprocess", "beam"), default="inprocess",
+                             help="where the accumulators are computed (default inprocess)")
+    close_round.add_argument("--runner", help="Beam runner (default DirectRunner; DataflowRunner, FlinkRunner, "
+                                              "SparkRunner ...)")
+    close_round.add_argument("--export-dir", metavar="DIR",
+                             help="where the round is exported for Beam (default ./CAMPAIGN_ID-round-N); "
+                                  "a cluster's workers must be able to read it")
+    _add_data_dir(close_round)
+    close_round.add_argument("--json", action="store_true")
+    close_round.set_defaults(handler=_cmd_close_round, pipeline_options=[])
+
     demo = commands.add_parser("demo", help="embedded end-to-end demo over real gRPC, writes a PNG")
     demo.add_argument("--n", type=positive_int, default=200_000, help="devices (default 200000)")
     demo.add_argument("--dataset", choices=sorted(DATASETS), default="moons")
@@ -411,7 +522,15 @@ def _one_line(error: BaseException | str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 runtime error or failed result, 2 usage error, 130 interrupted)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Beam's pipeline options follow "--" and go to Beam untouched (argparse would mix them with
+    # the positionals).
+    passed = words[words.index("--") + 1:] if "--" in words else []
+    args = parser.parse_args(words[:words.index("--")] if "--" in words else words)
+    if passed:
+        if args.command != "close-round":
+            parser.error("only close-round takes options after --")
+        args.pipeline_options = passed
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)

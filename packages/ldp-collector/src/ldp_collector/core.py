@@ -540,8 +540,15 @@ class Collector:
                 reports = self._store.count_reports(campaign_id, record.current_round)
         return campaign, reports
 
-    def close_round(self, campaign_id: str, round: int) -> Campaign:
+    def close_round(self, campaign_id: str, round: int, *,
+                    reports: Callable[[str, int], RoundReports] | None = None) -> Campaign:
         """Close the open round ``round`` now and run the server step.
+
+        ``reports(campaign_id, round)``, called once the round is closed, gives the engine the
+        round's reports and accumulators from elsewhere than the store (the Beam step of
+        :mod:`ldp_collector.beam`: accumulators computed on a distributed engine from the round's
+        export); its errors propagate and leave the round closed for :meth:`tick` to resume
+        in-process.
 
         Returns the campaign afterwards: in its next round, FINISHED with a result, or FAILED with
         the engine's error (the reports are kept). If the round is already closed and its server
@@ -557,7 +564,7 @@ class Collector:
             fewer than ``min_reports_per_round`` reports.
         """
         with self._campaign_locks(campaign_id).step, self._wait_for_store_step_lock(campaign_id):
-            self._close_locked(campaign_id, round)
+            self._close_locked(campaign_id, round, reports=reports)
         return self.get_campaign(campaign_id)
 
     def get_estimates(self, campaign_id: str, round: int = 0,
@@ -718,7 +725,8 @@ class Collector:
         except Exception:  # the batch is committed and acknowledged; tick() retries the close
             log.exception("automatic close failed", extra={"campaign_id": campaign_id, "round": round})
 
-    def _close_locked(self, campaign_id: str, round: int, *, auto: bool = False) -> bool:
+    def _close_locked(self, campaign_id: str, round: int, *, auto: bool = False,
+                      reports: Callable[[str, int], RoundReports] | None = None) -> bool:
         """Close ``round`` and run the server step; the caller holds both step locks.
 
         Returns whether this call closed the round. With ``auto`` a round that is no longer open
@@ -743,7 +751,7 @@ class Collector:
             # rather than answer OK over a campaign stuck between rounds; an automatic one leaves
             # that to tick().
             if not auto:
-                self._resume_step(campaign_id)
+                self._resume_step(campaign_id, reports=reports)
             return False
         minimum = self._config(record).min_reports_per_round
         with self._campaign_locks(campaign_id).ingest.write():
@@ -758,10 +766,10 @@ class Collector:
         if not won:
             return False
         log.info("round closed", extra={"campaign_id": campaign_id, "round": round, "reports": count})
-        self._advance(record, rr)
+        self._advance(record, rr, reports=reports)
         return True
 
-    def _resume_step(self, campaign_id: str) -> bool:
+    def _resume_step(self, campaign_id: str, *, reports: Callable[[str, int], RoundReports] | None = None) -> bool:
         """Finish an interrupted server step (caller holds the step lock)."""
         record = self._store.get_campaign(campaign_id)
         if record.state != COLLECTING:
@@ -776,7 +784,7 @@ class Collector:
                                                                      "round": later[-1].round})
             return False
         log.warning("resuming interrupted server step", extra={"campaign_id": campaign_id, "round": rr.round})
-        self._advance(record, rr)
+        self._advance(record, rr, reports=reports)
         return False
 
     def _reopen_first_round(self, campaign_id: str) -> bool:
@@ -805,18 +813,21 @@ class Collector:
             spec = dataclasses.replace(spec, deadline=now + config.round_duration.total_seconds)
         return spec
 
-    def _advance(self, record: CampaignRecord, rr: RoundRecord) -> None:
+    def _advance(self, record: CampaignRecord, rr: RoundRecord, *,
+                 reports: Callable[[str, int], RoundReports] | None = None) -> None:
         """Run the engine on the closed round ``rr`` and store what it produced.
 
         An engine failure marks the campaign FAILED with the error (the reports stay stored);
-        storage failures propagate, leaving a closed round that :meth:`tick` resumes.
+        storage failures, and those of ``reports`` (:meth:`close_round`), propagate, leaving a
+        closed round that :meth:`tick` resumes.
         """
         cid = record.campaign_id
         config = self._config(record)
+        round_reports = (reports(cid, rr.round) if reports is not None
+                         else _StoredRoundReports(self._store, cid, rr.round))
         try:
             engine = self._engine(record)
-            outcome = engine.close_round(self._spec(cid, rr), _StoredRoundReports(self._store, cid, rr.round),
-                                         record.engine_state)
+            outcome = engine.close_round(self._spec(cid, rr), round_reports, record.engine_state)
             if not isinstance(outcome, RoundOutcome):
                 raise TypeError(f"close_round returned {type(outcome).__name__}, not a RoundOutcome")
             if outcome.next_round is None and outcome.result is None:

@@ -1,0 +1,161 @@
+"""A round's server step with its accumulators computed on Apache Beam.
+
+The pipeline reads a round's report files (an export, :func:`ldp_collector.columnar.export_round`,
+or a landing, :class:`ldp_collector.columnar.ParquetLanding`), decodes each file's payloads,
+combines them per component with :class:`~ldp_collector.beam.combine.ComponentCombineFn`, and
+writes the accumulator blobs; the engine's existing ``close_round`` then runs on
+:class:`BeamRoundReports` exactly as on the store's reports, so the next round spec or the result
+is the in-process one. Steps that read the raw reports (local-hashing support counts, vector
+sums) read them from the files, in the round's order.
+
+The pipeline's files (reports in, accumulators out) must be where every worker can read and
+write them: a local directory for the DirectRunner, a shared file system for a cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from ..columnar import Manifest, export_round, read_file, read_manifest, report_batches
+from ..core import Collector
+from ..errors import FailedPreconditionError
+from ..estimation.accumulators import ComponentParams, component_params_from_spec, decode_report_payloads
+from ..kinds.base import RoundReports
+from ..model import Campaign
+from ..storage.base import StoredReport
+from .combine import ComponentCombineFn
+
+__all__ = ["DEFAULT_RUNNER", "BeamRoundReports", "accumulate_rounds", "beam_round_reports", "close_round_on_beam",
+           "pipeline_args"]
+
+#: The runner when none is named: Beam's local runner (``--direct_running_mode=multi_processing``
+#: and ``--direct_num_workers=N`` spread it over N local processes).
+DEFAULT_RUNNER = "DirectRunner"
+_OUTPUT = "accumulators.jsonl"
+
+
+def pipeline_args(runner: str | None, options: Sequence[str] = ()) -> list[str]:
+    """Beam pipeline arguments: ``--runner`` (default :data:`DEFAULT_RUNNER`) then ``options`` as given."""
+    return [f"--runner={runner or DEFAULT_RUNNER}", *options]
+
+
+class BeamRoundReports(RoundReports):
+    """A closed round's reports read from its files, with the accumulators Beam computed."""
+
+    def __init__(self, directories: Sequence[str | os.PathLike[str]], accumulators: Mapping[str, bytes]) -> None:
+        self._directories = list(directories)
+        self._manifests = [_complete(d) for d in self._directories]
+        self._blobs = dict(accumulators)
+
+    @property
+    def count(self) -> int:
+        return sum(m.reports for m in self._manifests)
+
+    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
+        return report_batches(self._directories, batch_size)
+
+    def accumulators(self) -> dict[str, bytes]:
+        return dict(self._blobs)
+
+
+def _complete(directory: str | os.PathLike[str]) -> Manifest:
+    manifest = read_manifest(directory)
+    if manifest is None or not manifest.complete:
+        raise FailedPreconditionError(f"{directory}: no complete manifest of round reports")
+    return manifest
+
+
+def _file_payloads(path: str, params: ComponentParams) -> Iterator[tuple[str, tuple[str, list[Any]]]]:
+    """One file's decoded payloads, a batch per component at a time: ``(key, (key, payloads))``."""
+    for rows in read_file(path):
+        for key, payloads in decode_report_payloads([row.report for row in rows], params).items():
+            yield key, (key, payloads)
+
+
+def _line(tag: str, pair: tuple[str, bytes | None]) -> str:
+    key, blob = pair
+    return json.dumps({"round": tag, "key": key, "blob": None if blob is None else base64.b64encode(blob).decode()})
+
+
+def accumulate_rounds(rounds: Mapping[str, Sequence[str | os.PathLike[str]]], args: Sequence[str], *,
+                      work_dir: str | os.PathLike[str] | None = None) -> dict[str, dict[str, bytes]]:
+    """Every round's accumulator blobs, computed by one Beam pipeline.
+
+    Parameters
+    ----------
+    rounds : Mapping[str, Sequence[path]]
+        A tag per round and the round's complete report directories (one export, or the
+        directories of its landing writers).
+    args : Sequence[str]
+        Beam pipeline arguments (:func:`pipeline_args`).
+    work_dir : path, optional
+        Where the pipeline writes the blobs (default: a new temporary directory); workers must
+        be able to write there.
+
+    Returns
+    -------
+    dict
+        ``{tag: {"<group>:<component>": blob}}``, the blobs equal to the store's for the same reports.
+    """
+    work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="ldp-beam-"))
+    work.mkdir(parents=True, exist_ok=True)
+    output = work / _OUTPUT
+    options = PipelineOptions(list(args))
+    with beam.Pipeline(options=options) as pipeline:
+        branches = []
+        for tag, directories in sorted(rounds.items()):
+            manifests = [_complete(d) for d in directories]
+            if len({(m.campaign_id, m.round, m.spec) for m in manifests}) != 1:
+                raise FailedPreconditionError(f"round {tag}: its directories hold reports of different rounds")
+            params = component_params_from_spec(manifests[0].round_spec)
+            files = [str(Path(d) / f["path"]) for d, m in zip(directories, manifests) for f in m.files]
+            branches.append(
+                pipeline
+                | f"files {tag}" >> beam.Create(files)
+                | f"decode {tag}" >> beam.FlatMap(_file_payloads, params)
+                | f"combine {tag}" >> beam.CombinePerKey(ComponentCombineFn(params))
+                | f"encode {tag}" >> beam.Map(functools.partial(_line, tag)))
+        if branches:
+            (tuple(branches) | "rounds" >> beam.Flatten()
+             | "write" >> beam.io.WriteToText(str(output), shard_name_template=""))
+    out: dict[str, dict[str, bytes]] = {tag: {} for tag in rounds}
+    if branches:
+        with output.open(encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                if row["blob"] is not None:
+                    out[row["round"]][row["key"]] = base64.b64decode(row["blob"])
+    return out
+
+
+def beam_round_reports(directories: Sequence[str | os.PathLike[str]], args: Sequence[str], *,
+                       work_dir: str | os.PathLike[str] | None = None) -> BeamRoundReports:
+    """One round's :class:`BeamRoundReports`: its files and the accumulators a Beam pipeline computed."""
+    blobs = accumulate_rounds({"round": directories}, args, work_dir=work_dir)["round"]
+    return BeamRoundReports(directories, blobs)
+
+
+def close_round_on_beam(collector: Collector, campaign_id: str, round: int, export_dir: str | os.PathLike[str],
+                        args: Sequence[str]) -> Campaign:
+    """Close ``round``, export it to ``export_dir``, compute its accumulators on Beam, run the step.
+
+    The engine's step (:meth:`Collector.close_round`) then stores the estimates and opens the next
+    round or stores the result, as in-process. If the export or the pipeline fails, the round
+    stays closed and the collector's next tick resumes the step in-process from the store, with
+    the same outcome; running this again instead resumes the export and reruns the pipeline.
+    """
+    def reports(cid: str, closed: int) -> RoundReports:
+        export_round(collector.store, cid, closed, export_dir)
+        return beam_round_reports([export_dir], args, work_dir=Path(export_dir) / "beam")
+
+    return collector.close_round(campaign_id, round, reports=reports)
