@@ -81,7 +81,9 @@ __all__ = [
     "N_INIT",
     "LaplaceAlgorithm",
     "LaplaceEngine",
+    "LaplaceFit",
     "LaplaceParams",
+    "cluster_points",
     "decode_points",
 ]
 
@@ -139,6 +141,63 @@ class LaplaceAlgorithm(ProtoEnum):
     KMEANS = 1
     FCM = 2
     MNFCM = 3
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class LaplaceFit:
+    """The clustering of the decoded points (:func:`cluster_points`), in unit-cube units.
+
+    Attributes
+    ----------
+    centers : numpy.ndarray of shape (k, d)
+    shares : numpy.ndarray of shape (k,)
+        Estimated cluster shares of the noisy points: mean memberships (FCM, MNFCM) or assignment
+        shares (KMEANS).
+    iterations : int
+        Center updates of the best restart.
+    objective : float
+        The algorithm's objective at the centers (the fuzzy ``J`` or the k-means cost).
+    converged : bool
+        Whether the best restart stopped on the tolerance (always True for KMEANS).
+    """
+
+    centers: NDArray[np.float64]
+    shares: NDArray[np.float64]
+    iterations: int
+    objective: float
+    converged: bool
+
+
+def cluster_points(points: NDArray[np.float64], k: int, rng: np.random.Generator, *,
+                   algorithm: LaplaceAlgorithm, fuzzifier: float, noise_scale: float) -> LaplaceFit:
+    """The server's clustering of the decoded points (module docstring): the engine's and the benchmarks' one copy.
+
+    Parameters
+    ----------
+    points : numpy.ndarray of shape (n, d)
+        Decoded reports in unit-cube units (:func:`decode_points`), ``n >= k``.
+    k : int
+    rng : numpy.random.Generator
+        The k-means++ seeding (post-processing).
+    algorithm : LaplaceAlgorithm
+        KMEANS, FCM or MNFCM (resolved).
+    fuzzifier : float
+        ``m`` of the fuzzy algorithms (ignored by KMEANS).
+    noise_scale : float
+        ``sigma_0``, the Laplace scale of one decoded coordinate's noise (MNFCM's distance).
+    """
+    d = points.shape[1]
+    cube = (np.zeros(d), np.ones(d))
+    if algorithm == LaplaceAlgorithm.KMEANS:
+        km = weighted_kmeans(points, k, rng, n_init=N_INIT, max_iter=MAX_ITERATIONS, tol=TOLERANCE)
+        shares = np.bincount(km.labels, minlength=k).astype(np.float64) / len(points)
+        return LaplaceFit(centers=np.clip(km.centers, cube[0], cube[1]), shares=shares,
+                          iterations=km.iterations, objective=float(km.cost), converged=True)
+    distance: Distance = "mixed" if algorithm == LaplaceAlgorithm.MNFCM else "euclidean"
+    fit = fuzzy_c_means(points, k, rng, distance=distance, fuzzifier=fuzzifier, noise_scale=noise_scale,
+                        max_iter=MAX_ITERATIONS, tol=TOLERANCE, n_init=N_INIT, bounds=cube)
+    return LaplaceFit(centers=fit.centers, shares=fit.shares, iterations=fit.iterations,
+                      objective=float(fit.objective), converged=fit.converged)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -270,26 +329,16 @@ class LaplaceEngine(CampaignEngine):
             return RoundOutcome(result=result, diagnostics=diagnostics)
         if n < 10 * k:
             warnings.append(f"only {n} reports for k = {k} clusters: the centers are unreliable")
-        rng = np.random.default_rng(self._seed())
-        cube = (np.zeros(d), np.ones(d))
-        fuzzifier = 0.0
+        fit = cluster_points(points, k, np.random.default_rng(self._seed()), algorithm=p.algorithm,
+                             fuzzifier=float(p.fuzzifier), noise_scale=sigma0)
+        centers, shares = fit.centers, fit.shares
+        diagnostics.update(iterations=float(fit.iterations), objective=fit.objective)
         if fuzzy:
-            distance: Distance = "mixed" if p.algorithm == LaplaceAlgorithm.MNFCM else "euclidean"
-            fit = fuzzy_c_means(points, k, rng, distance=distance, fuzzifier=float(p.fuzzifier),
-                                noise_scale=sigma0, max_iter=MAX_ITERATIONS, tol=TOLERANCE, n_init=N_INIT,
-                                bounds=cube)
-            centers, shares = fit.centers, fit.shares
-            diagnostics.update(iterations=float(fit.iterations), objective=float(fit.objective),
-                               converged=float(fit.converged))
+            diagnostics.update(converged=float(fit.converged))
             if not fit.converged:
                 warnings.append(f"{p.algorithm.name} stopped after {MAX_ITERATIONS} iterations "
                                 f"without converging")
-            fuzzifier = float(p.fuzzifier)
-        else:
-            km = weighted_kmeans(points, k, rng, n_init=N_INIT, max_iter=MAX_ITERATIONS, tol=TOLERANCE)
-            centers = np.clip(km.centers, 0.0, 1.0)
-            shares = np.bincount(km.labels, minlength=k).astype(np.float64) / n
-            diagnostics.update(iterations=float(km.iterations), objective=float(km.cost))
+        fuzzifier = float(p.fuzzifier) if fuzzy else 0.0
         lower = np.asarray(self.domain.lower, dtype=np.float64)
         upper = np.asarray(self.domain.upper, dtype=np.float64)
         original = lower + centers * (upper - lower)
