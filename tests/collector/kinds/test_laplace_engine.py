@@ -28,7 +28,13 @@ from ldp_collector.campaigns import make_engine, prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.kinds import KINDS
-from ldp_collector.kinds.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
+from ldp_collector.kinds.laplace import (
+    DEFAULT_GRID_BITS,
+    LaplaceAlgorithm,
+    LaplaceEngine,
+    cluster_points,
+    decode_points,
+)
 from ldp_collector.serde import config_from_proto, result_to_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
@@ -208,6 +214,21 @@ def test_close_round_is_deterministic_per_campaign() -> None:
         assert outcome.result is not None
         results.append(list(outcome.result.clustering.centers))
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("algorithm", list(LaplaceAlgorithm)[1:], ids=lambda a: a.name)
+def test_cluster_points_keeps_the_centers_in_the_cube_or_leaves_them_free(algorithm: LaplaceAlgorithm) -> None:
+    """Decoded points spill out of the cube (noise); two tight clusters beyond opposite corners: free centers
+    follow them, cube centers stop on the corners."""
+    rng = np.random.default_rng(0)
+    truth = np.array([[-0.5, -0.4], [1.5, 1.4]])
+    points = np.repeat(truth, 200, axis=0) + rng.normal(scale=0.01, size=(400, 2))
+    fits = {in_cube: cluster_points(points, 2, np.random.default_rng(1), algorithm=algorithm, fuzzifier=2.0,
+                                    noise_scale=0.05, in_cube=in_cube) for in_cube in (True, False)}
+    assert center_error(truth, fits[False].centers) < 0.02
+    assert center_error(np.array([[0.0, 0.0], [1.0, 1.0]]), fits[True].centers) < 1e-9
+    for fit in fits.values():
+        assert fit.shares == pytest.approx([0.5, 0.5], abs=0.01) and fit.iterations >= 1
 
 
 # -- end to end ------------------------------------------------------------------------------------

@@ -169,7 +169,8 @@ class LaplaceFit:
 
 
 def cluster_points(points: NDArray[np.float64], k: int, rng: np.random.Generator, *,
-                   algorithm: LaplaceAlgorithm, fuzzifier: float, noise_scale: float) -> LaplaceFit:
+                   algorithm: LaplaceAlgorithm, fuzzifier: float, noise_scale: float,
+                   in_cube: bool = True) -> LaplaceFit:
     """The server's clustering of the decoded points (module docstring): the engine's and the benchmarks' one copy.
 
     Parameters
@@ -185,13 +186,16 @@ def cluster_points(points: NDArray[np.float64], k: int, rng: np.random.Generator
         ``m`` of the fuzzy algorithms (ignored by KMEANS).
     noise_scale : float
         ``sigma_0``, the Laplace scale of one decoded coordinate's noise (MNFCM's distance).
+    in_cube : bool
+        Keep the centers in the unit cube (the fuzzy algorithms clip after every update, k-means
+        at the end); False: the algorithms as published, centers anywhere.
     """
     d = points.shape[1]
-    cube = (np.zeros(d), np.ones(d))
+    cube = (np.zeros(d), np.ones(d)) if in_cube else None
     if algorithm == LaplaceAlgorithm.KMEANS:
         km = weighted_kmeans(points, k, rng, n_init=N_INIT, max_iter=MAX_ITERATIONS, tol=TOLERANCE)
         shares = np.bincount(km.labels, minlength=k).astype(np.float64) / len(points)
-        return LaplaceFit(centers=np.clip(km.centers, cube[0], cube[1]), shares=shares,
+        return LaplaceFit(centers=np.clip(km.centers, 0.0, 1.0) if in_cube else km.centers, shares=shares,
                           iterations=km.iterations, objective=float(km.cost), converged=True)
     distance: Distance = "mixed" if algorithm == LaplaceAlgorithm.MNFCM else "euclidean"
     fit = fuzzy_c_means(points, k, rng, distance=distance, fuzzifier=fuzzifier, noise_scale=noise_scale,

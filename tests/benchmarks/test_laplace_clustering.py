@@ -1,0 +1,41 @@
+"""``benchmarks/laplace_clustering.py``: the configurations it runs, the default it chooses, the seeds it keeps apart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import laplace_clustering as lc
+import pytest
+
+
+def test_run_job_scores_every_configuration_on_the_same_noisy_points() -> None:
+    runs = lc.run_job("mixture2", 600, [0], [8.0], ablation=False)
+    assert sorted(r["config"] for r in runs) == sorted(lc.CONFIGS)
+    assert all(-1.0 <= r["ari"] <= 1.0 and 0.0 <= r["f_measure"] <= 1.0 for r in runs)
+    again = lc.run_job("mixture2", 600, [0], [8.0], ablation=False)
+    assert [r["ari"] for r in again] == [r["ari"] for r in runs]  # a seed fixes data, noise and starts
+
+
+def _runs(medians: dict[tuple[str, float], dict[str, float]], seeds: range) -> list[dict[str, Any]]:
+    return [{"dataset": ds, "n": 100, "epsilon": eps, "seed": s, "config": c, "ari": value + 0.001 * s}
+            for (ds, eps), per_config in medians.items() for c, value in per_config.items() for s in seeds]
+
+
+def test_the_default_wins_most_cells_on_the_tuning_seeds_only() -> None:
+    base = dict.fromkeys(lc.CONFIGS, 0.5)
+    tuning = _runs({("a", 1.0): {**base, "fcm-cube": 0.9}, ("a", 2.0): {**base, "fcm-cube": 0.9},
+                    ("b", 1.0): {**base, "mnfcm-free": 0.9}}, range(10))
+    # The reporting seeds favour another configuration everywhere: they must not decide.
+    reporting = _runs({("a", 1.0): {**base, "kmeans-free": 0.99}, ("a", 2.0): {**base, "kmeans-free": 0.99},
+                       ("b", 1.0): {**base, "kmeans-free": 0.99}}, range(100, 110))
+    default, wins, cells = lc.choose_default(tuning + reporting, list(range(10)))
+    assert (default, wins["fcm-cube"], wins["mnfcm-free"], wins["kmeans-free"], cells) == ("fcm-cube", 2, 1, 0, 3)
+
+
+def test_ties_win_the_cell_for_every_tied_configuration() -> None:
+    assert lc.cell_winners({c: {0: 0.5, 1: 0.7} for c in lc.CONFIGS}) == list(lc.CONFIGS)
+
+
+def test_tuning_and_reporting_seeds_must_differ() -> None:
+    with pytest.raises(SystemExit):
+        lc.main(["--tuning-seeds", "0-9", "--reporting-seeds", "9-18"])
