@@ -32,6 +32,14 @@ def test_the_default_wins_most_cells_on_the_tuning_seeds_only() -> None:
     assert (default, wins["fcm-cube"], wins["mnfcm-free"], wins["kmeans-free"], cells) == ("fcm-cube", 2, 1, 0, 3)
 
 
+def test_equal_win_counts_go_to_the_higher_mean_median() -> None:
+    base = dict.fromkeys(lc.CONFIGS, 0.5)
+    runs = _runs({("a", 1.0): {**base, "mnfcm-free": 0.9}, ("b", 1.0): {**base, "fcm-cube": 0.6}}, range(10))
+    assert lc.choose_default(runs, list(range(10)))[0] == "mnfcm-free"
+    runs = _runs({("a", 1.0): {**base, "mnfcm-free": 0.6}, ("b", 1.0): {**base, "fcm-cube": 0.9}}, range(10))
+    assert lc.choose_default(runs, list(range(10)))[0] == "fcm-cube"
+
+
 def test_ties_win_the_cell_for_every_tied_configuration() -> None:
     assert lc.cell_winners({c: {0: 0.5, 1: 0.7} for c in lc.CONFIGS}) == list(lc.CONFIGS)
 
@@ -39,3 +47,14 @@ def test_ties_win_the_cell_for_every_tied_configuration() -> None:
 def test_tuning_and_reporting_seeds_must_differ() -> None:
     with pytest.raises(SystemExit):
         lc.main(["--tuning-seeds", "0-9", "--reporting-seeds", "9-18"])
+
+
+def test_report_states_the_default_and_the_papers_claims(capsys: pytest.CaptureFixture[str]) -> None:
+    base = dict.fromkeys(lc.CONFIGS, 0.5)
+    runs = _runs({("mixture2", 1.0): {**base, "fcm-cube": 0.9, "mnfcm-cube": 0.8}}, range(10))
+    runs += _runs({("mixture2", 1.0): {**base, "fcm-cube": 0.9, "mnfcm-cube": 0.8}}, range(100, 110))
+    lc.report(runs, list(range(10)), list(range(100, 110)))
+    out = capsys.readouterr().out
+    assert "Default: **fcm-cube**." in out
+    # mnFCM loses to FCM on every reporting seed (cube), wins against k-means; free: all equal.
+    assert "| mixture2 | 100 | 1 | loses (-0.100) | no difference (+0.000) | wins (+0.300) |" in out
