@@ -58,3 +58,11 @@ def test_report_states_the_default_and_the_papers_claims(capsys: pytest.CaptureF
     assert "Default: **fcm-cube**." in out
     # mnFCM loses to FCM on every reporting seed (cube), wins against k-means; free: all equal.
     assert "| mixture2 | 100 | 1 | loses (-0.100) | no difference (+0.000) | wins (+0.300) |" in out
+
+
+def test_a_box_case_leaves_a_margin_around_the_data() -> None:
+    tight, _ = lc.unit_data(lc.DATASETS["mixture2"], 500, 0)
+    wide, _ = lc.unit_data(lc.DATASETS["mixture2-box"], 500, 0)
+    assert tight.min() == 0.0 and tight.max() == 1.0
+    # margin 0.25 of the width per side: the data span the middle 1 / 1.5 of the domain.
+    assert wide.min() == pytest.approx(0.25 / 1.5) and wide.max() == pytest.approx(1.25 / 1.5)
