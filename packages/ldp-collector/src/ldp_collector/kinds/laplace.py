@@ -32,10 +32,12 @@ on its tuning seeds: FCM with the centers kept in the cube (the highest median A
 (data set, n, epsilon) cells, against 10 for mnFCM in the cube and at most 4 for each other
 configuration). It is a near tie: on the reporting seeds mnFCM and FCM in the cube differ
 significantly in 4 cells of 29 (``benchmarks/README.md``, "Laplace path"), and where the noise
-dwarfs the clusters FCM's centers shrink further towards the data's mean than mnFCM's. The published centers are in the domain's original units; the weights are the estimated
-cluster shares (mean memberships for the fuzzy algorithms, which lean towards 1/k when the noise
-dominates; assignment shares for k-means) -- shares of the *noisy* points, so biased towards
-uniform at small epsilon. The server's randomness (k-means++ seeds) is post-processing, seeded
+dwarfs the clusters FCM's centers shrink further towards the data's mean than mnFCM's.
+
+The published centers are in the domain's original units; the weights are the estimated cluster
+shares (mean memberships for the fuzzy algorithms, which lean towards 1/k when the noise dominates;
+assignment shares for k-means) -- shares of the *noisy* points, so biased towards uniform at small
+epsilon. The server's randomness (k-means++ seeds) is post-processing, seeded
 from the campaign id so that a rerun publishes the same result.
 
 Degenerate rounds finish with a warning and no centers (as the grid engine's empty
