@@ -28,7 +28,13 @@ from ldp_collector.campaigns import make_engine, prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.kinds import KINDS
-from ldp_collector.kinds.laplace import DEFAULT_GRID_BITS, LaplaceEngine, decode_points
+from ldp_collector.kinds.laplace import (
+    DEFAULT_GRID_BITS,
+    LaplaceAlgorithm,
+    LaplaceEngine,
+    cluster_points,
+    decode_points,
+)
 from ldp_collector.serde import config_from_proto, result_to_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
@@ -76,7 +82,8 @@ def test_defaults_are_filled_into_a_copy() -> None:
     config = laplace_config(k=3)
     prepared = prepare_campaign(config_from_proto(config))
     p = prepared.config.parameters
-    assert p.algorithm == MNFCM and p.fuzzifier == 2.0 and p.grid_bits == DEFAULT_GRID_BITS and p.k == 3
+    # FCM with the centers kept in the cube won most cells of benchmarks/laplace_clustering.py on its tuning seeds.
+    assert p.algorithm == FCM and p.fuzzifier == 2.0 and p.grid_bits == DEFAULT_GRID_BITS and p.k == 3
     assert config.laplace.algorithm == LAPLACE.ALGORITHM_UNSPECIFIED and config.laplace.fuzzifier == 0
     kmeans = prepare_campaign(config_from_proto(laplace_config(algorithm=KMEANS))).config.parameters
     assert kmeans.fuzzifier == 0 and kmeans.grid_bits == DEFAULT_GRID_BITS
@@ -214,6 +221,18 @@ def test_close_round_publishes_centers_in_original_units(algorithm: int) -> None
     assert model.cluster_count == 2 and result.label_model() == model
 
 
+def test_a_campaign_without_an_algorithm_runs_fcm() -> None:
+    rng = np.random.default_rng(5)
+    rows = stored(rng.integers(-2000, 3000, size=(400, 2)).tolist())
+    centers = {}
+    for algorithm in (LAPLACE.ALGORITHM_UNSPECIFIED, FCM, MNFCM):
+        engine = engine_for(laplace_config(k=3, epsilon=2.0, campaign_id="lap-default", algorithm=algorithm))
+        outcome = engine.close_round(engine.first_round().spec, ListRoundReports(rows), b"")
+        assert outcome.result is not None and outcome.diagnostics["algorithm"] == (MNFCM if algorithm == MNFCM else FCM)
+        centers[algorithm] = outcome.result.clustering.centers
+    assert centers[LAPLACE.ALGORITHM_UNSPECIFIED] == centers[FCM] != centers[MNFCM]
+
+
 def test_close_round_is_deterministic_per_campaign() -> None:
     config = laplace_config(k=3, epsilon=2.0, campaign_id="lap-same")
     rng = np.random.default_rng(4)
@@ -225,6 +244,21 @@ def test_close_round_is_deterministic_per_campaign() -> None:
         assert outcome.result is not None
         results.append(list(outcome.result.clustering.centers))
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("algorithm", list(LaplaceAlgorithm)[1:], ids=lambda a: a.name)
+def test_cluster_points_keeps_the_centers_in_the_cube_or_leaves_them_free(algorithm: LaplaceAlgorithm) -> None:
+    """Decoded points spill out of the cube (noise); two tight clusters beyond opposite corners: free centers
+    follow them, cube centers stop on the corners."""
+    rng = np.random.default_rng(0)
+    truth = np.array([[-0.5, -0.4], [1.5, 1.4]])
+    points = np.repeat(truth, 200, axis=0) + rng.normal(scale=0.01, size=(400, 2))
+    fits = {in_cube: cluster_points(points, 2, np.random.default_rng(1), algorithm=algorithm, fuzzifier=2.0,
+                                    noise_scale=0.05, in_cube=in_cube) for in_cube in (True, False)}
+    assert center_error(truth, fits[False].centers) < 0.02
+    assert center_error(np.array([[0.0, 0.0], [1.0, 1.0]]), fits[True].centers) < 1e-9
+    for fit in fits.values():
+        assert fit.shares == pytest.approx([0.5, 0.5], abs=0.01) and fit.iterations >= 1
 
 
 # -- end to end ------------------------------------------------------------------------------------

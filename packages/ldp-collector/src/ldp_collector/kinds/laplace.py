@@ -13,9 +13,9 @@ and clusters the noisy points with ``LaplaceParameters.algorithm`` (DESIGN.md §
 
 ``KMEANS``
     Weighted k-means++ and Lloyd, best of :data:`N_INIT` (:func:`ldp_collector.estimation.kmeans.weighted_kmeans`).
-``FCM``
+``FCM`` (default, :data:`DEFAULT_ALGORITHM`)
     Plain fuzzy c-means (squared Euclidean distance).
-``MNFCM`` (default)
+``MNFCM``
     Fuzzy c-means with the continuous mixed-noise loss (:mod:`ldp_collector.estimation.fuzzy`),
     the distance scaled by ``1 / (sqrt(d) sigma_0)`` so that the noise floor ``sigma_0`` becomes
     ``1 / sqrt(d)``. ``sigma_0`` is the Laplace scale of the noise every coordinate carries,
@@ -27,10 +27,17 @@ and clusters the noisy points with ``LaplaceParameters.algorithm`` (DESIGN.md §
 
 The true points lie in the unit cube and so do their clusters' means: the fuzzy algorithms keep
 their centers in the cube (clipped after every update) and k-means' centers are clipped into it at
-the end. The published centers are in the domain's original units; the weights are the estimated
-cluster shares (mean memberships for the fuzzy algorithms, which lean towards 1/k when the noise
-dominates; assignment shares for k-means) -- shares of the *noisy* points, so biased towards
-uniform at small epsilon. The server's randomness (k-means++ seeds) is post-processing, seeded
+the end. The default is the configuration that won most cells of ``benchmarks/laplace_clustering.py``
+on its tuning seeds: FCM with the centers kept in the cube (the highest median ARI in 11 of 29
+(data set, n, epsilon) cells, against 10 for mnFCM in the cube and at most 4 for each other
+configuration). It is a near tie: on the reporting seeds mnFCM and FCM in the cube differ
+significantly in 4 cells of 29 (``benchmarks/README.md``, "Laplace path"), and where the noise
+dwarfs the clusters FCM's centers shrink further towards the data's mean than mnFCM's.
+
+The published centers are in the domain's original units; the weights are the estimated cluster
+shares (mean memberships for the fuzzy algorithms, which lean towards 1/k when the noise dominates;
+assignment shares for k-means) -- shares of the *noisy* points, so biased towards uniform at small
+epsilon. The server's randomness (k-means++ seeds) is post-processing, seeded
 from the campaign id so that a rerun publishes the same result.
 
 Degenerate rounds finish with a warning and no centers (as the grid engine's empty
@@ -76,12 +83,15 @@ from .common import MAX_K, ProtoEnum, campaign_seed, check_report_epsilon
 
 __all__ = [
     "KIND",
+    "DEFAULT_ALGORITHM",
     "DEFAULT_GRID_BITS",
     "MAX_ITERATIONS",
     "N_INIT",
     "LaplaceAlgorithm",
     "LaplaceEngine",
+    "LaplaceFit",
     "LaplaceParams",
+    "cluster_points",
     "decode_points",
 ]
 
@@ -141,6 +151,71 @@ class LaplaceAlgorithm(ProtoEnum):
     MNFCM = 3
 
 
+#: The algorithm of a campaign that sets none (module docstring: chosen on the benchmark's tuning seeds).
+DEFAULT_ALGORITHM = LaplaceAlgorithm.FCM
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class LaplaceFit:
+    """The clustering of the decoded points (:func:`cluster_points`), in unit-cube units.
+
+    Attributes
+    ----------
+    centers : numpy.ndarray of shape (k, d)
+    shares : numpy.ndarray of shape (k,)
+        Estimated cluster shares of the noisy points: mean memberships (FCM, MNFCM) or assignment
+        shares (KMEANS).
+    iterations : int
+        Center updates of the best restart.
+    objective : float
+        The algorithm's objective at the centers (the fuzzy ``J`` or the k-means cost).
+    converged : bool
+        Whether the best restart stopped on the tolerance (always True for KMEANS).
+    """
+
+    centers: NDArray[np.float64]
+    shares: NDArray[np.float64]
+    iterations: int
+    objective: float
+    converged: bool
+
+
+def cluster_points(points: NDArray[np.float64], k: int, rng: np.random.Generator, *,
+                   algorithm: LaplaceAlgorithm, fuzzifier: float, noise_scale: float,
+                   in_cube: bool = True) -> LaplaceFit:
+    """The server's clustering of the decoded points (module docstring): the engine's and the benchmarks' one copy.
+
+    Parameters
+    ----------
+    points : numpy.ndarray of shape (n, d)
+        Decoded reports in unit-cube units (:func:`decode_points`), ``n >= k``.
+    k : int
+    rng : numpy.random.Generator
+        The k-means++ seeding (post-processing).
+    algorithm : LaplaceAlgorithm
+        KMEANS, FCM or MNFCM (resolved).
+    fuzzifier : float
+        ``m`` of the fuzzy algorithms (ignored by KMEANS).
+    noise_scale : float
+        ``sigma_0``, the Laplace scale of one decoded coordinate's noise (MNFCM's distance).
+    in_cube : bool
+        Keep the centers in the unit cube (the fuzzy algorithms clip after every update, k-means
+        at the end); False: the algorithms as published, centers anywhere.
+    """
+    d = points.shape[1]
+    cube = (np.zeros(d), np.ones(d)) if in_cube else None
+    if algorithm == LaplaceAlgorithm.KMEANS:
+        km = weighted_kmeans(points, k, rng, n_init=N_INIT, max_iter=MAX_ITERATIONS, tol=TOLERANCE)
+        shares = np.bincount(km.labels, minlength=k).astype(np.float64) / len(points)
+        return LaplaceFit(centers=np.clip(km.centers, 0.0, 1.0) if in_cube else km.centers, shares=shares,
+                          iterations=km.iterations, objective=float(km.cost), converged=True)
+    distance: Distance = "mixed" if algorithm == LaplaceAlgorithm.MNFCM else "euclidean"
+    fit = fuzzy_c_means(points, k, rng, distance=distance, fuzzifier=fuzzifier, noise_scale=noise_scale,
+                        max_iter=MAX_ITERATIONS, tol=TOLERANCE, n_init=N_INIT, bounds=cube)
+    return LaplaceFit(centers=fit.centers, shares=fit.shares, iterations=fit.iterations,
+                      objective=float(fit.objective), converged=fit.converged)
+
+
 @dataclass(frozen=True, kw_only=True)
 class LaplaceParams(KindParams):
     """``ldp.v1.LaplaceParameters``; :meth:`resolve` fills the algorithm, the fuzzifier and ``grid_bits``.
@@ -150,7 +225,7 @@ class LaplaceParams(KindParams):
     k : int
         Number of clusters, in [1, 256] (required).
     algorithm : LaplaceAlgorithm
-        UNSPECIFIED: MNFCM.
+        UNSPECIFIED: :data:`DEFAULT_ALGORITHM` (FCM).
     fuzzifier : float
         FCM and MNFCM only, in (1, 100] (0 = 2).
     grid_bits : int
@@ -175,7 +250,7 @@ class LaplaceParams(KindParams):
         check_report_epsilon(config.epsilon, "a laplace campaign")
         if not 1 <= self.k <= MAX_K:
             raise InvalidArgumentError(f"laplace.k must be in [1, {MAX_K}], got {self.k}")
-        algorithm = self.algorithm or LaplaceAlgorithm.MNFCM
+        algorithm = self.algorithm or DEFAULT_ALGORITHM
         if algorithm not in (LaplaceAlgorithm.KMEANS, LaplaceAlgorithm.FCM, LaplaceAlgorithm.MNFCM):
             raise InvalidArgumentError(f"laplace.algorithm {algorithm} is not a known algorithm "
                                        f"(KMEANS, FCM or MNFCM)")
@@ -205,7 +280,7 @@ class LaplaceEngine(CampaignEngine):
     config : ldp.v1.CampaignConfig
         Validated by :func:`ldp_collector.campaigns.prepare_campaign`: a numeric domain.
     params : LaplaceParams
-        Resolved (:meth:`LaplaceParams.resolve`): algorithm MNFCM, fuzzifier 2 for the fuzzy
+        Resolved (:meth:`LaplaceParams.resolve`): algorithm FCM, fuzzifier 2 for the fuzzy
         algorithms and grid_bits 10 unless set.
 
     Raises
@@ -286,26 +361,16 @@ class LaplaceEngine(CampaignEngine):
                                               warnings=tuple(warnings)), diagnostics=diagnostics)
         if n < 10 * k:
             warnings.append(f"only {n} reports for k = {k} clusters: the centers are unreliable")
-        rng = np.random.default_rng(self._seed())
-        cube = (np.zeros(d), np.ones(d))
-        fuzzifier = 0.0
+        fit = cluster_points(points, k, np.random.default_rng(self._seed()), algorithm=p.algorithm,
+                             fuzzifier=float(p.fuzzifier), noise_scale=sigma0)
+        centers, shares = fit.centers, fit.shares
+        diagnostics.update(iterations=float(fit.iterations), objective=fit.objective)
         if fuzzy:
-            distance: Distance = "mixed" if p.algorithm == LaplaceAlgorithm.MNFCM else "euclidean"
-            fit = fuzzy_c_means(points, k, rng, distance=distance, fuzzifier=float(p.fuzzifier),
-                                noise_scale=sigma0, max_iter=MAX_ITERATIONS, tol=TOLERANCE, n_init=N_INIT,
-                                bounds=cube)
-            centers, shares = fit.centers, fit.shares
-            diagnostics.update(iterations=float(fit.iterations), objective=float(fit.objective),
-                               converged=float(fit.converged))
+            diagnostics.update(converged=float(fit.converged))
             if not fit.converged:
                 warnings.append(f"{p.algorithm.name} stopped after {MAX_ITERATIONS} iterations "
                                 f"without converging")
-            fuzzifier = float(p.fuzzifier)
-        else:
-            km = weighted_kmeans(points, k, rng, n_init=N_INIT, max_iter=MAX_ITERATIONS, tol=TOLERANCE)
-            centers = np.clip(km.centers, 0.0, 1.0)
-            shares = np.bincount(km.labels, minlength=k).astype(np.float64) / n
-            diagnostics.update(iterations=float(km.iterations), objective=float(km.cost))
+        fuzzifier = float(p.fuzzifier) if fuzzy else 0.0
         lower = np.asarray(self.domain.lower, dtype=np.float64)
         upper = np.asarray(self.domain.upper, dtype=np.float64)
         original = self._to_original(centers)
