@@ -20,16 +20,18 @@ two take the same decisions and, for one seed, send the same reports bit for bit
     The ``direct`` state, and the same admission decisions, but every device's report of a round
     drawn with numpy in bulk (5-10 us per report on a busy 2-core machine, half of it building the
     :class:`~ldp_client.report.Report` objects). It applies to a round whose group tasks' components
-    all have an array path (:func:`.vector.unsupported`: a cell encoder -- uniform grid, grid tree,
-    cell list -- with a GRR, unary-encoding or local-hashing oracle; a kCluster bit vector with
-    bitwise randomized response), over a finite numeric ``(n, d)`` array of points:
+    all have an array path (:func:`.vector.unsupported`: the cell, SimHash, shifted-grid and
+    nearest-candidate encoders with a GRR, unary-encoding or local-hashing oracle; a kCluster bit
+    vector with bitwise randomized response; the vector maps with discrete Laplace, the box or the
+    l2-ball randomizer; the bucketed vector with the bucketized vector sum: every round of the
+    center kinds), over a finite numeric ``(n, d)`` array of points:
 
     * groups are drawn with :func:`~ldp_client.admission.pick_group` (once per distinct draw
       ``u`` of ``randbelow(sum(group_weights))``), and :func:`~ldp_client.admission.admit` decides
       once per distinct device state (group, spending, reports): a device the per-device path
       refuses is refused here too, and a group drawn for a refused device is not recorded;
     * points are encoded on arrays (:func:`.vector.encode_points`, equal to the SDK encoder's
-      output point for point), randomized from the oracle's output distribution with a
+      output point for point), randomized from the mechanism's output distribution with a
       ``numpy.random.Generator`` seeded from the population seed (:func:`.vector.draw_payloads`:
       the same payload types and packing the SDK's ``randomize`` returns), and the report ids
       come from :func:`~ldp_client.report.new_report_id`.
