@@ -57,7 +57,7 @@ from ..payload import Floats
 from ..rng import Rng, resolve_rng
 from .base import MECHANISMS, VectorParams
 
-__all__ = ["NORM_SLACK", "VectorL2BallParams", "randomize", "uniform_direction"]
+__all__ = ["NORM_SLACK", "VectorL2BallParams", "check_unit_payload", "randomize", "uniform_direction"]
 
 #: Inputs with norm up to 1 + NORM_SLACK are accepted (float noise) and scaled onto the sphere.
 NORM_SLACK = 1e-9
@@ -115,23 +115,31 @@ class VectorL2BallParams(VectorParams):
         return randomize(value, self, rng=rng)
 
     def check_payload(self, payload: Any) -> Floats:
-        if not isinstance(payload, Floats):
-            raise ProtocolError(f"vector_l2_ball payload must be Floats, got {describe(payload)}")
-        values = payload.values
-        if len(values) != self.dimension:
-            raise ProtocolError(f"vector_l2_ball payload must hold {self.dimension} floats, got {len(values)}")
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, float) or not math.isfinite(v):
-                raise ProtocolError(f"vector_l2_ball payload values must be finite floats, got {describe(v)}")
-        norm = math.hypot(*values)
-        if abs(norm - 1.0) > _PAYLOAD_NORM_TOLERANCE:
-            raise ProtocolError(f"vector_l2_ball payload must be a unit vector, got norm {norm:.9g}")
-        return payload
+        return check_unit_payload(self.KIND, payload, self.dimension)
 
     def estimate(self, payload: Any) -> list[float]:
         """Unbiased estimate B w of the device's vector from its report w."""
         b = self.scale
         return [b * v for v in self.check_payload(payload).values]
+
+
+def check_unit_payload(kind: str, payload: Any, dimension: int) -> Floats:
+    """A report of ``dimension`` finite floats of norm 1 (up to float32 rounding), or ``ProtocolError`` naming ``kind``.
+
+    The payload of every randomizer that reports a unit direction (this one and PrivUnit).
+    """
+    if not isinstance(payload, Floats):
+        raise ProtocolError(f"{kind} payload must be Floats, got {describe(payload)}")
+    values = payload.values
+    if len(values) != dimension:
+        raise ProtocolError(f"{kind} payload must hold {dimension} floats, got {len(values)}")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, float) or not math.isfinite(v):
+            raise ProtocolError(f"{kind} payload values must be finite floats, got {describe(v)}")
+    norm = math.hypot(*values)
+    if abs(norm - 1.0) > _PAYLOAD_NORM_TOLERANCE:
+        raise ProtocolError(f"{kind} payload must be a unit vector, got norm {norm:.9g}")
+    return payload
 
 
 def uniform_direction(dimension: int, rng: Rng) -> list[float]:

@@ -82,11 +82,11 @@ from typing import Any, ClassVar
 from .._exact import log_fraction
 from .._validation import check_vector
 from ..encoders.base import BALL
-from ..errors import EncodingError, ProtocolError
+from ..errors import EncodingError
 from ..payload import Floats
 from ..rng import Rng, resolve_rng
 from .base import MECHANISMS, VectorParams
-from .vector_l2_ball import NORM_SLACK, uniform_direction
+from .vector_l2_ball import NORM_SLACK, check_unit_payload, uniform_direction
 
 __all__ = ["PAIRS", "VectorPrivUnitParams", "cap_sums", "randomize"]
 
@@ -97,8 +97,6 @@ PAIRS = 16
 _INTERVALS = 2048
 #: sin^n(pi/2 + u) <= exp(-n u^2 / 2): beyond u = 12 / sqrt(n) the density is below e^-72 of its peak.
 _TAIL_WIDTHS = 12.0
-#: A checked payload's norm may differ from 1 by this much (float32 rounding of d coordinates).
-_PAYLOAD_NORM_TOLERANCE = 1e-5
 
 
 @lru_cache(maxsize=64)
@@ -230,18 +228,7 @@ class VectorPrivUnitParams(VectorParams):
         return randomize(value, self, rng=rng)
 
     def check_payload(self, payload: Any) -> Floats:
-        if not isinstance(payload, Floats):
-            raise ProtocolError(f"vector_privunit payload must be Floats, got {type(payload).__name__}")
-        values = payload.values
-        if len(values) != self.dimension:
-            raise ProtocolError(f"vector_privunit payload must hold {self.dimension} floats, got {len(values)}")
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, float) or not math.isfinite(v):
-                raise ProtocolError(f"vector_privunit payload values must be finite floats, got {v!r}")
-        norm = math.hypot(*values)
-        if abs(norm - 1.0) > _PAYLOAD_NORM_TOLERANCE:
-            raise ProtocolError(f"vector_privunit payload must be a unit vector, got norm {norm:.9g}")
-        return payload
+        return check_unit_payload(self.KIND, payload, self.dimension)
 
     def estimate(self, payload: Any) -> list[float]:
         """Unbiased estimate B w of the device's vector from its report w."""
