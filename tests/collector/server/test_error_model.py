@@ -88,9 +88,23 @@ def test_the_documented_reasons_are_exactly_the_table_in_the_code() -> None:
     assert all(re.fullmatch(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)*", reason) for reason in documented_reasons())
 
 
+#: Packages of the optional extras: a module that needs one of them is left out where it is not installed
+#: (the ``beam`` env imports it).
+_OPTIONAL_PACKAGES = frozenset({"apache_beam", "pyarrow"})
+
+
+def _import_unless_extra_missing(name: str) -> None:
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        missing = {getattr(exc, "name", None), getattr(exc.__cause__, "name", None)}
+        if not missing & _OPTIONAL_PACKAGES:
+            raise
+
+
 def _error_classes() -> list[type[CollectorError]]:
-    for module in pkgutil.walk_packages(ldp_collector.__path__, "ldp_collector."):
-        importlib.import_module(module.name)
+    for module in pkgutil.walk_packages(ldp_collector.__path__, "ldp_collector.", onerror=_import_unless_extra_missing):
+        _import_unless_extra_missing(module.name)
     found, todo = [], [CollectorError]
     while todo:
         cls = todo.pop()
