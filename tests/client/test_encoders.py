@@ -444,12 +444,34 @@ def test_nearest_candidate_matches_brute_force(point: list[float], raw: list[int
     x = [min(max(point[0], -2.0), 2.0), min(max(point[1], 10.0), 30.0)]
     rows = [centers[i:i + 2] for i in range(0, len(centers), 2)]
     exact = [sum((Fraction(a) - Fraction(b)) ** 2 for a, b in zip(x, row)) for row in rows]
-    best = min(exact)
-    # Nearest up to float rounding: distances are compared in doubles (math.dist), so candidates whose
-    # exact squared distances differ by less than a few ulps (e.g. 104 - 4e vs 104 - 20e at e = 1e-38)
-    # are ties, broken by the lowest index.
-    slack = best * Fraction(1, 2**50)
-    assert encoder.encode(point) in [i for i, e in enumerate(exact) if e <= best + slack]
+    # Exactly nearest (docs/protocol.md §11.7): near-ties that doubles cannot separate (e.g. 104 - 4e
+    # vs 104 - 20e at e = 1e-38) are compared exactly; only exact ties go to the lowest index.
+    assert encoder.encode(point) == exact.index(min(exact))
+
+
+def test_a_domain_whose_extent_overflows_is_rejected() -> None:
+    # upper - lower = 2e308 rounds to infinity: normalization would send every point to 0 or NaN
+    with pytest.raises(InvalidParameterError, match=r"upper - lower must be finite in binary64"):
+        NumericDomain(lower=(0.0, -1e308), upper=(1.0, 1e308))
+    assert NumericDomain(lower=(-8e307,), upper=(8e307,)).dimension == 1
+
+
+def test_nearest_candidate_is_exact_where_rounded_distances_tie() -> None:
+    # From 1, the centers -2^-60 and 2^-60 are 1 + 2^-60 and 1 - 2^-60 away: both round to 1.0 in
+    # binary64 (math.dist ties them, which would pick index 0), but center 1 is nearer.
+    encoder = NearestCandidateEncoder(domain=NumericDomain(lower=(0.0,), upper=(2.0,)), dimension=1,
+                                      centers=(-(2.0**-60), 2.0**-60))
+    assert math.dist([1.0], [-(2.0**-60)]) == math.dist([1.0], [2.0**-60])
+    assert encoder.encode([1.0]) == 1
+    # an exact tie still goes to the lowest index, and coordinates near the float limits do not overflow
+    encoder = NearestCandidateEncoder(domain=NumericDomain(lower=(-8e307,), upper=(8e307,)), dimension=1,
+                                      centers=(1.7e308, -1.7e308))
+    assert encoder.encode([0.0]) == 0
+    assert encoder.encode([-8e307]) == 1
+    # both distances (2.5e308 and 1.8e308) exceed the largest double
+    encoder = NearestCandidateEncoder(domain=NumericDomain(lower=(-8e307,), upper=(8e307,)), dimension=1,
+                                      centers=(-1.7e308, -1e308))
+    assert encoder.encode([8e307]) == 1
 
 
 def test_nearest_candidate_ties_and_units() -> None:

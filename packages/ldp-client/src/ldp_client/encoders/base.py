@@ -41,7 +41,10 @@ MAX_DIMENSION = 4096
 
 @dataclass(frozen=True, kw_only=True)
 class NumericDomain(Spec):
-    """Public per-dimension bounds ``lower[j] < upper[j]`` (``ldp.v1.NumericDomain``)."""
+    """Public per-dimension bounds ``lower[j] < upper[j]`` (``ldp.v1.NumericDomain``).
+
+    Bounds are finite and ``upper[j] - lower[j]`` (rounded to binary64) is finite too.
+    """
 
     lower: tuple[float, ...]
     upper: tuple[float, ...]
@@ -63,6 +66,11 @@ class NumericDomain(Spec):
                     raise InvalidParameterError(f"domain bounds must be finite numbers, got {v!r} in dimension {j}")
             if not lo < hi:
                 raise InvalidParameterError(f"domain needs lower < upper, got [{lo}, {hi}] in dimension {j}")
+            # normalize divides by the binary64 difference: an infinite one would send every point
+            # to 0 or NaN (docs/protocol.md §11.2).
+            if not math.isfinite(float(hi) - float(lo)):
+                raise InvalidParameterError(
+                    f"domain upper - lower must be finite in binary64, got [{lo}, {hi}] in dimension {j}")
 
     @property
     def dimension(self) -> int:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cached_property
 from itertools import repeat
 from typing import Any, ClassVar
@@ -17,6 +19,14 @@ __all__ = ["MAX_CANDIDATE_VALUES", "NearestCandidateEncoder"]
 
 #: Largest ``len(centers)`` (candidates x dimension).
 MAX_CANDIDATE_VALUES = 2**22
+#: Relative margin within which :func:`math.dist` results are treated as a possible tie and
+#: compared exactly: ``math.dist`` is off by a few ulps (about 2^-52 relative), far below it.
+_NEAR_TIE = 2.0**-40
+
+
+def _exact_squared_distance(x: Sequence[float], center: Sequence[float]) -> Fraction:
+    """``sum_j (x_j - c_j)^2`` of the binary64 values, in exact rational arithmetic."""
+    return sum(((Fraction(a) - Fraction(b)) ** 2 for a, b in zip(x, center)), Fraction(0))
 
 
 @ENCODERS.register
@@ -25,8 +35,9 @@ class NearestCandidateEncoder(Encoder):
     """Index of the nearest candidate center (``ldp.v1.NearestCandidateEncoder``).
 
     Distances are Euclidean **in the domain's original units** (the units the centers are
-    published in), between the point clamped to the domain box and each center; ties go to the
-    lowest index. Centers may lie outside the domain (estimated centers often do).
+    published in), between the point clamped to the domain box and each center, compared
+    exactly (as real numbers, not rounded); exact ties go to the lowest index (``docs/protocol.md``
+    §11.7). Centers may lie outside the domain (estimated centers often do).
 
     Parameters
     ----------
@@ -40,7 +51,9 @@ class NearestCandidateEncoder(Encoder):
 
     Notes
     -----
-    Cost: ``n`` calls of :func:`math.dist` (C), about 10 microseconds for ``n = 100``, ``d = 10``.
+    Cost: ``n`` calls of :func:`math.dist` (C), about 10 microseconds for ``n = 100``, ``d = 10``;
+    candidates within a relative ``2^-40`` of the nearest (possible ties) are then compared in
+    exact rational arithmetic, so the answer never depends on how a platform rounds.
     """
 
     KIND: ClassVar[str] = "nearest_candidate"
@@ -80,7 +93,7 @@ class NearestCandidateEncoder(Encoder):
         return self.candidate_count
 
     def encode(self, point: Any) -> int:
-        """Index of the candidate nearest to the clamped point (lowest index on ties).
+        """Index of the candidate exactly nearest to the clamped point (lowest index on ties).
 
         Raises
         ------
@@ -89,4 +102,10 @@ class NearestCandidateEncoder(Encoder):
         """
         x = clamp_point(as_point(point, self.dimension), self.domain)
         distances = list(map(math.dist, repeat(x), self.center_rows))
-        return distances.index(min(distances))
+        nearest = min(distances)
+        # Any candidate exactly as near as the true nearest is within the rounding margin of it.
+        close = [i for i, dist in enumerate(distances) if dist <= nearest * (1.0 + _NEAR_TIE)]
+        if len(close) == 1:
+            return close[0]
+        exact = [_exact_squared_distance(x, self.center_rows[i]) for i in close]
+        return close[exact.index(min(exact))]
