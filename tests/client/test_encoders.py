@@ -37,6 +37,7 @@ from ldp_client.encoders.projection import (
     PURPOSE_HYPERPLANES,
     PURPOSE_PROJECTION,
     PURPOSE_SHIFT,
+    dot,
     gaussian_matrix,
     gaussian_values,
     mix64,
@@ -648,6 +649,21 @@ def test_projection_matrix_and_apply() -> None:
         ratios.append(sum(z * z for z in p.apply(v)) / sum(x * x for x in v))
     # mean of chi^2_8 / 8 over 200 draws: sd ~ 0.5 / sqrt(200) = 0.035; 6 sd tolerance
     assert abs(sum(ratios) / len(ratios) - 1.0) < 0.21
+
+
+def test_products_are_summed_left_to_right_with_one_rounding_per_step() -> None:
+    # docs/protocol.md §12: fl(fl(1e16 + 1) - 1e16) = 0 (1e16 + 1 ties to the even 1e16); a
+    # compensated sum (Python's sum from 3.12, math.fsum) would give 1.
+    assert dot([1e16, 1.0, -1e16], [1.0, 1.0, 1.0]) == 0.0
+    assert math.fsum([1e16, 1.0, -1e16]) == 1.0
+    projection = RandomProjection(input_dimension=3, output_dimension=1, seed=7)
+    signs = projection.matrix[0]
+    assert projection.apply([1e16 * signs[0], signs[1], -1e16 * signs[2]]) == [0.0]
+    encoder = SimHashEncoder(domain=NumericDomain.unit(3), bits=1, seed=11)
+    normal = encoder.hyperplanes[0]
+    y = [0.5, -0.25, 1.0]
+    point = [(v + 1) / 2 for v in y]
+    assert encoder.encode(point) == (dot(normal, y) >= 0.0)
 
 
 def test_morton_helpers_used_by_lsh_round_trip() -> None:

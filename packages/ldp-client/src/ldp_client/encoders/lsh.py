@@ -12,14 +12,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from operator import mul
 from typing import Any, ClassVar
 
 from .._validation import check_int
 from ..errors import InvalidParameterError
 from .base import ENCODERS, INDEX, Encoder, NumericDomain, as_point
 from .geometry import MAX_INDEX_BITS, _require_domain, morton_encode
-from .projection import MASK64, PURPOSE_SHIFT, RandomProjection, gaussian_matrix, uniform_values
+from .projection import MASK64, PURPOSE_SHIFT, RandomProjection, dot, gaussian_matrix, uniform_values
 
 __all__ = ["CLAMP_PROBABILITY", "ShiftedGridEncoder", "SimHashEncoder"]
 
@@ -112,7 +111,7 @@ class SimHashEncoder(Encoder):
             z = self.projection.apply(z)
         value = 0
         for normal in self.hyperplanes:
-            value = (value << 1) | (sum(map(mul, normal, z)) >= 0.0)
+            value = (value << 1) | (dot(normal, z) >= 0.0)
         return value
 
 

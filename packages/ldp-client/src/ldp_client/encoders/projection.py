@@ -37,6 +37,11 @@ Gaussian ``i``
 Matrices
     Row-major: entry ``(r, c)`` of a ``rows x cols`` matrix is value ``r * cols + c`` of its stream.
     The JL projection to ``k`` dimensions has entries ``sign / sqrt(k)``.
+Products
+    :func:`dot` sums the rounded products left to right from ``0.0``, one rounding per step
+    (not Python's ``sum``, which compensates its rounding errors from Python 3.12 on).
+
+The normative text is ``docs/protocol.md`` §12.
 """
 
 from __future__ import annotations
@@ -45,7 +50,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from operator import mul
 
 from .._spec import Spec
 from .._validation import check_int
@@ -58,6 +62,7 @@ __all__ = [
     "PURPOSE_PROJECTION",
     "PURPOSE_SHIFT",
     "RandomProjection",
+    "dot",
     "gaussian_matrix",
     "gaussian_values",
     "mix64",
@@ -135,6 +140,18 @@ def rademacher_signs(seed: int, purpose: int, count: int) -> list[int]:
     return [1 - 2 * ((words[i >> 6] >> (i & 63)) & 1) for i in range(count)]
 
 
+def dot(a: Sequence[float], b: Sequence[float]) -> float:
+    """``sum_i a_i b_i`` in binary64: each product rounded, summed left to right from ``0.0``.
+
+    The order and the roundings are part of the protocol (``docs/protocol.md`` §12), so a plain
+    loop: Python's ``sum`` of floats is compensated (more exact, but different) from 3.12 on.
+    """
+    acc = 0.0
+    for x, y in zip(a, b):
+        acc += x * y
+    return acc
+
+
 def _rows(values: Sequence[float], rows: int, cols: int) -> tuple[tuple[float, ...], ...]:
     return tuple(tuple(values[r * cols:(r + 1) * cols]) for r in range(rows))
 
@@ -200,8 +217,8 @@ class RandomProjection(Spec):
         return self.input_dimension / math.sqrt(self.output_dimension)
 
     def apply(self, vector: Sequence[float]) -> list[float]:
-        """``P @ vector`` (row by row, Python ``sum`` in column order)."""
+        """``P @ vector``: :func:`dot` of each row with ``vector`` (left to right, column order)."""
         if len(vector) != self.input_dimension:
             raise InvalidParameterError(
                 f"projection input must have dimension {self.input_dimension}, got {len(vector)}")
-        return [sum(map(mul, row, vector)) for row in self.matrix]
+        return [dot(row, vector) for row in self.matrix]

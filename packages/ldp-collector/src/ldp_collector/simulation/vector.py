@@ -8,7 +8,7 @@ numpy instead of running the SDK per device. This module holds the two array ste
   (:class:`~ldp_client.encoders.bitvector.BitVectorEncoder`: the same clamping and the same float
   comparison ``|x_j - r| <= theta_j``), the vector maps (unit cube, symmetric box, unit ball: the
   rare rows whose norm rounds near 1 take the SDK's own encoder), SimHash and the shifted grid
-  (projections and hyperplanes summed left to right as the SDK's ``sum`` does), the nearest
+  (projections and hyperplanes summed left to right as the SDK's ``dot`` does), the nearest
   candidate (near-ties asked of the SDK's ``math.dist``) and the bucketed vector
   (:func:`encode_bucketed`);
 * :func:`encode_cells`: the point -> cell index of the SDK's cell encoders
@@ -244,8 +244,8 @@ def encode_bucketed(encoder: BucketedVectorEncoder,
 
 
 def _dot_rows(matrix: tuple[tuple[float, ...], ...], z: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``[sum(map(mul, row, z_i)) for row in matrix]`` for every row ``z_i``: the SDK's left-to-right
-    float sums (from the int 0), one column at a time, so every rounding is the same."""
+    """``[dot(row, z_i) for row in matrix]`` for every row ``z_i``: the SDK's left-to-right float sums
+    (:func:`ldp_client.encoders.projection.dot`, from 0.0), one column at a time, so every rounding is the same."""
     out = np.empty((z.shape[0], len(matrix)))
     for r, row in enumerate(matrix):
         acc = np.zeros(z.shape[0])

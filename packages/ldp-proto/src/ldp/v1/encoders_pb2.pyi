@@ -3,7 +3,8 @@
 isort:skip_file
 Encoders: pure, public functions from a device's point to the value its mechanism randomizes.
 Each maps 1:1 to a frozen `<Encoder>` object in `ldp_client.encoders`; the collector imports
-the same geometry (cell <-> index <-> bounds).
+the same geometry (cell <-> index <-> bounds). Normative rules: docs/protocol.md §11 (encoders)
+and §12 (public generators).
 """
 
 from collections import abc as _abc
@@ -23,7 +24,9 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class NumericDomain(_message.Message):
-    """Public bounds of a numeric domain; points outside are clamped on the device."""
+    """Public bounds of a numeric domain; points outside are clamped on the device.
+    See docs/protocol.md §11.2.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -49,7 +52,7 @@ Global___NumericDomain: _TypeAlias = NumericDomain  # noqa: Y015
 
 @_typing.final
 class CategoricalEncoder(_message.Message):
-    """The point is already a category index in {0, ..., domain_size - 1}."""
+    """The point is already a category index in {0, ..., domain_size - 1}. See docs/protocol.md §11.1."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -71,7 +74,7 @@ Global___CategoricalEncoder: _TypeAlias = CategoricalEncoder  # noqa: Y015
 @_typing.final
 class UniformGridEncoder(_message.Message):
     """Uniform grid: cells_per_dimension[j] equal cells along dimension j; row-major cell index
-    (last dimension fastest).
+    (last dimension fastest). See docs/protocol.md §11.3.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -99,7 +102,8 @@ Global___UniformGridEncoder: _TypeAlias = UniformGridEncoder  # noqa: Y015
 @_typing.final
 class GridTreeEncoder(_message.Message):
     """Dyadic grid tree over the normalized box [0,1]^d: the cell of side 2^-level that holds the
-    point, as its Morton (bit-interleaved) index, so parent(c) = c >> d.
+    point, as its Morton (bit-interleaved) index, so parent(c) = c >> d: bit b of coordinate j is
+    bit b * d + j of the index (dimension 0 takes the low bit). See docs/protocol.md §11.4.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -150,7 +154,7 @@ Global___TreeCell: _TypeAlias = TreeCell  # noqa: Y015
 @_typing.final
 class CellListEncoder(_message.Message):
     """Index of the cell that holds the point in an irregular list of dyadic cells that partitions
-    the normalized box (adaptive grids).
+    the normalized box (adaptive grids). See docs/protocol.md §11.5.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -178,7 +182,7 @@ Global___CellListEncoder: _TypeAlias = CellListEncoder  # noqa: Y015
 @_typing.final
 class RandomProjection(_message.Message):
     """Public Johnson-Lindenstrauss projection with Rademacher entries +-1/sqrt(output_dimension),
-    generated from `seed` by the counter-mode generator specified in `ldp_client.encoders`.
+    generated from `seed` by the counter-mode generator (SplitMix64). See docs/protocol.md §12.5.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -208,6 +212,7 @@ Global___RandomProjection: _TypeAlias = RandomProjection  # noqa: Y015
 class SimHashEncoder(_message.Message):
     """SimHash: the first `bits` sign bits of Gaussian hyperplanes (from `seed`) applied to the
     centred, normalized, optionally projected point; the value is the bit prefix as an integer.
+    See docs/protocol.md §12.6.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -241,7 +246,7 @@ Global___SimHashEncoder: _TypeAlias = SimHashEncoder  # noqa: Y015
 @_typing.final
 class ShiftedGridEncoder(_message.Message):
     """Randomly shifted dyadic grid in the (optionally projected) normalized space: the Morton
-    index of the level-`level` cell after a public shift drawn from `seed`.
+    index of the level-`level` cell after a public shift drawn from `seed`. See docs/protocol.md §12.7.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -274,7 +279,9 @@ Global___ShiftedGridEncoder: _TypeAlias = ShiftedGridEncoder  # noqa: Y015
 
 @_typing.final
 class NearestCandidateEncoder(_message.Message):
-    """Index of the nearest (Euclidean) candidate center; ties go to the lowest index."""
+    """Index of the nearest (Euclidean, compared exactly) candidate center; ties go to the lowest index.
+    See docs/protocol.md §11.7.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -305,7 +312,7 @@ Global___NearestCandidateEncoder: _TypeAlias = NearestCandidateEncoder  # noqa: 
 
 @_typing.final
 class BitVectorEncoder(_message.Message):
-    """kCluster bit vector: bit (j, t) = [|x_j - pivot_(j,t)| <= half_width_j]."""
+    """kCluster bit vector: bit (j, t) = [|x_j - pivot_(j,t)| <= half_width_j]. See docs/protocol.md §11.6."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -341,7 +348,7 @@ Global___BitVectorEncoder: _TypeAlias = BitVectorEncoder  # noqa: Y015
 
 @_typing.final
 class UnitCubeEncoder(_message.Message):
-    """The clamped point normalized to [0,1]^d (for the discrete Laplace path)."""
+    """The clamped point normalized to [0,1]^d (for the discrete Laplace path). See docs/protocol.md §11.8."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -363,7 +370,7 @@ Global___UnitCubeEncoder: _TypeAlias = UnitCubeEncoder  # noqa: Y015
 
 @_typing.final
 class SymmetricBoxEncoder(_message.Message):
-    """The clamped point mapped affinely to [-1,1]^d (for the box vector randomizer)."""
+    """The clamped point mapped affinely to [-1,1]^d (for the box vector randomizer). See docs/protocol.md §11.8."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -385,7 +392,9 @@ Global___SymmetricBoxEncoder: _TypeAlias = SymmetricBoxEncoder  # noqa: Y015
 
 @_typing.final
 class UnitBallEncoder(_message.Message):
-    """The clamped point mapped to the unit l2 ball: (2t - 1) / sqrt(d) with t in [0,1]^d."""
+    """The clamped point mapped to the unit l2 ball: (2t - 1) / sqrt(d) with t in [0,1]^d.
+    See docs/protocol.md §11.8.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -409,7 +418,7 @@ Global___UnitBallEncoder: _TypeAlias = UnitBallEncoder  # noqa: Y015
 class BucketedVectorEncoder(_message.Message):
     """A point's LSH bucket together with its box vector (2t - 1, 1) in [-1,1]^(d+1), t the clamped
     point normalized to [0,1]^d (for the bucketized vector sum). The bucket is the node of exactly
-    one of `simhash` or `shifted_grid`, whose domain must equal `domain`.
+    one of `simhash` or `shifted_grid`, whose domain must equal `domain`. See docs/protocol.md §12.8.
     """
 
     DESCRIPTOR: _descriptor.Descriptor

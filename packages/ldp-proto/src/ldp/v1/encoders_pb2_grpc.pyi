@@ -3,7 +3,8 @@
 isort:skip_file
 Encoders: pure, public functions from a device's point to the value its mechanism randomizes.
 Each maps 1:1 to a frozen `<Encoder>` object in `ldp_client.encoders`; the collector imports
-the same geometry (cell <-> index <-> bounds).
+the same geometry (cell <-> index <-> bounds). Normative rules: docs/protocol.md §11 (encoders)
+and §12 (public generators).
 """
 
 from collections import abc as _abc
