@@ -52,6 +52,7 @@ from typing import Any, ClassVar
 from .._exact import log_fraction
 from .._validation import check_vector, describe
 from ..encoders.base import BALL
+from ..encoders.projection import dot
 from ..errors import EncodingError, ProtocolError
 from ..payload import Floats
 from ..rng import Rng, resolve_rng
@@ -191,8 +192,8 @@ def randomize(value: Any, params: VectorL2BallParams, *, rng: Rng | None = None)
         sign = 1.0 if rng.bernoulli(num, den) else -1.0
         target = [sign * v / norm for v in x]
     w = uniform_direction(d, rng)
-    dot = sum(a * b for a, b in zip(w, target))
-    if dot < 0.0 or (dot == 0.0 and not _positive_first(w)):
+    side = dot(w, target)  # left to right, one rounding per step (docs/protocol.md §12.5)
+    if side < 0.0 or (side == 0.0 and not _positive_first(w)):
         w = [-v for v in w]  # now w is the near member of the pair {w, -w}
     pi = params.near_probability
     if not rng.bernoulli(pi.numerator, pi.denominator):

@@ -82,6 +82,7 @@ from typing import Any, ClassVar
 from .._exact import log_fraction
 from .._validation import check_vector
 from ..encoders.base import BALL
+from ..encoders.projection import dot
 from ..errors import EncodingError
 from ..payload import Floats
 from ..rng import Rng, resolve_rng
@@ -262,7 +263,7 @@ def randomize(value: Any, params: VectorPrivUnitParams, *, rng: Rng | None = Non
         target = [sign * v / norm for v in x]
     directions = [uniform_direction(d, rng) for _ in range(params.pairs)]
     # Members 2i and 2i + 1 are V_i and -V_i; their dots are exact negatives of each other.
-    dots = [sum(a * b for a, b in zip(w, target)) for w in directions]
+    dots = [dot(w, target) for w in directions]  # left to right (docs/protocol.md §12.5)
     keys = [(dots[i // 2] if i % 2 == 0 else -dots[i // 2], -i) for i in range(params.members)]
     # Descending dot, ties to the lower index: a total order that depends on (S, x~) only.
     ranked = sorted(range(params.members), key=lambda i: keys[i], reverse=True)

@@ -185,6 +185,7 @@ Global___DiscreteLaplace: _TypeAlias = DiscreteLaplace  # noqa: Y015
 class VectorL2Ball(_message.Message):
     """Unbiased randomizer for vectors in the unit l2 ball (Duchi, Jordan and Wainwright's l2
     mechanism): the report is a unit direction; the estimator scales it by the public constant B.
+    See docs/protocol.md §13.2.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -214,6 +215,7 @@ class VectorPrivUnit(_message.Message):
     independently of the vector): the report is the member chosen from the cap of the members
     closest to the vector or from its complement by an exact coin; the estimator scales it by the
     public constant B. The set size, the cap size and B are derived by the SDK from these fields.
+    See docs/protocol.md §13.3 (and §5 for the derived constants).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -240,6 +242,7 @@ Global___VectorPrivUnit: _TypeAlias = VectorPrivUnit  # noqa: Y015
 class VectorBox(_message.Message):
     """Unbiased randomizer for vectors in the box [-1, 1]^dimension (Duchi et al.'s l-infinity
     mechanism with an exact hemisphere coin): the report is one sign bit per coordinate.
+    See docs/protocol.md §13.1.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -270,6 +273,7 @@ class BucketizedVector(_message.Message):
     box (one sign bit per coordinate), l2-ball or PrivUnit (v / sqrt(dimension), float directions)
     vector randomizer at `epsilon`. The report is (s, inner payload); the collector estimates the sum of
     v over ANY bucket c it chooses afterwards as sum_i sigma_i(c) z_i.
+    See docs/protocol.md §13.4.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
