@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from .base import BALL, BOX, ENCODERS, UNIT_CUBE, Encoder, NumericDomain, as_point
 from .geometry import _require_domain
+from .projection import dot
 
 __all__ = ["SymmetricBoxEncoder", "UnitBallEncoder", "UnitCubeEncoder"]
 
@@ -112,8 +113,10 @@ class UnitBallEncoder(_AffineVectorEncoder):
     -----
     The box ``[-1, 1]^d`` has circumradius ``sqrt(d)``, so the image lies in the ball. In
     floating point the norm of a corner can round to just above 1; the result is then shrunk by
-    one ulp at a time until ``math.hypot(*v)``, ``math.fsum`` and the plain ``sum`` of the
-    squares are all at most 1, so randomizers may rely on ``||v|| <= 1`` however they measure it. Cost ``O(d)``.
+    one ulp at a time until ``math.hypot(*v)``, ``math.fsum`` and the left-to-right sum
+    (:func:`~ldp_client.encoders.projection.dot`) of the squares are all at most 1, so
+    randomizers may rely on ``||v|| <= 1`` however they measure it (``docs/protocol.md`` §11.8).
+    Cost ``O(d)``.
     """
 
     KIND: ClassVar[str] = "unit_ball"
@@ -129,7 +132,6 @@ class UnitBallEncoder(_AffineVectorEncoder):
         """
         scale = 1.0 / math.sqrt(self.domain.dimension)
         v = [(2.0 * t - 1.0) * scale for t in self._unit(point)]
-        while (math.hypot(*v) > 1.0 or math.fsum([x * x for x in v]) > 1.0
-               or sum([x * x for x in v]) > 1.0):
+        while math.hypot(*v) > 1.0 or math.fsum([x * x for x in v]) > 1.0 or dot(v, v) > 1.0:
             v = [x * _SHRINK for x in v]
         return tuple(v)
