@@ -133,12 +133,18 @@ Global___RoundSpec: _TypeAlias = RoundSpec  # noqa: Y015
 
 @_typing.final
 class HashedValue(_message.Message):
+    """Local hashing's report (docs/protocol.md §7.4)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SEED_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
     seed: _builtins.int
+    """The hash seed: MUST be below 2^32 (a collector rejects a larger one); the field's width is no
+    promise of a wider range.
+    """
     value: _builtins.int
+    """The randomized bucket, in [0, g)."""
     def __init__(
         self,
         *,
