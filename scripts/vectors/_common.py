@@ -75,8 +75,10 @@ def check(name: str, got: Any, want: Any) -> None:
 
 def payload_json(payload: Any) -> dict[str, Any]:
     """A payload in its JSON form, keyed by its ``ldp.v1.Payload`` field: ``{"index": 3}``,
-    ``{"bits": "<hex>"}``, ``{"hashed": {"seed": s, "value": v}}``, ``{"integers": [...]}``."""
-    from ldp_client.payload import HashedValue, Integers
+    ``{"bits": "<hex>"}``, ``{"hashed": {"seed": s, "value": v}}``, ``{"integers": [...]}``,
+    ``{"floats": [...]}``, ``{"signed_vector": {"seed": s, "bits": "<hex>"}}`` or
+    ``{"signed_vector": {"seed": s, "floats": [...]}}``."""
+    from ldp_client.payload import Floats, HashedValue, Integers, SignedVector
 
     if isinstance(payload, bool):
         raise TypeError("a payload is never a boolean")
@@ -88,12 +90,16 @@ def payload_json(payload: Any) -> dict[str, Any]:
         return {"hashed": {"seed": json_int(payload.seed), "value": json_int(payload.value)}}
     if isinstance(payload, Integers):
         return {"integers": [json_int(v) for v in payload.values]}
+    if isinstance(payload, Floats):
+        return {"floats": list(payload.values)}
+    if isinstance(payload, SignedVector):
+        return {"signed_vector": {"seed": payload.seed, **payload_json(payload.inner)}}
     raise TypeError(f"no JSON form for payload {type(payload).__name__}")
 
 
 def payload_from_json(data: dict[str, Any]) -> Any:
     """Inverse of :func:`payload_json`."""
-    from ldp_client.payload import HashedValue, Integers
+    from ldp_client.payload import Floats, HashedValue, Integers, SignedVector
 
     (field, value), = data.items()
     if field == "index":
@@ -104,6 +110,11 @@ def payload_from_json(data: dict[str, Any]) -> Any:
         return HashedValue(int(value["seed"]), int(value["value"]))
     if field == "integers":
         return Integers(tuple(int(v) for v in value))
+    if field == "floats":
+        return Floats(tuple(float(v) for v in value))
+    if field == "signed_vector":
+        inner = {k: v for k, v in value.items() if k != "seed"}
+        return SignedVector(int(value["seed"]), payload_from_json(inner))
     raise ValueError(f"unknown payload field {field!r}")
 
 
