@@ -112,7 +112,11 @@ def _decode_only() -> list[tuple[str, bytes]]:
 
 
 def _batch_errors() -> list[tuple[str, bytes]]:
+    nested: Any = 0
+    for _ in range(17):  # with the report and its payload list: 19 arrays, one more than a report may hold
+        nested = [nested]
     return [
+        ("nineteen-arrays-in-a-report", _pack([1, "r", [_report_wire(payloads=[nested])]])),
         ("not-an-array", _pack({"a": 1})),
         ("version-2", _pack([2, "r", []])),
         ("empty-request-id", _pack([1, "", []])),

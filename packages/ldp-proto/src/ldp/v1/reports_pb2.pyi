@@ -234,7 +234,9 @@ Global___SignedVector: _TypeAlias = SignedVector  # noqa: Y015
 
 @_typing.final
 class Payload(_message.Message):
-    """A mechanism's output, and nothing else."""
+    """A mechanism's output, and nothing else. See docs/protocol.md §8.2 (the field number is the
+    payload's tag in the packed batch) and §7 (each mechanism's payload).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -288,6 +290,8 @@ Global___Payload: _TypeAlias = Payload  # noqa: Y015
 
 @_typing.final
 class Report(_message.Message):
+    """One device report; see docs/protocol.md §8.1 (field rules) and §8.6 (deduplication)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REPORT_ID_FIELD_NUMBER: _builtins.int
@@ -296,7 +300,9 @@ class Report(_message.Message):
     GROUP_FIELD_NUMBER: _builtins.int
     PAYLOADS_FIELD_NUMBER: _builtins.int
     report_id: _builtins.bytes
-    """16 random bytes chosen by the device; the collector deduplicates on it."""
+    """16 bytes chosen by the device (docs/protocol.md §8.4); the collector deduplicates on it
+    across all campaigns.
+    """
     campaign_id: _builtins.str
     round: _builtins.int
     group: _builtins.int
