@@ -77,7 +77,7 @@ Global___GroupTask: _TypeAlias = GroupTask  # noqa: Y015
 
 @_typing.final
 class RoundSpec(_message.Message):
-    """The server's broadcast for one round. Group membership is chosen once per campaign by the
+    """The server's broadcast for one round (its life cycle: docs/protocol.md §9). Group membership is chosen once per campaign by the
     device with its own randomness, in proportion to `group_weights` (public, data-independent).
     """
 
@@ -102,7 +102,8 @@ class RoundSpec(_message.Message):
     @_builtins.property
     def group_weights(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Relative sizes of the campaign's groups; a device picks group g with probability
-        group_weights[g] / sum(group_weights). Fixed for the campaign's lifetime.
+        group_weights[g] / sum(group_weights) (the draw: docs/protocol.md §9.2). Fixed for the
+        campaign's lifetime.
         """
 
     @_builtins.property
