@@ -4,6 +4,7 @@ of the support estimator, payload size, validation and serde."""
 
 from __future__ import annotations
 
+import decimal
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from ldp_client._exact import exp_below
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms import MECHANISMS, LocalHashingParams
 from ldp_client.mechanisms.local_hashing import HASH_OFFSET, fmix64, hash_value, optimal_hash_range
@@ -297,6 +299,20 @@ def test_hash_range_and_optimal_g() -> None:
     params = LocalHashingParams(domain_size=10, epsilon=1.0)
     assert params.p_exact == params.ratio / (params.ratio + 3)
     assert params.q_other_exact == 1 / (params.ratio + 3) and params.q_exact == Fraction(1, 4)
+
+
+def test_optimal_g_is_computed_from_the_exact_ratio() -> None:
+    # docs/protocol.md §7.4: g = floor(r + 1/2) + 1 with r the exact stand-in for e^epsilon, so that
+    # every implementation derives the same g. At epsilon = ln(20.5) (the double), e^epsilon is just
+    # above 20.5 while r is below it: a float exp (20.5 here, 20.500000000000004 on other
+    # platforms) would give 22.
+    eps = math.log(20.5)
+    with decimal.localcontext() as ctx:
+        ctx.prec = 40
+        assert decimal.Decimal(eps).exp() > decimal.Decimal("20.5") > exp_below(eps)
+    assert optimal_hash_range(eps) == 21
+    for eps in (0.01, 0.5, 1.0, 2.5, 7.0, 13.0, 20.0):
+        assert optimal_hash_range(eps) == max(2, math.floor(exp_below(eps) + Fraction(1, 2)) + 1)
 
 
 def test_check_payload() -> None:

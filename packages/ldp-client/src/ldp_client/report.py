@@ -226,6 +226,25 @@ def _as_bytes(data: Any, what: str) -> bytes:
     return bytes(data)
 
 
+def _msgpack_problem(exc: Exception) -> str:
+    """What is wrong with bytes ``msgpack`` refused, in words any implementation can produce.
+
+    ``msgpack``'s own messages name Python calls and types (``unpack(b) received extra data``), which
+    a rejection reason must not (docs/errors.md, section 5).
+    """
+    if isinstance(exc, msgpack.ExtraData):
+        return "bytes follow the end of the document"
+    if isinstance(exc, msgpack.OutOfData) or "incomplete input" in str(exc):
+        return "the document is cut short"
+    if isinstance(exc, UnicodeDecodeError):
+        return "a string is not valid UTF-8"
+    if "exceeds max_ext_len" in str(exc):
+        return "it holds an extension type"
+    if "exceeds max_" in str(exc):
+        return "a string, binary string, array or map is longer than any legal batch holds"
+    return "the bytes are not a msgpack document"
+
+
 def _unpackb(data: bytes, what: str) -> Any:
     """Decode a msgpack document holding one report's worth of arrays, within the module's limits."""
     budget = _ContainerBudget(2 + MAX_CONTAINERS_PER_REPORT)
@@ -235,7 +254,7 @@ def _unpackb(data: bytes, what: str) -> Any:
     except ProtocolError as exc:  # the budget ran out
         problem = f"{what}: {exc}"
     except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise ProtocolError(f"{what} is not valid msgpack: {exc}") from exc
+        raise ProtocolError(f"{what} is not valid msgpack: {_msgpack_problem(exc)}") from exc
     # Raised outside the except block: chained to the budget's error, the new one would keep the
     # frames of the aborted decode, and the arrays they hold, alive as long as itself.
     raise ProtocolError(problem)
@@ -302,7 +321,7 @@ def _unpack_batch_items(data: Any, max_reports: int) -> tuple[str, Sequence[Any]
     except ProtocolError as exc:  # a report's budget ran out
         problem = f"packed batch: {exc}"
     except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise ProtocolError(f"packed batch is not valid msgpack: {exc}") from exc
+        raise ProtocolError(f"packed batch is not valid msgpack: {_msgpack_problem(exc)}") from exc
     else:
         return _batch_items([_FORMAT, request_id, items])
     raise ProtocolError(problem)  # outside the except block: see _unpackb

@@ -24,7 +24,7 @@ Privacy
     so the realized epsilon ``ln r`` is tight.
 Parameters
     ``domain_size`` in [2, 2^63], ``epsilon`` in (0, 20], ``hash_range`` g: 0 (the
-    variance-optimal g = floor(e^epsilon + 1/2) + 1, at least 2) or in [2, 2^32 - 1].
+    variance-optimal g = floor(r + 1/2) + 1, at least 2) or in [2, 2^32 - 1].
 Utility
     The support of value v counts the reports with H(seed, v) == y; a device not holding v
     supports it with probability q' = 1/g (over the random seed, for an ideal hash) and a holder
@@ -131,8 +131,13 @@ def hash_value(seed: int, value: int, g: int) -> int:
 
 
 def optimal_hash_range(epsilon: float) -> int:
-    """The variance-optimal number of buckets floor(e^epsilon + 1/2) + 1 (at least 2)."""
-    return max(2, math.floor(math.exp(check_epsilon(epsilon)) + 0.5) + 1)
+    """The variance-optimal number of buckets floor(r + 1/2) + 1 (at least 2), r = ``exp_below(epsilon)``.
+
+    r is the exact rational stand-in for e^epsilon the mechanism's probabilities use, so every
+    implementation derives the same g (``math.exp`` is not correctly rounded on every platform:
+    near a tie, floor(e^epsilon + 1/2) could differ between two devices); see docs/protocol.md §7.4.
+    """
+    return max(2, math.floor(exp_below(check_epsilon(epsilon)) + Fraction(1, 2)) + 1)
 
 
 @MECHANISMS.register

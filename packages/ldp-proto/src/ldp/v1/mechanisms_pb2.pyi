@@ -24,7 +24,9 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class GeneralizedRandomizedResponse(_message.Message):
-    """k-ary (generalized) randomized response over {0, ..., domain_size - 1}."""
+    """k-ary (generalized) randomized response over {0, ..., domain_size - 1}.
+    See docs/protocol.md §7.2 (exact p and q, the order of draws).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -48,7 +50,9 @@ Global___GeneralizedRandomizedResponse: _TypeAlias = GeneralizedRandomizedRespon
 
 @_typing.final
 class UnaryEncoding(_message.Message):
-    """Unary encoding (one bit per domain value, packed little-endian within bytes)."""
+    """Unary encoding (one bit per domain value, packed little-endian within bytes).
+    See docs/protocol.md §7.3 (e^x stands for its exact rational stand-in r, §7.1).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -94,7 +98,9 @@ Global___UnaryEncoding: _TypeAlias = UnaryEncoding  # noqa: Y015
 
 @_typing.final
 class LocalHashing(_message.Message):
-    """Optimized local hashing: report (seed, GRR_g(H_seed(v)))."""
+    """Optimized local hashing: report (seed, GRR_g(H(seed, v, g))).
+    See docs/protocol.md §7.4 (the hash H, the draws, the 32-bit seed).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -104,7 +110,9 @@ class LocalHashing(_message.Message):
     domain_size: _builtins.int
     epsilon: _builtins.float
     hash_range: _builtins.int
-    """Number of hash buckets g; 0 means the variance-optimal round(e^eps) + 1."""
+    """Number of hash buckets g; 0 means the variance-optimal floor(r + 1/2) + 1 with r the exact
+    stand-in for e^eps (docs/protocol.md §7.4).
+    """
     def __init__(
         self,
         *,
@@ -124,7 +132,7 @@ Global___LocalHashing: _TypeAlias = LocalHashing  # noqa: Y015
 class BitwiseRandomizedResponse(_message.Message):
     """Independent randomized response on every bit of a fixed-length bit vector; the flip
     probability is calibrated so that vectors differing in at most `sensitivity` bits are
-    epsilon-indistinguishable.
+    epsilon-indistinguishable. See docs/protocol.md §7.5.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -155,7 +163,7 @@ Global___BitwiseRandomizedResponse: _TypeAlias = BitwiseRandomizedResponse  # no
 class DiscreteLaplace(_message.Message):
     """Discrete Laplace noise on a power-of-two grid of the normalized coordinates [0, 1]^dimension:
     each coordinate is rounded to one of 2^grid_bits + 1 grid points and receives exact
-    integer noise; the budget is split evenly over the coordinates.
+    integer noise; the budget is split evenly over the coordinates. See docs/protocol.md §7.6.
     """
 
     DESCRIPTOR: _descriptor.Descriptor

@@ -77,7 +77,7 @@ Global___GroupTask: _TypeAlias = GroupTask  # noqa: Y015
 
 @_typing.final
 class RoundSpec(_message.Message):
-    """The server's broadcast for one round. Group membership is chosen once per campaign by the
+    """The server's broadcast for one round (its life cycle: docs/protocol.md §9). Group membership is chosen once per campaign by the
     device with its own randomness, in proportion to `group_weights` (public, data-independent).
     """
 
@@ -102,7 +102,8 @@ class RoundSpec(_message.Message):
     @_builtins.property
     def group_weights(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Relative sizes of the campaign's groups; a device picks group g with probability
-        group_weights[g] / sum(group_weights). Fixed for the campaign's lifetime.
+        group_weights[g] / sum(group_weights) (the draw: docs/protocol.md §9.2). Fixed for the
+        campaign's lifetime.
         """
 
     @_builtins.property
@@ -133,12 +134,18 @@ Global___RoundSpec: _TypeAlias = RoundSpec  # noqa: Y015
 
 @_typing.final
 class HashedValue(_message.Message):
+    """Local hashing's report (docs/protocol.md §7.4)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SEED_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
     seed: _builtins.int
+    """The hash seed: MUST be below 2^32 (a collector rejects a larger one); the field's width is no
+    promise of a wider range.
+    """
     value: _builtins.int
+    """The randomized bucket, in [0, g)."""
     def __init__(
         self,
         *,
@@ -228,7 +235,9 @@ Global___SignedVector: _TypeAlias = SignedVector  # noqa: Y015
 
 @_typing.final
 class Payload(_message.Message):
-    """A mechanism's output, and nothing else."""
+    """A mechanism's output, and nothing else. See docs/protocol.md §8.2 (the field number is the
+    payload's tag in the packed batch) and §7 (each mechanism's payload).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -282,6 +291,8 @@ Global___Payload: _TypeAlias = Payload  # noqa: Y015
 
 @_typing.final
 class Report(_message.Message):
+    """One device report; see docs/protocol.md §8.1 (field rules) and §8.6 (deduplication)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REPORT_ID_FIELD_NUMBER: _builtins.int
@@ -290,7 +301,9 @@ class Report(_message.Message):
     GROUP_FIELD_NUMBER: _builtins.int
     PAYLOADS_FIELD_NUMBER: _builtins.int
     report_id: _builtins.bytes
-    """16 random bytes chosen by the device; the collector deduplicates on it."""
+    """16 bytes chosen by the device (docs/protocol.md §8.4); the collector deduplicates on it
+    across all campaigns.
+    """
     campaign_id: _builtins.str
     round: _builtins.int
     group: _builtins.int

@@ -218,12 +218,16 @@ Global___EnrollResponse: _TypeAlias = EnrollResponse  # noqa: Y015
 
 @_typing.final
 class SubmitReportsRequest(_message.Message):
+    """A batch of at most 10 000 reports; see docs/protocol.md §8 (limits §8.5, idempotency §8.6)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     REPORTS_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
-    """Idempotency key of the batch: a resent batch gets the first answer again."""
+    """Idempotency key of the batch, 1 to 128 characters (docs/protocol.md §8.4): a resent batch
+    gets the first answer again; reused for other reports it is a new batch.
+    """
     @_builtins.property
     def reports(self) -> _containers.RepeatedCompositeFieldContainer[_reports_pb2.Report]: ...
     def __init__(
@@ -242,14 +246,16 @@ Global___SubmitReportsRequest: _TypeAlias = SubmitReportsRequest  # noqa: Y015
 
 @_typing.final
 class SubmitPackedRequest(_message.Message):
-    """The same batch as msgpack bytes, exactly as `ldp_client` packs it."""
+    """The same batch as one msgpack document; its layout and every payload tag: docs/protocol.md §8.3."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     PACKED_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """Empty, or equal to the packed batch's own request id (which is the idempotency key)."""
     packed: _builtins.bytes
+    """[1, request_id, [[1, report_id, campaign_id, round, group, [payload, ...]], ...]]."""
     def __init__(
         self,
         *,
