@@ -31,6 +31,8 @@ __all__ = [
     "ENCODER_PREFIX",
     "MAX_CAPABILITIES",
     "MECHANISM_PREFIX",
+    "MISSING_CAPABILITIES_METADATA",
+    "MISSING_CAPABILITIES_REASON",
     "RANDOM_PROJECTION",
     "SDK_CAPABILITIES",
     "check_capabilities",
@@ -38,6 +40,7 @@ __all__ = [
     "component_capabilities",
     "missing_capabilities",
     "required_capabilities",
+    "supported_capabilities",
 ]
 
 ENCODER_PREFIX = "encoder."
@@ -45,6 +48,11 @@ MECHANISM_PREFIX = "mechanism."
 #: The public Johnson-Lindenstrauss projection of ``ldp.v1.RandomProjection`` (inside SimHash and
 #: shifted-grid encoders): its generator is a piece of code of its own.
 RANDOM_PROJECTION = ENCODER_PREFIX + "random_projection"
+#: ``google.rpc.ErrorInfo.reason`` of a collector's answer (``FAILED_PRECONDITION``) to a
+#: ``GetRoundSpec`` whose stated capabilities do not cover the open round.
+MISSING_CAPABILITIES_REASON = "MISSING_CAPABILITIES"
+#: ``ErrorInfo.metadata`` key of that answer: the missing names, sorted, joined by commas.
+MISSING_CAPABILITIES_METADATA = "missing_capabilities"
 #: Most capability names one list may hold on the wire (a bound on what a collector decodes).
 MAX_CAPABILITIES = 256
 #: A capability name: a lower-case family, a dot, a lower-case identifier (at most 64 characters).
@@ -142,3 +150,21 @@ def check_capabilities(campaign_id: str, required: Iterable[str], supported: Ite
     missing = missing_capabilities(required, supported)
     if missing:
         raise MissingCapabilitiesError(campaign_id, missing)
+
+
+def supported_capabilities(capabilities: Iterable[str] | None = None) -> frozenset[str]:
+    """What a device states it supports: :data:`SDK_CAPABILITIES` by default, or a subset of it.
+
+    Raises
+    ------
+    InvalidParameterError
+        A malformed or repeated name, or one this SDK cannot run.
+    """
+    if capabilities is None:
+        return SDK_CAPABILITIES
+    stated = check_capability_names(capabilities)
+    unknown = sorted(stated - SDK_CAPABILITIES)
+    if unknown:
+        raise InvalidParameterError(
+            f"capabilities must be ones this SDK runs (a subset of SDK_CAPABILITIES), got {', '.join(unknown)}")
+    return stated
