@@ -45,7 +45,7 @@ from ldp_collector.server.lifecycle import start_server
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.runner import run_campaign
 from ldp_collector.storage import open_store
-from tests.support.recording import RecordingCollector
+from support.recording import RecordingCollector
 
 # -- the rule of §10, read off the wire ---------------------------------------------------------------
 

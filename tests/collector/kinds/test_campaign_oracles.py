@@ -30,7 +30,7 @@ from ldp_collector.server.status import field_path
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.runner import run_campaign
 from ldp_collector.storage import open_store
-from tests.support.recording import RecordingCollector
+from support.recording import RecordingCollector
 
 GRR, SUE, OUE, OLH = campaigns_pb2.GRR, campaigns_pb2.SUE, campaigns_pb2.OUE, campaigns_pb2.OLH
 ITERATIVE = campaigns_pb2.GridParameters.ITERATIVE
