@@ -565,8 +565,10 @@ class CollectorClient:
     def _call(self, method: str, rpc: Callable[..., Resp], request: Any, *, round_not_open: bool = False) -> Resp:
         """Call ``rpc(request)`` with retries; the same request object (same request_id) every time.
 
-        With ``round_not_open``, the collector's "no open round yet" answer is not retried here but
-        raised as :class:`_RoundNotOpenAnswer` (the caller decides whether to wait).
+        With ``round_not_open`` (a ``GetRoundSpec``), the collector's "no open round yet" answer is
+        not retried here but raised as :class:`_RoundNotOpenAnswer` (the caller decides whether to
+        wait), and its ``MISSING_CAPABILITIES`` answer is raised as
+        :class:`~ldp_client.errors.MissingCapabilitiesError` with the names it lists.
         """
         attempt = 0
         while True:
