@@ -118,6 +118,10 @@ class SpecRegistry:
         for kind in self._modules:
             self.get(kind)
 
+    def declared_kinds(self) -> tuple[str, ...]:
+        """Every kind declared or registered, without importing the declaring modules."""
+        return tuple(dict.fromkeys([*self._modules, *self._classes]))
+
     def kinds(self) -> tuple[str, ...]:
         self.load_all()
         return tuple(self._classes)

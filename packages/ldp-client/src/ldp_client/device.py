@@ -87,6 +87,7 @@ from typing import Any
 
 from ._validation import check_float, check_int
 from .admission import admit, pick_group
+from .capabilities import check_capabilities, supported_capabilities
 from .errors import (
     AlreadyReportedError,
     PolicyViolationError,
@@ -238,6 +239,10 @@ class Device:
         randomness from the device's secret (see "Memoized randomness" in :mod:`ldp_client.device`).
         An injected generator replaces it, for tests and simulations only: it is recorded with
         each charge and logged once.
+    capabilities : iterable of str, optional
+        The capabilities the device runs (``docs/protocol.md`` §10): by default everything this
+        SDK runs (:data:`~ldp_client.capabilities.SDK_CAPABILITIES`); a restricted device names a
+        subset, and :meth:`participate` declines a round that needs anything else.
 
     Raises
     ------
@@ -248,9 +253,9 @@ class Device:
     """
 
     def __init__(self, state_dir: str | os.PathLike[str], policy: DevicePolicy | None = None, *,
-                 rng: Rng | None = None) -> None:
+                 rng: Rng | None = None, capabilities: Iterable[str] | None = None) -> None:
         path = Path(state_dir)
-        self._setup(policy, rng, Ledger(path, rng=resolve_rng(rng)), Outbox(path / OUTBOX_DIR), path)
+        self._setup(policy, rng, Ledger(path, rng=resolve_rng(rng)), Outbox(path / OUTBOX_DIR), path, capabilities)
         with self._ledger.locked():
             self._outbox.remove_temporary_files()
         if self._rng_record is not None and (str(path), self._rng_record) not in _WARNED:
@@ -261,7 +266,7 @@ class Device:
 
     @classmethod
     def in_memory(cls, policy: DevicePolicy | None = None, *, rng: Rng | None = None,
-                  device_id: str | None = None) -> Device:
+                  device_id: str | None = None, capabilities: Iterable[str] | None = None) -> Device:
         """A device with identical semantics whose ledger and outbox live in memory (simulations).
 
         Parameters
@@ -272,15 +277,19 @@ class Device:
             in-memory device is a simulation by construction).
         device_id : str, optional
             32 lowercase hex digits; drawn from ``rng`` by default.
+        capabilities : iterable of str, optional
+            As for a device with a state directory.
         """
         self = cls.__new__(cls)
-        self._setup(policy, rng, Ledger.in_memory(device_id=device_id, rng=rng), Outbox.in_memory(), None)
+        self._setup(policy, rng, Ledger.in_memory(device_id=device_id, rng=rng), Outbox.in_memory(), None,
+                    capabilities)
         self._may_hold_strays = False  # a new in-memory outbox is empty ...
         self._seen_generation = self._ledger.generation  # ... and no other process shares it
         return self
 
     def _setup(self, policy: DevicePolicy | None, rng: Rng | None, ledger: Ledger, outbox: Outbox,
-               state_dir: Path | None) -> None:
+               state_dir: Path | None, capabilities: Iterable[str] | None) -> None:
+        self._capabilities = supported_capabilities(capabilities)
         if policy is None:
             policy = DevicePolicy()
         if not isinstance(policy, DevicePolicy):
@@ -309,6 +318,11 @@ class Device:
     @property
     def policy(self) -> DevicePolicy:
         return self._policy
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """The capabilities this device runs (``docs/protocol.md`` §10): a round needing another is refused."""
+        return self._capabilities
 
     @property
     def state_dir(self) -> Path | None:
@@ -356,6 +370,8 @@ class Device:
         ------
         TypeError
             ``spec`` is not a :class:`RoundSpec`.
+        MissingCapabilitiesError
+            The round needs a capability the device does not support. Nothing is stored or charged.
         PolicyViolationError
             The spec asks for more than the device's policy allows.
         BudgetExhaustedError
@@ -371,6 +387,8 @@ class Device:
             raise TypeError(f"spec must be a RoundSpec, got {type(spec).__name__}")
         if assignment is not None and not isinstance(assignment, RoundAssignment):
             raise TypeError(f"assignment must be a RoundAssignment, got {type(assignment).__name__}")
+        # Before the policy and the ledger: a round the device cannot run is declined, nothing charged.
+        check_capabilities(spec.campaign_id, spec.required_capabilities, self._capabilities)
         policy = self._policy
         policy.check(spec)
         ledger, outbox = self._ledger, self._outbox

@@ -15,6 +15,7 @@ __all__ = [
     "InvalidParameterError",
     "LdpError",
     "LedgerCorruptedError",
+    "MissingCapabilitiesError",
     "OutboxCorruptedError",
     "PolicyViolationError",
     "ProtocolError",
@@ -84,6 +85,28 @@ class ProtocolError(LdpError):
 
 class PolicyViolationError(ProtocolError):
     """A round spec asks for more than the device's own policy allows."""
+
+
+class MissingCapabilitiesError(ProtocolError):
+    """A round needs capabilities the device does not support (``docs/protocol.md`` §10).
+
+    Raised before anything is charged or released: by the device when a spec requires more than
+    it states, and by the gRPC client when the collector declines to send the spec
+    (``FAILED_PRECONDITION``, reason ``MISSING_CAPABILITIES``) or sends it anyway.
+
+    Attributes
+    ----------
+    campaign_id : str
+    missing : tuple of str
+        The required capability names the device lacks, sorted.
+    """
+
+    def __init__(self, campaign_id: str, missing: tuple[str, ...]) -> None:
+        self.campaign_id = campaign_id
+        self.missing = tuple(missing)
+        super().__init__(
+            f"campaign {campaign_id!r}: the round needs capabilities this device does not support: "
+            f"{', '.join(self.missing)}")
 
 
 class BudgetExhaustedError(LdpError):

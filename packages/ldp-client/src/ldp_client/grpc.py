@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -74,9 +74,15 @@ except ImportError as _exc:
         'pip install "ldp-client[grpc]"') from _exc
 
 from ._validation import check_float, check_int
+from .capabilities import (
+    MISSING_CAPABILITIES_METADATA,
+    MISSING_CAPABILITIES_REASON,
+    check_capabilities,
+    supported_capabilities,
+)
 from .clusters import ClusterModel
 from .device import Device, RoundAssignment
-from .errors import InvalidParameterError, ProtocolError, RejectionCode, TransportError
+from .errors import InvalidParameterError, MissingCapabilitiesError, ProtocolError, RejectionCode, TransportError
 from .report import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, REPORT_ID_BYTES, Report, _field_bytes, batch_slices, pack_batch
 from .rng import Rng, resolve_rng
 from .serde import cluster_model_from_proto, report_to_proto, round_spec_from_proto
@@ -241,13 +247,19 @@ class CollectorClient:
         Waits the given seconds (``time.sleep``); injectable for tests.
     options : sequence of (str, Any), optional
         Extra gRPC channel options.
+    capabilities : iterable of str, optional
+        The capabilities stated in every ``GetRoundSpec`` (``docs/protocol.md`` §10): by default
+        everything this SDK runs; a restricted device passes the same subset as to its
+        :class:`~ldp_client.device.Device`. A round that needs anything else raises
+        :class:`~ldp_client.errors.MissingCapabilitiesError`, whether the collector declines to
+        send it or sends it anyway.
     """
 
     def __init__(self, target: str, *, credentials: grpc.ChannelCredentials | None = None,
                  device_token: str | None = None, timeout: float = 10.0, max_batch: int = 1000,
                  max_attempts: int = 6, backoff_base: float = 0.2, backoff_max: float = 10.0,
                  rng: Rng | None = None, sleep: Callable[[float], None] = time.sleep,
-                 options: Sequence[tuple[str, Any]] = ()) -> None:
+                 options: Sequence[tuple[str, Any]] = (), capabilities: Iterable[str] | None = None) -> None:
         if not isinstance(target, str) or not target:
             raise InvalidParameterError(f"target must be a non-empty 'host:port' string, got {target!r}")
         if device_token is not None and (not isinstance(device_token, str) or not device_token
@@ -260,6 +272,7 @@ class CollectorClient:
         self._backoff_max = check_float("backoff_max", backoff_max, 0.0, 3600.0)
         self._rng = resolve_rng(rng)
         self._sleep = sleep
+        self._capabilities = supported_capabilities(capabilities)
         self._device_token = device_token
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {device_token}"),) if device_token is not None else ())
@@ -274,6 +287,11 @@ class CollectorClient:
     @property
     def max_batch(self) -> int:
         return self._max_batch
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """The capabilities this client states when it asks for a round."""
+        return self._capabilities
 
     @property
     def device_token(self) -> str | None:
@@ -303,6 +321,9 @@ class CollectorClient:
 
         Raises
         ------
+        MissingCapabilitiesError
+            The round needs capabilities the client did not state (the collector declined to send
+            it, or sent it anyway).
         RequestRejectedError
             E.g. ``NOT_FOUND`` for an unknown campaign.
         ProtocolError
@@ -464,7 +485,8 @@ class CollectorClient:
     def _poll_round(self, campaign_id: str) -> service_pb2.GetRoundSpecResponse | RoundNotOpen:
         """One ``GetRoundSpec`` ask: a response with a spec or ``finished``, or "not yet"."""
         check_campaign_id(campaign_id)
-        request = service_pb2.GetRoundSpecRequest(campaign_id=campaign_id)
+        request = service_pb2.GetRoundSpecRequest(campaign_id=campaign_id,
+                                                  supported_capabilities=sorted(self._capabilities))
         try:
             response = self._call("GetRoundSpec", self._stub.GetRoundSpec, request, round_not_open=True)
         except _RoundNotOpenAnswer as answer:
@@ -488,15 +510,25 @@ class CollectorClient:
                                      f"preparing the next one)", attempt, retry_after=polled.retry_after)
             self._sleep(self._backoff(attempt, polled.retry_after))
 
-    @staticmethod
-    def _round_spec_of(response: service_pb2.GetRoundSpecResponse) -> RoundSpec | None:
-        return None if response.finished else round_spec_from_proto(response.spec)
+    def _round_spec_of(self, response: service_pb2.GetRoundSpecResponse) -> RoundSpec | None:
+        return None if response.finished else self._spec_of(response)
 
-    @staticmethod
-    def _round_of(response: service_pb2.GetRoundSpecResponse) -> tuple[RoundSpec, RoundAssignment | None] | None:
+    def _spec_of(self, response: service_pb2.GetRoundSpecResponse) -> RoundSpec:
+        """The response's spec, if this client can run it (a collector may send it though it should not).
+
+        The stated list is checked first, before any task is parsed: an encoder or mechanism added
+        after this SDK would not parse. Parsing then checks that the list is the tasks' own.
+        """
+        campaign_id = response.spec.campaign_id
+        check_capabilities(campaign_id, response.spec.required_capabilities, self._capabilities)
+        spec = round_spec_from_proto(response.spec)
+        check_capabilities(campaign_id, spec.required_capabilities, self._capabilities)
+        return spec
+
+    def _round_of(self, response: service_pb2.GetRoundSpecResponse) -> tuple[RoundSpec, RoundAssignment | None] | None:
         if response.finished:
             return None
-        spec = round_spec_from_proto(response.spec)
+        spec = self._spec_of(response)
         if not response.HasField("assignment"):
             return spec, None
         assignment = RoundAssignment(report_id=response.assignment.report_id,
@@ -533,8 +565,10 @@ class CollectorClient:
     def _call(self, method: str, rpc: Callable[..., Resp], request: Any, *, round_not_open: bool = False) -> Resp:
         """Call ``rpc(request)`` with retries; the same request object (same request_id) every time.
 
-        With ``round_not_open``, the collector's "no open round yet" answer is not retried here but
-        raised as :class:`_RoundNotOpenAnswer` (the caller decides whether to wait).
+        With ``round_not_open`` (a ``GetRoundSpec``), the collector's "no open round yet" answer is
+        not retried here but raised as :class:`_RoundNotOpenAnswer` (the caller decides whether to
+        wait), and its ``MISSING_CAPABILITIES`` answer is raised as
+        :class:`~ldp_client.errors.MissingCapabilitiesError` with the names it lists.
         """
         attempt = 0
         while True:
@@ -543,6 +577,9 @@ class CollectorClient:
                 return rpc(request, timeout=self._timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
                 code, details = _status_of(exc)
+                if (round_not_open and code == grpc.StatusCode.FAILED_PRECONDITION
+                        and _error_reason(exc) == MISSING_CAPABILITIES_REASON):
+                    raise MissingCapabilitiesError(request.campaign_id, _missing_capabilities(exc)) from exc
                 if code in _REJECTED:
                     raise call_error(method, exc) from exc
                 server_delay = retry_delay(exc)
@@ -631,16 +668,29 @@ def retry_delay(exc: grpc.RpcError) -> float | None:
     return None
 
 
-def _error_reason(exc: grpc.RpcError) -> str | None:
-    """The ``google.rpc.ErrorInfo`` reason of the ``ldp.v1`` domain in the call's status details, if
-    any (a reason names a cause only within its domain: ``docs/errors.md``, section 2)."""
+def _error_info(exc: grpc.RpcError) -> Any:
+    """The ``google.rpc.ErrorInfo`` of the ``ldp.v1`` domain in the call's status details, if any."""
     for detail in _status_details(exc):
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()
             detail.Unpack(info)
             if info.domain == ERROR_DOMAIN:
-                return str(info.reason)
+                return info
     return None
+
+
+def _error_reason(exc: grpc.RpcError) -> str | None:
+    """The ``google.rpc.ErrorInfo`` reason of the ``ldp.v1`` domain in the call's status details, if
+    any (a reason names a cause only within its domain: ``docs/errors.md``, section 2)."""
+    info = _error_info(exc)
+    return None if info is None else str(info.reason)
+
+
+def _missing_capabilities(exc: grpc.RpcError) -> tuple[str, ...]:
+    """The capability names a ``MISSING_CAPABILITIES`` answer lists (its ``ErrorInfo`` metadata)."""
+    info = _error_info(exc)
+    listed = "" if info is None else str(info.metadata.get(MISSING_CAPABILITIES_METADATA, ""))
+    return tuple(sorted({name for name in listed.split(",") if name}))
 
 
 class Sender:

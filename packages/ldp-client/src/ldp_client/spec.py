@@ -21,6 +21,7 @@ import msgpack
 from ._spec import Spec
 from ._validation import check_float, check_int, check_msgpack_complete, describe
 from .budget import sum_up
+from .capabilities import check_capability_names, required_capabilities
 from .encoders.base import ENCODERS, Encoder
 from .errors import InvalidParameterError, ProtocolError
 from .mechanisms.base import MECHANISMS, MechanismParams
@@ -146,6 +147,10 @@ class RoundSpec(Spec):
     max_reports_per_device: int = 1
     deadline: float | None = None
     kind: str = ""
+    #: What a device needs to run the round (``docs/protocol.md`` §10): derived from the tasks when
+    #: empty (a spec built in process, or from a collector older than the field); a stated list
+    #: that differs from the derived one is refused (the collector is not trusted).
+    required_capabilities: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_campaign_id(self.campaign_id)
@@ -182,6 +187,15 @@ class RoundSpec(Spec):
             if task.epsilon > self.campaign_epsilon:  # exactly: no slack
                 raise InvalidParameterError(
                     f"a task charges epsilon {task.epsilon:g}, more than the campaign's {self.campaign_epsilon:g}")
+        if not isinstance(self.required_capabilities, (tuple, list)):
+            raise TypeError(f"required_capabilities must be a sequence, got {type(self.required_capabilities).__name__}")
+        stated = check_capability_names(self.required_capabilities, what="required_capabilities")
+        derived = required_capabilities(self)
+        if stated and stated != frozenset(derived):
+            raise InvalidParameterError(
+                f"required_capabilities disagree with the round's tasks: they need {', '.join(derived) or 'nothing'}, "
+                f"the spec states {', '.join(sorted(stated))}")
+        object.__setattr__(self, "required_capabilities", derived)
 
     def task_for(self, group: int) -> GroupTask | None:
         """The task of ``group`` in this round, or ``None`` when that group does not report."""

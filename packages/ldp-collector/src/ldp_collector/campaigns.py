@@ -24,6 +24,7 @@ from ldp_client.spec import MAX_EPSILON_PER_CAMPAIGN, RoundSpec, check_campaign_
 from .errors import InvalidArgumentError
 from .kinds import KINDS, CampaignEngine, kind_for
 from .kinds.base import KindParams
+from .kinds.histogram import FrequencyOracle
 from .model import BudgetPolicy, Campaign, CampaignConfig, CampaignState, RoundStatus
 from .storage.base import CampaignRecord, RoundRecord
 
@@ -102,6 +103,7 @@ def _check_common(config: CampaignConfig) -> None:
     if config.seed is not None and (isinstance(config.seed, bool) or not isinstance(config.seed, int)
                                     or not 0 <= config.seed < 2**64):
         raise InvalidArgumentError(f"seed must be an integer in [0, 2^64 - 1], got {config.seed!r}")
+    _check_oracles(config.oracles)
     if len(config.description) > MAX_DESCRIPTION_CHARS:
         raise InvalidArgumentError(
             f"description must be at most {MAX_DESCRIPTION_CHARS} characters, got {len(config.description)}")
@@ -112,6 +114,18 @@ def _check_common(config: CampaignConfig) -> None:
             raise InvalidArgumentError(
                 f"label keys must be 1 to {MAX_LABEL_CHARS} characters and values at most {MAX_LABEL_CHARS}, "
                 f"got {key[:40]!r}")
+
+
+def _check_oracles(oracles: Sequence[int]) -> None:
+    """``CampaignConfig.oracles``: known ``FrequencyOracle`` values (not the unspecified 0), each once."""
+    known = {int(o) for o in FrequencyOracle if o != FrequencyOracle.FREQUENCY_ORACLE_UNSPECIFIED}
+    for number in oracles:
+        if isinstance(number, bool) or not isinstance(number, int) or number not in known:
+            raise InvalidArgumentError(
+                f"oracles must hold frequency oracles ({', '.join(FrequencyOracle(o).name for o in sorted(known))}), "
+                f"got {number!r}")
+    if len(set(oracles)) != len(oracles):
+        raise InvalidArgumentError("oracles lists a frequency oracle twice")
 
 
 class PreparedCampaign:
@@ -137,7 +151,9 @@ def prepare_campaign(config: CampaignConfig) -> PreparedCampaign:
 
     Defaults: a random campaign id when empty, a random campaign seed when unset (so that the
     stored configuration always carries the seed its engine draws from), budget policy PARTITION,
-    ``min_reports_per_round`` 1, and the kind's parameters as their ``resolve`` fills them.
+    ``min_reports_per_round`` 1, and the kind's parameters as their ``resolve`` fills them. The
+    allowed oracles are stored in ascending order; the engine built here plans within them, so a
+    kind they cannot serve is refused now (``docs/protocol.md`` §10).
 
     Raises
     ------
@@ -159,7 +175,8 @@ def prepare_campaign(config: CampaignConfig) -> PreparedCampaign:
     out = dataclasses.replace(
         config, campaign_id=campaign_id, seed=new_campaign_seed() if config.seed is None else config.seed,
         budget_policy=config.budget_policy or BudgetPolicy.PARTITION,
-        min_reports_per_round=config.min_reports_per_round or DEFAULT_MIN_REPORTS_PER_ROUND)
+        min_reports_per_round=config.min_reports_per_round or DEFAULT_MIN_REPORTS_PER_ROUND,
+        oracles=tuple(sorted(int(o) for o in config.oracles)))
     params = resolve_params(out)
     out = dataclasses.replace(out, parameters=params)
     return PreparedCampaign(out, kind_for(out.kind).engine(out.campaign_id, out, params))

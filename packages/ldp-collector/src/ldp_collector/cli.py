@@ -85,6 +85,7 @@ from .cli_args import (
     key_value,
     kind_values,
     non_negative_int,
+    oracle_list,
     positive_float,
     positive_int,
     seconds_up_to,
@@ -182,7 +183,7 @@ def _cmd_campaign_create(args: argparse.Namespace) -> int:
         args.kind, epsilon=args.epsilon, categories=args.categories, bounds=args.dims,
         budget_policy=args.budget_policy, min_reports=args.min_reports, close_after=args.close_after,
         round_duration_s=args.round_duration, campaign_id=args.id or "", description=args.description or "",
-        labels=args.label or (), seed=args.seed, **kind_values(args))
+        labels=args.label or (), seed=args.seed, oracles=args.oracles or (), **kind_values(args))
     with _operator(args) as operator:
         campaign = operator.create_campaign(config)
     if args.json:
@@ -428,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--seed", type=seed_uint64,
                         help="campaign seed: the engine's public randomness, so that a run can be repeated "
                              "(default: drawn by the collector; public, not a privacy parameter)")
+    create.add_argument("--oracles", metavar="NAME,...", type=oracle_list,
+                        help="the only frequency oracles the collector may choose for any round, among "
+                             "grr,sue,oue,olh (default: any); e.g. grr,oue for devices without local hashing")
     create.add_argument("--description")
     create.add_argument("--label", metavar="KEY=VALUE", type=key_value, action="append", help="repeatable")
     create.add_argument("--json", action="store_true", help="print the campaign as JSON")

@@ -18,12 +18,14 @@ from typing import Any
 from google.protobuf.message import Message
 
 from ldp.v1 import campaigns_pb2
+from ldp_client.mechanisms.oracle_choice import FREQUENCY_ORACLES
 
 from .kinds import KINDS
 from .kinds.base import CliParam, Kind
 from .operator import kind_value
 
-__all__ = ["KIND_FLAGS", "POLICIES", "UsageError", "add_kind_options", "build_campaign_config", "kind_values"]
+__all__ = ["KIND_FLAGS", "POLICIES", "UsageError", "add_kind_options", "build_campaign_config", "kind_values",
+           "oracle_list"]
 
 POLICIES = {"partition": campaigns_pb2.PARTITION, "split": campaigns_pb2.SPLIT}
 #: Largest values of the wire's unsigned fields: a flag beyond them is a usage error naming the flag,
@@ -74,6 +76,15 @@ uint32 = int_in(1, _UINT32_MAX)
 uint64 = int_in(1, _UINT64_MAX)
 #: A campaign seed (``CampaignConfig.seed``: any uint64, 0 included).
 seed_uint64 = int_in(0, _UINT64_MAX)
+
+
+def oracle_list(text: str) -> tuple[str, ...]:
+    """``--oracles grr,oue``: the frequency oracles a campaign allows, each once."""
+    names = tuple(part.strip().lower() for part in text.split(","))
+    if not names or any(name not in FREQUENCY_ORACLES for name in names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list of distinct oracles among {','.join(FREQUENCY_ORACLES)}, got {text!r}")
+    return names
 
 
 def positive_float(text: str, high: float = math.inf) -> float:
@@ -223,7 +234,7 @@ def build_campaign_config(kind: str, *, epsilon: float, categories: int | None =
                           close_after: int | None = None, round_duration_s: float | None = None,
                           campaign_id: str = "", description: str = "",
                           labels: Sequence[tuple[str, str]] = (), seed: int | None = None,
-                          **params: Any) -> campaigns_pb2.CampaignConfig:
+                          oracles: Sequence[str] = (), **params: Any) -> campaigns_pb2.CampaignConfig:
     """An ``ldp.v1.CampaignConfig`` from plain values; the collector validates the ranges.
 
     Parameters
@@ -234,6 +245,9 @@ def build_campaign_config(kind: str, *, epsilon: float, categories: int | None =
         The campaign's common fields (exactly one of ``categories`` and ``bounds``).
     seed : int, optional
         The campaign seed (the engine's public randomness); ``None`` lets the collector draw one.
+    oracles : sequence of str
+        The frequency oracles the campaign allows (``("grr", "oue")``, names of
+        :data:`~ldp_client.mechanisms.oracle_choice.FREQUENCY_ORACLES`); empty for any.
     **params
         The kind's flags by argparse destination (``cells=(8, 8)``, ``variant="iterative"``, ``k=4``):
         each fills the field its :class:`~ldp_collector.kinds.base.CliParam` names; ``None`` (or
@@ -271,6 +285,7 @@ def build_campaign_config(kind: str, *, epsilon: float, categories: int | None =
         config.close_after_reports = close_after
     if seed is not None:
         config.seed = seed
+    config.oracles.extend(campaigns_pb2.FrequencyOracle.Value(name.upper()) for name in oracles)
     if round_duration_s is not None:
         config.round_duration.FromNanoseconds(round(round_duration_s * 1e9))
     spec = KINDS[kind]

@@ -32,6 +32,7 @@ from .cli_args import (
     cell_counts,
     kind_values,
     label_column,
+    oracle_list,
     positive_float,
     positive_int,
     seed_uint64,
@@ -98,6 +99,9 @@ def add_simulate_parser(commands: Any, add_remote: Any) -> None:
     simulate.add_argument("--seed", type=seed_uint64, default=0,
                           help="seeds the data, the devices and the campaign seed (the engine's public "
                                "randomness): the same command gives the same result (default 0)")
+    simulate.add_argument("--oracles", metavar="NAME,...", type=oracle_list,
+                          help="the only frequency oracles the collector may choose, among grr,sue,oue,olh "
+                               "(default: any)")
     add_remote(simulate, required=False)
     simulate.add_argument("--mode", choices=("auto", "device", "direct", "vector"), default="auto",
                           help="device: one SDK Device per simulated device; direct: the same steps without them; "
@@ -192,7 +196,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     # The flags build the wire's message (as ``campaign create`` sends it); the run takes the model.
     # The campaign seed is --seed itself, so that the engine's public randomness repeats too.
     config = config_from_proto(build_campaign_config(kind.name, epsilon=args.epsilon, budget_policy=args.budget_policy,
-                                                     seed=args.seed, **domain, **values))
+                                                     seed=args.seed, oracles=args.oracles or (), **domain, **values))
     minimum = minimum_devices(config)  # before any device runs: "too small" rather than an empty round
     if len(x) < minimum.devices:
         raise InvalidParameterError(

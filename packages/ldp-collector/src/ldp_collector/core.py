@@ -59,10 +59,11 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from statistics import NormalDist
 
-from ldp_client.errors import ProtocolError, RejectionCode
+from ldp_client.capabilities import check_capability_names, missing_capabilities
+from ldp_client.errors import InvalidParameterError, ProtocolError, RejectionCode
 from ldp_client.report import Report, ReportColumns
 from ldp_client.spec import RoundSpec
 
@@ -76,6 +77,7 @@ from .campaigns import (
     round_status,
 )
 from .errors import (
+    DeviceLacksCapabilitiesError,
     ErrorReason,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -85,6 +87,7 @@ from .errors import (
 )
 from .ingest import Assign, Rejection, RoundContext, StoredReportColumns, check_request_id, validate_batch
 from .kinds import CampaignEngine, RoundOutcome, RoundPlan, RoundReports
+from .kinds.common import check_allowed_oracles
 from .model import Campaign, CampaignConfig, CampaignState, Estimates, Result
 from .serde import (
     config_from_bytes,
@@ -327,8 +330,15 @@ class Collector:
         return round_record if round_record.open else None
 
     # -- device side -----------------------------------------------------------------------------
-    def get_round_spec(self, campaign_id: str) -> tuple[RoundSpec | None, bool]:
+    def get_round_spec(self, campaign_id: str, supported_capabilities: Collection[str] = ()
+                       ) -> tuple[RoundSpec | None, bool]:
         """The open round's spec of a campaign, and whether the campaign is finished.
+
+        Parameters
+        ----------
+        campaign_id : str
+        supported_capabilities : collection of str
+            What the asking device states it runs (``docs/protocol.md`` §10); empty: not stated.
 
         Returns
         -------
@@ -343,7 +353,15 @@ class Collector:
         RoundNotOpenError
             Between two rounds (a server step is running, or is about to be resumed): not an
             error of the caller, who asks again after the error's ``retry_after`` seconds.
+        DeviceLacksCapabilitiesError
+            The device stated capabilities that do not cover the open round.
+        InvalidArgumentError
+            A malformed capability name, or one listed twice.
         """
+        try:
+            supported = check_capability_names(supported_capabilities, what="supported_capabilities")
+        except InvalidParameterError as exc:
+            raise InvalidArgumentError(str(exc), field="supported_capabilities") from None
         record = self._store.get_campaign(campaign_id)
         if record.state != COLLECTING:
             return None, True
@@ -353,7 +371,13 @@ class Collector:
                 f"campaign {campaign_id} has no open round yet: round {record.current_round} closed and the "
                 f"next round is being prepared; ask again in {ROUND_NOT_OPEN_RETRY_SECONDS:g} s",
                 retry_after=ROUND_NOT_OPEN_RETRY_SECONDS)
-        return self._spec(campaign_id, round_record), False
+        spec = self._spec(campaign_id, round_record)
+        missing = missing_capabilities(spec.required_capabilities, supported) if supported else ()
+        if missing:
+            raise DeviceLacksCapabilitiesError(
+                f"campaign {campaign_id} round {spec.round} needs capabilities the device does not support: "
+                f"{', '.join(missing)}", missing)
+        return spec, False
 
     def _round_context(self, campaign_id: str) -> tuple[RoundContext | Rejection, AccumulateFn | None]:
         """The open round of a campaign (or why its reports are rejected) and its accumulator."""
@@ -809,6 +833,7 @@ class Collector:
             raise RuntimeError(
                 f"engine planned an invalid round for campaign {campaign_id}: it must be a RoundSpec of this "
                 f"campaign with a round number above {after_round}")
+        check_allowed_oracles(spec, config)
         if config.round_duration is not None:
             spec = dataclasses.replace(spec, deadline=now + config.round_duration.total_seconds)
         return spec

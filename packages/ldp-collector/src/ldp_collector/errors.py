@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import enum
 
+from ldp_client.capabilities import MISSING_CAPABILITIES_REASON
 from ldp_client.spec import ROUND_NOT_OPEN_REASON
 
 __all__ = [
     "AlreadyExistsError",
     "CollectorError",
+    "DeviceLacksCapabilitiesError",
     "ErrorReason",
     "FailedPreconditionError",
     "InvalidArgumentError",
@@ -53,6 +55,7 @@ class ErrorReason(enum.StrEnum):
     ENROLMENT_DISABLED = "ENROLMENT_DISABLED"
     STORE_CLOSED = "STORE_CLOSED"
     STORE_SCHEMA_TOO_NEW = "STORE_SCHEMA_TOO_NEW"
+    MISSING_CAPABILITIES = MISSING_CAPABILITIES_REASON
     # UNAUTHENTICATED
     UNAUTHENTICATED = "UNAUTHENTICATED"
     # RESOURCE_EXHAUSTED (with google.rpc.QuotaFailure and RetryInfo)
@@ -109,6 +112,17 @@ class FailedPreconditionError(CollectorError):
 
     code = "FAILED_PRECONDITION"
     reason = ErrorReason.CAMPAIGN_NOT_COLLECTING
+
+
+class DeviceLacksCapabilitiesError(FailedPreconditionError):
+    """``GetRoundSpec`` from a device whose stated capabilities do not cover the open round
+    (``docs/protocol.md`` §10); ``missing`` (sorted) goes into the ``ErrorInfo`` metadata."""
+
+    reason = ErrorReason.MISSING_CAPABILITIES
+
+    def __init__(self, message: str, missing: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 class UnauthenticatedError(CollectorError):

@@ -124,6 +124,8 @@ class CampaignConfig:
     labels: Mapping[str, str] = field(default_factory=frozen_mapping)
     #: The engine's public randomness; ``None``: drawn at creation (or, stored before the field, the campaign id's).
     seed: int | None = None
+    #: The frequency oracles the engine may choose (``ldp.v1.FrequencyOracle`` numbers); empty: any.
+    oracles: tuple[int, ...] = ()
     parameters: Any = None
 
     def __post_init__(self) -> None:

@@ -152,7 +152,8 @@ def config_to_proto(config: CampaignConfig) -> campaigns_pb2.CampaignConfig:
         campaign_id=config.campaign_id, kind=kind_number(config.kind),  # type: ignore[arg-type]
         epsilon=config.epsilon, budget_policy=int(config.budget_policy),  # type: ignore[arg-type]
         min_reports_per_round=config.min_reports_per_round, close_after_reports=config.close_after_reports,
-        description=config.description, labels=dict(config.labels), seed=config.seed)
+        description=config.description, labels=dict(config.labels), seed=config.seed,
+        oracles=[int(o) for o in config.oracles])  # type: ignore[misc]
     domain = config.domain
     if domain.numeric is not None:
         message.domain.numeric.lower.extend(domain.numeric.lower)
@@ -193,7 +194,7 @@ def config_from_proto(message: campaigns_pb2.CampaignConfig) -> CampaignConfig:
         budget_policy=message.budget_policy, min_reports_per_round=message.min_reports_per_round,
         close_after_reports=message.close_after_reports, round_duration=duration,
         description=message.description, labels=dict(message.labels),
-        seed=message.seed if message.HasField("seed") else None,
+        seed=message.seed if message.HasField("seed") else None, oracles=tuple(message.oracles),
         parameters=params_from_proto(kind, message) if kind in KINDS else None)
 
 

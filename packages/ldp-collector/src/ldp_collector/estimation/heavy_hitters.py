@@ -111,6 +111,9 @@ class HeavyHitterConfig:
         Most prefixes kept per level, 1 to 2^20.
     max_payload_bits : int
         Largest report the level oracles may use (excludes unary encoding on big levels).
+    oracles : frozenset of str, optional
+        The frequency oracles the levels may use (names of
+        :data:`~ldp_client.mechanisms.oracle_choice.FREQUENCY_ORACLES`); ``None`` for any.
     """
 
     value_bits: int
@@ -119,6 +122,7 @@ class HeavyHitterConfig:
     false_positive_rate: float = 0.05
     max_candidates: int = 64
     max_payload_bits: int = 64
+    oracles: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         _check_int("value_bits", self.value_bits, 1, MAX_VALUE_BITS)
@@ -142,7 +146,8 @@ class HeavyHitterConfig:
 
 def level_params(config: HeavyHitterConfig, level: int) -> FrequencyOracleParams:
     """The oracle level ``level`` reports with: least variance over 2^(m_l) values within the payload cap."""
-    params = choose_frequency_oracle(2 ** config.prefix_bits(level), config.epsilon, config.max_payload_bits)
+    params = choose_frequency_oracle(2 ** config.prefix_bits(level), config.epsilon, config.max_payload_bits,
+                                     oracles=config.oracles)
     if not isinstance(params, (GRRParams, UnaryEncodingParams, LocalHashingParams)):
         raise InvalidParameterError(f"no frequency aggregator for the chosen oracle {params.KIND}")
     return params

@@ -17,6 +17,8 @@ from typing import Any
 from ldp_client.budget import MAX_MECHANISM_EPSILON
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.errors import InvalidParameterError
+from ldp_client.mechanisms.oracle_choice import FREQUENCY_ORACLES, oracle_name
+from ldp_client.spec import RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..model import CampaignConfig
@@ -27,7 +29,9 @@ __all__ = [
     "MAX_PAYLOAD_BITS",
     "MIN_K",
     "ProtoEnum",
+    "allowed_oracles",
     "campaign_seed",
+    "check_allowed_oracles",
     "check_report_epsilon",
     "numeric_domain",
 ]
@@ -58,6 +62,35 @@ class ProtoEnum(enum.IntEnum):
         member._name_ = f"{cls.__name__}_{value}"
         member._value_ = value
         return member
+
+
+def allowed_oracles(config: CampaignConfig) -> frozenset[str] | None:
+    """The frequency oracles a campaign allows, by their SDK names (``None``: any).
+
+    ``CampaignConfig.oracles`` holds ``ldp.v1.FrequencyOracle`` numbers, validated at creation;
+    number ``n`` is :data:`~ldp_client.mechanisms.oracle_choice.FREQUENCY_ORACLES` ``[n - 1]``.
+    Every kind passes this to its oracle choice, so its rounds stay within them.
+    """
+    if not config.oracles:
+        return None
+    return frozenset(FREQUENCY_ORACLES[int(n) - 1] for n in config.oracles)
+
+
+def check_allowed_oracles(spec: RoundSpec, config: CampaignConfig) -> None:
+    """Raise ``RuntimeError`` if ``spec`` uses a frequency oracle the campaign does not allow.
+
+    The collector's last check before it publishes a round: the kinds already choose within the
+    allowed oracles, so a violation is an engine bug, never a spec devices see.
+    """
+    allowed = allowed_oracles(config)
+    if allowed is None:
+        return
+    used = {oracle_name(c.mechanism) for task in spec.tasks for c in task.components} - {None}
+    outside = sorted(str(name) for name in used - allowed)
+    if outside:
+        raise RuntimeError(
+            f"the engine planned round {spec.round} with frequency oracle(s) {', '.join(outside)}, outside the "
+            f"campaign's oracles {', '.join(sorted(allowed))}")
 
 
 def campaign_seed(config: CampaignConfig, salt: str = "") -> int:

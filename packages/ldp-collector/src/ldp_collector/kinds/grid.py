@@ -106,7 +106,7 @@ from .base import (
     numeric_domain,
     pack_state,
 )
-from .common import DEFAULT_CONFIDENCE, MAX_PAYLOAD_BITS, ProtoEnum
+from .common import DEFAULT_CONFIDENCE, MAX_PAYLOAD_BITS, ProtoEnum, allowed_oracles
 from .histogram import aggregator_for, frequency_estimates, round_aggregators
 
 __all__ = [
@@ -356,6 +356,10 @@ class GridEngine(CampaignEngine):
         self.top_level = params.top_level(self.dimension)
         self.calibration_level = params.calibration_level
         self.plan = self._plan(config)
+        # No round reports over more cells than the finest grid, and an oracle that serves it serves
+        # every smaller one (payloads only shrink): campaign oracles no round could use fail here, at
+        # creation, not in a later round.
+        self._oracle(1 << (self.dimension * self.top_level))
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -405,7 +409,8 @@ class GridEngine(CampaignEngine):
 
     def _oracle(self, cells: int) -> MechanismParams:
         try:
-            return choose_frequency_oracle(max(2, cells), self.plan.round_epsilon, MAX_PAYLOAD_BITS)
+            return choose_frequency_oracle(max(2, cells), self.plan.round_epsilon, MAX_PAYLOAD_BITS,
+                                           oracles=allowed_oracles(self.config))
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"grid: {exc}") from None
 

@@ -70,7 +70,7 @@ from .base import (
     RoundPlan,
     RoundReports,
 )
-from .common import DEFAULT_CONFIDENCE, check_report_epsilon
+from .common import DEFAULT_CONFIDENCE, allowed_oracles, check_report_epsilon
 from .histogram import aggregator_for, round_aggregators
 
 __all__ = [
@@ -196,7 +196,8 @@ class HeavyHitterEngine(CampaignEngine):
         try:
             self.tree = HeavyHitterConfig(
                 value_bits=params.value_bits, bits_per_level=params.bits_per_level, epsilon=config.epsilon,
-                false_positive_rate=params.false_positive_rate, max_candidates=params.max_candidates)
+                false_positive_rate=params.false_positive_rate, max_candidates=params.max_candidates,
+                oracles=allowed_oracles(config))
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"heavy_hitters: {exc}") from None
         if self.tree.levels > MAX_GROUPS:

@@ -71,7 +71,7 @@ from ldp_client.mechanisms import (
     oue,
     sue,
 )
-from ldp_client.mechanisms.oracle_choice import frequency_oracle_candidates
+from ldp_client.mechanisms.oracle_choice import FREQUENCY_ORACLES, frequency_oracle_candidates
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..defences import DEFAULT_ANOMALY_ALPHA, anomaly_flags, weight_excess
@@ -98,7 +98,7 @@ from .base import (
     RoundPlan,
     RoundReports,
 )
-from .common import DEFAULT_CONFIDENCE, ProtoEnum, check_report_epsilon
+from .common import DEFAULT_CONFIDENCE, ProtoEnum, allowed_oracles, check_report_epsilon
 
 __all__ = [
     "KIND",
@@ -150,7 +150,8 @@ def default_cells_per_dimension(dimension: int) -> int:
     return m
 
 
-def frequency_oracle(oracle: int, domain_size: int, epsilon: float, max_payload_bits: int) -> MechanismParams:
+def frequency_oracle(oracle: int, domain_size: int, epsilon: float, max_payload_bits: int,
+                     oracles: frozenset[str] | None = None) -> MechanismParams:
     """The mechanism of a ``FrequencyOracle`` choice (``FREQUENCY_ORACLE_UNSPECIFIED``: chosen by variance).
 
     Parameters
@@ -163,16 +164,25 @@ def frequency_oracle(oracle: int, domain_size: int, epsilon: float, max_payload_
     epsilon : float
     max_payload_bits : int
         0 for no cap.
+    oracles : frozenset of str, optional
+        The campaign's allowed oracles (:func:`~ldp_collector.kinds.common.allowed_oracles`);
+        ``None`` for any.
 
     Raises
     ------
     InvalidArgumentError
-        Unknown oracle, parameters out of the oracle's range, or a payload above the cap.
+        Unknown oracle, one outside ``oracles``, parameters out of the oracle's range, or a payload
+        above the cap.
     """
     cap = max_payload_bits or None
+    # A named oracle (numbers 1.. are FREQUENCY_ORACLES in order) must be one the campaign allows.
+    if oracles is not None and 1 <= int(oracle) <= len(FREQUENCY_ORACLES) and FREQUENCY_ORACLES[int(oracle) - 1] not in oracles:
+        raise InvalidArgumentError(
+            f"histogram.oracle {FrequencyOracle(oracle).name} is not one of the campaign's oracles "
+            f"({', '.join(sorted(oracles))})")
     try:
         if oracle == FrequencyOracle.FREQUENCY_ORACLE_UNSPECIFIED:
-            return choose_frequency_oracle(domain_size, epsilon, cap)
+            return choose_frequency_oracle(domain_size, epsilon, cap, oracles=oracles)
         params: MechanismParams
         if oracle == FrequencyOracle.GRR:
             params = GRRParams(domain_size=domain_size, epsilon=epsilon)
@@ -366,7 +376,7 @@ class HistogramParams(KindParams):
         """The oracle of one window over ``size`` values (:func:`frequency_oracle`)."""
         epsilon = config.epsilon
         return frequency_oracle(self.oracle, size, equal_share(epsilon, self.window_count) if self.split(config)
-                                else epsilon, self.max_payload_bits)
+                                else epsilon, self.max_payload_bits, allowed_oracles(config))
 
 
 def histogram_encoder(config: CampaignConfig, cells: Sequence[int]) -> Encoder:

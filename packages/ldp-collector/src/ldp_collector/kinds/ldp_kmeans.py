@@ -176,7 +176,7 @@ from .base import (
     numeric_domain,
     pack_state,
 )
-from .common import DEFAULT_CONFIDENCE, MAX_K, MIN_K, campaign_seed
+from .common import DEFAULT_CONFIDENCE, MAX_K, MIN_K, allowed_oracles, campaign_seed
 from .histogram import frequency_estimates
 
 __all__ = [
@@ -426,6 +426,12 @@ class LdpKmeansEngine(CampaignEngine):
             self.label_mechanism = GRRParams(domain_size=self.k, epsilon=self.plan.label_epsilon)
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"ldp_kmeans: {exc}") from None
+        allowed = allowed_oracles(config)
+        if allowed is not None and "grr" not in allowed:
+            # The label rounds' estimator is GRR's (label_update): no other oracle can stand in.
+            raise InvalidArgumentError(
+                f"oracles must include GRR for an ldp_kmeans campaign (its label rounds report with GRR), "
+                f"got {', '.join(sorted(allowed)).upper()}")
         self._lower = np.asarray(self.domain.lower, dtype=np.float64)
         self._width = np.asarray(self.domain.upper, dtype=np.float64) - self._lower
 

@@ -112,7 +112,16 @@ from .base import (
     numeric_domain,
     pack_state,
 )
-from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, ProtoEnum, campaign_seed, check_report_epsilon
+from .common import (
+    DEFAULT_CONFIDENCE,
+    MAX_K,
+    MAX_PAYLOAD_BITS,
+    MIN_K,
+    ProtoEnum,
+    allowed_oracles,
+    campaign_seed,
+    check_report_epsilon,
+)
 
 __all__ = [
     "KIND",
@@ -343,7 +352,7 @@ class NetTreeEngine(CampaignEngine):
             self.node_components = tuple(
                 Component(encoder=enc,
                           mechanism=choose_frequency_oracle(1 << self.layout.bits(level), self.node_epsilon,
-                                                            MAX_PAYLOAD_BITS))
+                                                            MAX_PAYLOAD_BITS, oracles=allowed_oracles(config)))
                 for level, enc in enumerate(self.node_encoders, start=1))
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"nettree: {exc}") from None

@@ -103,7 +103,7 @@ from .base import (
     numeric_domain,
     pack_state,
 )
-from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, campaign_seed
+from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, allowed_oracles, campaign_seed
 
 __all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "StemmerEngine", "StemmerParams", "noiseless_outcome"]
 
@@ -230,7 +230,8 @@ class StemmerEngine(CampaignEngine):
                           for j in range(1, p.scales + 1)] for r in range(p.repetitions)]
             eps = self.round_epsilon
             self.key_components = [Component(encoder=enc, mechanism=choose_frequency_oracle(
-                1 << (level * dp), eps, MAX_PAYLOAD_BITS)) for reps in self.keys for level, enc in enumerate(reps, 1)]
+                1 << (level * dp), eps, MAX_PAYLOAD_BITS, oracles=allowed_oracles(config)))
+                for reps in self.keys for level, enc in enumerate(reps, 1)]
             shape = vector_shape(d + 1, eps, p.vector_shape)
             self.vector_components = [Component(
                 encoder=BucketedVectorEncoder(domain=self.domain, shifted_grid=enc),
@@ -434,7 +435,8 @@ class StemmerEngine(CampaignEngine):
                 f"round B produced {len(cand)} candidate center for k = {self.params.k}: published as is"])
         encoder = NearestCandidateEncoder(domain=self.domain, dimension=d,
                                           centers=tuple(self._to_original(cand).ravel().tolist()))
-        oracle = choose_frequency_oracle(len(cand), self.round_epsilon, MAX_PAYLOAD_BITS)
+        oracle = choose_frequency_oracle(len(cand), self.round_epsilon, MAX_PAYLOAD_BITS,
+                                         oracles=allowed_oracles(self.config))
         tasks = [GroupTask(groups=tuple(self._groups("weights")),
                            components=(Component(encoder=encoder, mechanism=oracle),))]
         new_state = pack_state("weights", candidates=cand.ravel().tolist(), candidate_variances=candidate_variances,

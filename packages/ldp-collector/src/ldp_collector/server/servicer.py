@@ -191,7 +191,7 @@ class CollectorServicer(service_pb2_grpc.DeviceServiceServicer):
         assign = self._assign_for(context)
 
         def job() -> service_pb2.GetRoundSpecResponse:
-            spec, finished = self._collector.get_round_spec(request.campaign_id)
+            spec, finished = self._collector.get_round_spec(request.campaign_id, request.supported_capabilities)
             response = service_pb2.GetRoundSpecResponse(finished=finished)
             if spec is not None:
                 response.spec.CopyFrom(serde.round_spec_to_proto(spec))

@@ -17,10 +17,11 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
+from ldp_client.capabilities import MISSING_CAPABILITIES_METADATA
 from ldp_client.errors import LdpError
 from ldp_client.spec import ERROR_DOMAIN
 
-from ..errors import CollectorError, ErrorReason, InvalidArgumentError
+from ..errors import CollectorError, DeviceLacksCapabilitiesError, ErrorReason, InvalidArgumentError
 
 __all__ = ["Context", "abort", "code_name", "field_path", "reason_of", "status_for_error"]
 
@@ -88,7 +89,10 @@ def status_for_error(exc: BaseException, request: type[Message] | None = None) -
         message = message[:_MAX_MESSAGE] + "..."
     status = status_pb2.Status(code=code_pb2.Code.Value(code), message=message)
     reason = reason_of(exc)
-    status.details.add().Pack(error_details_pb2.ErrorInfo(reason=reason.value, domain=ERROR_DOMAIN))
+    info = error_details_pb2.ErrorInfo(reason=reason.value, domain=ERROR_DOMAIN)
+    if isinstance(exc, DeviceLacksCapabilitiesError):
+        info.metadata[MISSING_CAPABILITIES_METADATA] = ",".join(exc.missing)
+    status.details.add().Pack(info)
     if code == "INVALID_ARGUMENT":
         field = exc.field if isinstance(exc, InvalidArgumentError) else ""
         if not field and request is not None and reason != ErrorReason.MALFORMED_REQUEST:

@@ -608,6 +608,7 @@ class CampaignConfig(_message.Message):
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     SEED_FIELD_NUMBER: _builtins.int
+    ORACLES_FIELD_NUMBER: _builtins.int
     HISTOGRAM_FIELD_NUMBER: _builtins.int
     HEAVY_HITTERS_FIELD_NUMBER: _builtins.int
     GRID_FIELD_NUMBER: _builtins.int
@@ -641,6 +642,14 @@ class CampaignConfig(_message.Message):
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
+    def oracles(self) -> _containers.RepeatedScalarFieldContainer[Global___FrequencyOracle.ValueType]:
+        """The frequency oracles the collector may choose for any round of the campaign, each at most
+        once (empty = any). Every kind's round planning stays within them (an iterative grid round,
+        for example, no longer switches to OLH on its own when OLH is not listed); a configuration the
+        listed oracles cannot serve is refused at creation. See docs/protocol.md §10.
+        """
+
+    @_builtins.property
     def histogram(self) -> Global___HistogramParameters: ...
     @_builtins.property
     def heavy_hitters(self) -> Global___HeavyHitterParameters: ...
@@ -670,6 +679,7 @@ class CampaignConfig(_message.Message):
         description: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         seed: _builtins.int | None = ...,
+        oracles: _abc.Iterable[Global___FrequencyOracle.ValueType] | None = ...,
         histogram: Global___HistogramParameters | None = ...,
         heavy_hitters: Global___HeavyHitterParameters | None = ...,
         grid: Global___GridParameters | None = ...,
@@ -681,7 +691,7 @@ class CampaignConfig(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_seed", b"_seed", "bitvector", b"bitvector", "domain", b"domain", "grid", b"grid", "heavy_hitters", b"heavy_hitters", "histogram", b"histogram", "laplace", b"laplace", "ldp_kmeans", b"ldp_kmeans", "nettree", b"nettree", "parameters", b"parameters", "round_duration", b"round_duration", "seed", b"seed", "stemmer", b"stemmer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seed", b"_seed", "bitvector", b"bitvector", "budget_policy", b"budget_policy", "campaign_id", b"campaign_id", "close_after_reports", b"close_after_reports", "description", b"description", "domain", b"domain", "epsilon", b"epsilon", "grid", b"grid", "heavy_hitters", b"heavy_hitters", "histogram", b"histogram", "kind", b"kind", "labels", b"labels", "laplace", b"laplace", "ldp_kmeans", b"ldp_kmeans", "min_reports_per_round", b"min_reports_per_round", "nettree", b"nettree", "parameters", b"parameters", "round_duration", b"round_duration", "seed", b"seed", "stemmer", b"stemmer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seed", b"_seed", "bitvector", b"bitvector", "budget_policy", b"budget_policy", "campaign_id", b"campaign_id", "close_after_reports", b"close_after_reports", "description", b"description", "domain", b"domain", "epsilon", b"epsilon", "grid", b"grid", "heavy_hitters", b"heavy_hitters", "histogram", b"histogram", "kind", b"kind", "labels", b"labels", "laplace", b"laplace", "ldp_kmeans", b"ldp_kmeans", "min_reports_per_round", b"min_reports_per_round", "nettree", b"nettree", "oracles", b"oracles", "parameters", b"parameters", "round_duration", b"round_duration", "seed", b"seed", "stemmer", b"stemmer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__seed: _TypeAlias = _typing.Literal["seed"]  # noqa: Y015
     _WhichOneofArgType__seed: _TypeAlias = _typing.Literal["_seed", b"_seed"]  # noqa: Y015

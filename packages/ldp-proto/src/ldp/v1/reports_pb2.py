@@ -27,7 +27,7 @@ from ldp.v1 import encoders_pb2 as ldp_dot_v1_dot_encoders__pb2
 from ldp.v1 import mechanisms_pb2 as ldp_dot_v1_dot_mechanisms__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14ldp/v1/reports.proto\x12\x06ldp.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15ldp/v1/encoders.proto\x1a\x17ldp/v1/mechanisms.proto\"[\n\tComponent\x12$\n\x07\x65ncoder\x18\x01 \x01(\x0b\x32\x13.ldp.v1.EncoderSpec\x12(\n\tmechanism\x18\x02 \x01(\x0b\x32\x15.ldp.v1.MechanismSpec\"B\n\tGroupTask\x12\x0e\n\x06groups\x18\x01 \x03(\r\x12%\n\ncomponents\x18\x02 \x03(\x0b\x32\x11.ldp.v1.Component\"\xde\x01\n\tRoundSpec\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\x15\n\rgroup_weights\x18\x03 \x03(\r\x12 \n\x05tasks\x18\x04 \x03(\x0b\x32\x11.ldp.v1.GroupTask\x12\x18\n\x10\x63\x61mpaign_epsilon\x18\x05 \x01(\x01\x12\x1e\n\x16max_reports_per_device\x18\x06 \x01(\r\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04kind\x18\x08 \x01(\t\"*\n\x0bHashedValue\x12\x0c\n\x04seed\x18\x01 \x01(\x04\x12\r\n\x05value\x18\x02 \x01(\r\" \n\x0eSignedIntegers\x12\x0e\n\x06values\x18\x01 \x03(\x12\"\x18\n\x06\x46loats\x12\x0e\n\x06values\x18\x01 \x03(\x02\"W\n\x0cSignedVector\x12\x0c\n\x04seed\x18\x01 \x01(\r\x12\x0e\n\x04\x62its\x18\x02 \x01(\x0cH\x00\x12 \n\x06\x66loats\x18\x03 \x01(\x0b\x32\x0e.ldp.v1.FloatsH\x00\x42\x07\n\x05inner\"\xd7\x01\n\x07Payload\x12\x0f\n\x05index\x18\x01 \x01(\x04H\x00\x12\x0e\n\x04\x62its\x18\x02 \x01(\x0cH\x00\x12%\n\x06hashed\x18\x03 \x01(\x0b\x32\x13.ldp.v1.HashedValueH\x00\x12*\n\x08integers\x18\x04 \x01(\x0b\x32\x16.ldp.v1.SignedIntegersH\x00\x12 \n\x06\x66loats\x18\x05 \x01(\x0b\x32\x0e.ldp.v1.FloatsH\x00\x12-\n\rsigned_vector\x18\x06 \x01(\x0b\x32\x14.ldp.v1.SignedVectorH\x00\x42\x07\n\x05value\"q\n\x06Report\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\r\x12\r\n\x05group\x18\x04 \x01(\r\x12!\n\x08payloads\x18\x05 \x03(\x0b\x32\x0f.ldp.v1.Payloadb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14ldp/v1/reports.proto\x12\x06ldp.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15ldp/v1/encoders.proto\x1a\x17ldp/v1/mechanisms.proto\"[\n\tComponent\x12$\n\x07\x65ncoder\x18\x01 \x01(\x0b\x32\x13.ldp.v1.EncoderSpec\x12(\n\tmechanism\x18\x02 \x01(\x0b\x32\x15.ldp.v1.MechanismSpec\"B\n\tGroupTask\x12\x0e\n\x06groups\x18\x01 \x03(\r\x12%\n\ncomponents\x18\x02 \x03(\x0b\x32\x11.ldp.v1.Component\"\xfd\x01\n\tRoundSpec\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\x15\n\rgroup_weights\x18\x03 \x03(\r\x12 \n\x05tasks\x18\x04 \x03(\x0b\x32\x11.ldp.v1.GroupTask\x12\x18\n\x10\x63\x61mpaign_epsilon\x18\x05 \x01(\x01\x12\x1e\n\x16max_reports_per_device\x18\x06 \x01(\r\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04kind\x18\x08 \x01(\t\x12\x1d\n\x15required_capabilities\x18\t \x03(\t\"*\n\x0bHashedValue\x12\x0c\n\x04seed\x18\x01 \x01(\x04\x12\r\n\x05value\x18\x02 \x01(\r\" \n\x0eSignedIntegers\x12\x0e\n\x06values\x18\x01 \x03(\x12\"\x18\n\x06\x46loats\x12\x0e\n\x06values\x18\x01 \x03(\x02\"W\n\x0cSignedVector\x12\x0c\n\x04seed\x18\x01 \x01(\r\x12\x0e\n\x04\x62its\x18\x02 \x01(\x0cH\x00\x12 \n\x06\x66loats\x18\x03 \x01(\x0b\x32\x0e.ldp.v1.FloatsH\x00\x42\x07\n\x05inner\"\xd7\x01\n\x07Payload\x12\x0f\n\x05index\x18\x01 \x01(\x04H\x00\x12\x0e\n\x04\x62its\x18\x02 \x01(\x0cH\x00\x12%\n\x06hashed\x18\x03 \x01(\x0b\x32\x13.ldp.v1.HashedValueH\x00\x12*\n\x08integers\x18\x04 \x01(\x0b\x32\x16.ldp.v1.SignedIntegersH\x00\x12 \n\x06\x66loats\x18\x05 \x01(\x0b\x32\x0e.ldp.v1.FloatsH\x00\x12-\n\rsigned_vector\x18\x06 \x01(\x0b\x32\x14.ldp.v1.SignedVectorH\x00\x42\x07\n\x05value\"q\n\x06Report\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\r\x12\r\n\x05group\x18\x04 \x01(\r\x12!\n\x08payloads\x18\x05 \x03(\x0b\x32\x0f.ldp.v1.Payloadb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,17 +39,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GROUPTASK']._serialized_start=206
   _globals['_GROUPTASK']._serialized_end=272
   _globals['_ROUNDSPEC']._serialized_start=275
-  _globals['_ROUNDSPEC']._serialized_end=497
-  _globals['_HASHEDVALUE']._serialized_start=499
-  _globals['_HASHEDVALUE']._serialized_end=541
-  _globals['_SIGNEDINTEGERS']._serialized_start=543
-  _globals['_SIGNEDINTEGERS']._serialized_end=575
-  _globals['_FLOATS']._serialized_start=577
-  _globals['_FLOATS']._serialized_end=601
-  _globals['_SIGNEDVECTOR']._serialized_start=603
-  _globals['_SIGNEDVECTOR']._serialized_end=690
-  _globals['_PAYLOAD']._serialized_start=693
-  _globals['_PAYLOAD']._serialized_end=908
-  _globals['_REPORT']._serialized_start=910
-  _globals['_REPORT']._serialized_end=1023
+  _globals['_ROUNDSPEC']._serialized_end=528
+  _globals['_HASHEDVALUE']._serialized_start=530
+  _globals['_HASHEDVALUE']._serialized_end=572
+  _globals['_SIGNEDINTEGERS']._serialized_start=574
+  _globals['_SIGNEDINTEGERS']._serialized_end=606
+  _globals['_FLOATS']._serialized_start=608
+  _globals['_FLOATS']._serialized_end=632
+  _globals['_SIGNEDVECTOR']._serialized_start=634
+  _globals['_SIGNEDVECTOR']._serialized_end=721
+  _globals['_PAYLOAD']._serialized_start=724
+  _globals['_PAYLOAD']._serialized_end=939
+  _globals['_REPORT']._serialized_start=941
+  _globals['_REPORT']._serialized_end=1054
 # @@protoc_insertion_point(module_scope)

@@ -91,6 +91,7 @@ class RoundSpec(_message.Message):
     MAX_REPORTS_PER_DEVICE_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
+    REQUIRED_CAPABILITIES_FIELD_NUMBER: _builtins.int
     campaign_id: _builtins.str
     round: _builtins.int
     campaign_epsilon: _builtins.float
@@ -112,6 +113,15 @@ class RoundSpec(_message.Message):
 
     @_builtins.property
     def deadline(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def required_capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The capabilities a device needs to run this round: the union over every task, each name once,
+        in ascending byte order ("encoder.grid_tree", "mechanism.local_hashing", ...). It is derived
+        from the tasks by a fixed rule, so a device MUST refuse a spec whose list differs from what it
+        derives; a device that does not know a listed name MUST decline the round without parsing the
+        tasks. Empty from collectors older than the field. See docs/protocol.md §10.
+        """
+
     def __init__(
         self,
         *,
@@ -123,10 +133,11 @@ class RoundSpec(_message.Message):
         max_reports_per_device: _builtins.int = ...,
         deadline: _timestamp_pb2.Timestamp | None = ...,
         kind: _builtins.str = ...,
+        required_capabilities: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["campaign_epsilon", b"campaign_epsilon", "campaign_id", b"campaign_id", "deadline", b"deadline", "group_weights", b"group_weights", "kind", b"kind", "max_reports_per_device", b"max_reports_per_device", "round", b"round", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["campaign_epsilon", b"campaign_epsilon", "campaign_id", b"campaign_id", "deadline", b"deadline", "group_weights", b"group_weights", "kind", b"kind", "max_reports_per_device", b"max_reports_per_device", "required_capabilities", b"required_capabilities", "round", b"round", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

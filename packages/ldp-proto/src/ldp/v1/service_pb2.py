@@ -26,57 +26,57 @@ from ldp.v1 import campaigns_pb2 as ldp_dot_v1_dot_campaigns__pb2
 from ldp.v1 import reports_pb2 as ldp_dot_v1_dot_reports__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14ldp/v1/service.proto\x12\x06ldp.v1\x1a\x16ldp/v1/campaigns.proto\x1a\x14ldp/v1/reports.proto\"*\n\x13GetRoundSpecRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\"8\n\x0fRoundAssignment\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12\x12\n\nhash_seeds\x18\x02 \x03(\r\"v\n\x14GetRoundSpecResponse\x12\x1f\n\x04spec\x18\x01 \x01(\x0b\x32\x11.ldp.v1.RoundSpec\x12\x10\n\x08\x66inished\x18\x02 \x01(\x08\x12+\n\nassignment\x18\x03 \x01(\x0b\x32\x17.ldp.v1.RoundAssignment\"\x0f\n\rEnrollRequest\"&\n\x0e\x45nrollResponse\x12\x14\n\x0c\x64\x65vice_token\x18\x01 \x01(\t\"K\n\x14SubmitReportsRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1f\n\x07reports\x18\x02 \x03(\x0b\x32\x0e.ldp.v1.Report\"9\n\x13SubmitPackedRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06packed\x18\x02 \x01(\x0c\"\xd2\x01\n\rReportOutcome\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.ldp.v1.ReportOutcome.Status\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12#\n\x04\x63ode\x18\x04 \x01(\x0e\x32\x15.ldp.v1.RejectionCode\"K\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08REJECTED\x10\x03\"x\n\x15SubmitReportsResponse\x12\'\n\x08outcomes\x18\x01 \x03(\x0b\x32\x15.ldp.v1.ReportOutcome\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\r\x12\x12\n\nduplicates\x18\x03 \x01(\r\x12\x10\n\x08rejected\x18\x04 \x01(\r\"\'\n\x10GetResultRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\"3\n\x11GetResultResponse\x12\x1e\n\x06result\x18\x01 \x01(\x0b\x32\x0e.ldp.v1.Result\"?\n\x15\x43reateCampaignRequest\x12&\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x16.ldp.v1.CampaignConfig\"=\n\x14ListCampaignsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"U\n\x15ListCampaignsResponse\x12#\n\tcampaigns\x18\x01 \x03(\x0b\x32\x10.ldp.v1.Campaign\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\")\n\x12GetCampaignRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\"7\n\x11\x43loseRoundRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\"M\n\x13GetEstimatesRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\x12\n\nconfidence\x18\x03 \x01(\x01\"+\n\x14WatchCampaignRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\"R\n\rCampaignEvent\x12\"\n\x08\x63\x61mpaign\x18\x01 \x01(\x0b\x32\x10.ldp.v1.Campaign\x12\x1d\n\x15\x63urrent_round_reports\x18\x02 \x01(\x04*\xae\x03\n\rRejectionCode\x12\x1e\n\x1aREJECTION_CODE_UNSPECIFIED\x10\x00\x12#\n\x1fREJECTION_CODE_MALFORMED_REPORT\x10\x01\x12#\n\x1fREJECTION_CODE_UNKNOWN_CAMPAIGN\x10\x02\x12*\n&REJECTION_CODE_CAMPAIGN_NOT_COLLECTING\x10\x03\x12!\n\x1dREJECTION_CODE_ROUND_NOT_OPEN\x10\x04\x12 \n\x1cREJECTION_CODE_UNKNOWN_GROUP\x10\x05\x12&\n\"REJECTION_CODE_GROUP_NOT_REPORTING\x10\x06\x12&\n\"REJECTION_CODE_WRONG_PAYLOAD_COUNT\x10\x07\x12\"\n\x1eREJECTION_CODE_INVALID_PAYLOAD\x10\x08\x12&\n\"REJECTION_CODE_IMPLAUSIBLE_PAYLOAD\x10\t\x12&\n\"REJECTION_CODE_ASSIGNMENT_MISMATCH\x10\n2\xef\x02\n\rDeviceService\x12\x37\n\x06\x45nroll\x12\x15.ldp.v1.EnrollRequest\x1a\x16.ldp.v1.EnrollResponse\x12I\n\x0cGetRoundSpec\x12\x1b.ldp.v1.GetRoundSpecRequest\x1a\x1c.ldp.v1.GetRoundSpecResponse\x12L\n\rSubmitReports\x12\x1c.ldp.v1.SubmitReportsRequest\x1a\x1d.ldp.v1.SubmitReportsResponse\x12J\n\x0cSubmitPacked\x12\x1b.ldp.v1.SubmitPackedRequest\x1a\x1d.ldp.v1.SubmitReportsResponse\x12@\n\tGetResult\x12\x18.ldp.v1.GetResultRequest\x1a\x19.ldp.v1.GetResultResponse2\xe4\x03\n\x0fOperatorService\x12\x41\n\x0e\x43reateCampaign\x12\x1d.ldp.v1.CreateCampaignRequest\x1a\x10.ldp.v1.Campaign\x12L\n\rListCampaigns\x12\x1c.ldp.v1.ListCampaignsRequest\x1a\x1d.ldp.v1.ListCampaignsResponse\x12;\n\x0bGetCampaign\x12\x1a.ldp.v1.GetCampaignRequest\x1a\x10.ldp.v1.Campaign\x12\x39\n\nCloseRound\x12\x19.ldp.v1.CloseRoundRequest\x1a\x10.ldp.v1.Campaign\x12>\n\x0cGetEstimates\x12\x1b.ldp.v1.GetEstimatesRequest\x1a\x11.ldp.v1.Estimates\x12@\n\tGetResult\x12\x18.ldp.v1.GetResultRequest\x1a\x19.ldp.v1.GetResultResponse\x12\x46\n\rWatchCampaign\x12\x1c.ldp.v1.WatchCampaignRequest\x1a\x15.ldp.v1.CampaignEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14ldp/v1/service.proto\x12\x06ldp.v1\x1a\x16ldp/v1/campaigns.proto\x1a\x14ldp/v1/reports.proto\"J\n\x13GetRoundSpecRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\x1e\n\x16supported_capabilities\x18\x02 \x03(\t\"8\n\x0fRoundAssignment\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12\x12\n\nhash_seeds\x18\x02 \x03(\r\"v\n\x14GetRoundSpecResponse\x12\x1f\n\x04spec\x18\x01 \x01(\x0b\x32\x11.ldp.v1.RoundSpec\x12\x10\n\x08\x66inished\x18\x02 \x01(\x08\x12+\n\nassignment\x18\x03 \x01(\x0b\x32\x17.ldp.v1.RoundAssignment\"\x0f\n\rEnrollRequest\"&\n\x0e\x45nrollResponse\x12\x14\n\x0c\x64\x65vice_token\x18\x01 \x01(\t\"K\n\x14SubmitReportsRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1f\n\x07reports\x18\x02 \x03(\x0b\x32\x0e.ldp.v1.Report\"9\n\x13SubmitPackedRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06packed\x18\x02 \x01(\x0c\"\xd2\x01\n\rReportOutcome\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.ldp.v1.ReportOutcome.Status\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12#\n\x04\x63ode\x18\x04 \x01(\x0e\x32\x15.ldp.v1.RejectionCode\"K\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08REJECTED\x10\x03\"x\n\x15SubmitReportsResponse\x12\'\n\x08outcomes\x18\x01 \x03(\x0b\x32\x15.ldp.v1.ReportOutcome\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\r\x12\x12\n\nduplicates\x18\x03 \x01(\r\x12\x10\n\x08rejected\x18\x04 \x01(\r\"\'\n\x10GetResultRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\"3\n\x11GetResultResponse\x12\x1e\n\x06result\x18\x01 \x01(\x0b\x32\x0e.ldp.v1.Result\"?\n\x15\x43reateCampaignRequest\x12&\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x16.ldp.v1.CampaignConfig\"=\n\x14ListCampaignsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"U\n\x15ListCampaignsResponse\x12#\n\tcampaigns\x18\x01 \x03(\x0b\x32\x10.ldp.v1.Campaign\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\")\n\x12GetCampaignRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\"7\n\x11\x43loseRoundRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\"M\n\x13GetEstimatesRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\x12\n\nconfidence\x18\x03 \x01(\x01\"+\n\x14WatchCampaignRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\t\"R\n\rCampaignEvent\x12\"\n\x08\x63\x61mpaign\x18\x01 \x01(\x0b\x32\x10.ldp.v1.Campaign\x12\x1d\n\x15\x63urrent_round_reports\x18\x02 \x01(\x04*\xae\x03\n\rRejectionCode\x12\x1e\n\x1aREJECTION_CODE_UNSPECIFIED\x10\x00\x12#\n\x1fREJECTION_CODE_MALFORMED_REPORT\x10\x01\x12#\n\x1fREJECTION_CODE_UNKNOWN_CAMPAIGN\x10\x02\x12*\n&REJECTION_CODE_CAMPAIGN_NOT_COLLECTING\x10\x03\x12!\n\x1dREJECTION_CODE_ROUND_NOT_OPEN\x10\x04\x12 \n\x1cREJECTION_CODE_UNKNOWN_GROUP\x10\x05\x12&\n\"REJECTION_CODE_GROUP_NOT_REPORTING\x10\x06\x12&\n\"REJECTION_CODE_WRONG_PAYLOAD_COUNT\x10\x07\x12\"\n\x1eREJECTION_CODE_INVALID_PAYLOAD\x10\x08\x12&\n\"REJECTION_CODE_IMPLAUSIBLE_PAYLOAD\x10\t\x12&\n\"REJECTION_CODE_ASSIGNMENT_MISMATCH\x10\n2\xef\x02\n\rDeviceService\x12\x37\n\x06\x45nroll\x12\x15.ldp.v1.EnrollRequest\x1a\x16.ldp.v1.EnrollResponse\x12I\n\x0cGetRoundSpec\x12\x1b.ldp.v1.GetRoundSpecRequest\x1a\x1c.ldp.v1.GetRoundSpecResponse\x12L\n\rSubmitReports\x12\x1c.ldp.v1.SubmitReportsRequest\x1a\x1d.ldp.v1.SubmitReportsResponse\x12J\n\x0cSubmitPacked\x12\x1b.ldp.v1.SubmitPackedRequest\x1a\x1d.ldp.v1.SubmitReportsResponse\x12@\n\tGetResult\x12\x18.ldp.v1.GetResultRequest\x1a\x19.ldp.v1.GetResultResponse2\xe4\x03\n\x0fOperatorService\x12\x41\n\x0e\x43reateCampaign\x12\x1d.ldp.v1.CreateCampaignRequest\x1a\x10.ldp.v1.Campaign\x12L\n\rListCampaigns\x12\x1c.ldp.v1.ListCampaignsRequest\x1a\x1d.ldp.v1.ListCampaignsResponse\x12;\n\x0bGetCampaign\x12\x1a.ldp.v1.GetCampaignRequest\x1a\x10.ldp.v1.Campaign\x12\x39\n\nCloseRound\x12\x19.ldp.v1.CloseRoundRequest\x1a\x10.ldp.v1.Campaign\x12>\n\x0cGetEstimates\x12\x1b.ldp.v1.GetEstimatesRequest\x1a\x11.ldp.v1.Estimates\x12@\n\tGetResult\x12\x18.ldp.v1.GetResultRequest\x1a\x19.ldp.v1.GetResultResponse\x12\x46\n\rWatchCampaign\x12\x1c.ldp.v1.WatchCampaignRequest\x1a\x15.ldp.v1.CampaignEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ldp.v1.service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REJECTIONCODE']._serialized_start=1446
-  _globals['_REJECTIONCODE']._serialized_end=1876
+  _globals['_REJECTIONCODE']._serialized_start=1478
+  _globals['_REJECTIONCODE']._serialized_end=1908
   _globals['_GETROUNDSPECREQUEST']._serialized_start=78
-  _globals['_GETROUNDSPECREQUEST']._serialized_end=120
-  _globals['_ROUNDASSIGNMENT']._serialized_start=122
-  _globals['_ROUNDASSIGNMENT']._serialized_end=178
-  _globals['_GETROUNDSPECRESPONSE']._serialized_start=180
-  _globals['_GETROUNDSPECRESPONSE']._serialized_end=298
-  _globals['_ENROLLREQUEST']._serialized_start=300
-  _globals['_ENROLLREQUEST']._serialized_end=315
-  _globals['_ENROLLRESPONSE']._serialized_start=317
-  _globals['_ENROLLRESPONSE']._serialized_end=355
-  _globals['_SUBMITREPORTSREQUEST']._serialized_start=357
-  _globals['_SUBMITREPORTSREQUEST']._serialized_end=432
-  _globals['_SUBMITPACKEDREQUEST']._serialized_start=434
-  _globals['_SUBMITPACKEDREQUEST']._serialized_end=491
-  _globals['_REPORTOUTCOME']._serialized_start=494
-  _globals['_REPORTOUTCOME']._serialized_end=704
-  _globals['_REPORTOUTCOME_STATUS']._serialized_start=629
-  _globals['_REPORTOUTCOME_STATUS']._serialized_end=704
-  _globals['_SUBMITREPORTSRESPONSE']._serialized_start=706
-  _globals['_SUBMITREPORTSRESPONSE']._serialized_end=826
-  _globals['_GETRESULTREQUEST']._serialized_start=828
-  _globals['_GETRESULTREQUEST']._serialized_end=867
-  _globals['_GETRESULTRESPONSE']._serialized_start=869
-  _globals['_GETRESULTRESPONSE']._serialized_end=920
-  _globals['_CREATECAMPAIGNREQUEST']._serialized_start=922
-  _globals['_CREATECAMPAIGNREQUEST']._serialized_end=985
-  _globals['_LISTCAMPAIGNSREQUEST']._serialized_start=987
-  _globals['_LISTCAMPAIGNSREQUEST']._serialized_end=1048
-  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_start=1050
-  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_end=1135
-  _globals['_GETCAMPAIGNREQUEST']._serialized_start=1137
-  _globals['_GETCAMPAIGNREQUEST']._serialized_end=1178
-  _globals['_CLOSEROUNDREQUEST']._serialized_start=1180
-  _globals['_CLOSEROUNDREQUEST']._serialized_end=1235
-  _globals['_GETESTIMATESREQUEST']._serialized_start=1237
-  _globals['_GETESTIMATESREQUEST']._serialized_end=1314
-  _globals['_WATCHCAMPAIGNREQUEST']._serialized_start=1316
-  _globals['_WATCHCAMPAIGNREQUEST']._serialized_end=1359
-  _globals['_CAMPAIGNEVENT']._serialized_start=1361
-  _globals['_CAMPAIGNEVENT']._serialized_end=1443
-  _globals['_DEVICESERVICE']._serialized_start=1879
-  _globals['_DEVICESERVICE']._serialized_end=2246
-  _globals['_OPERATORSERVICE']._serialized_start=2249
-  _globals['_OPERATORSERVICE']._serialized_end=2733
+  _globals['_GETROUNDSPECREQUEST']._serialized_end=152
+  _globals['_ROUNDASSIGNMENT']._serialized_start=154
+  _globals['_ROUNDASSIGNMENT']._serialized_end=210
+  _globals['_GETROUNDSPECRESPONSE']._serialized_start=212
+  _globals['_GETROUNDSPECRESPONSE']._serialized_end=330
+  _globals['_ENROLLREQUEST']._serialized_start=332
+  _globals['_ENROLLREQUEST']._serialized_end=347
+  _globals['_ENROLLRESPONSE']._serialized_start=349
+  _globals['_ENROLLRESPONSE']._serialized_end=387
+  _globals['_SUBMITREPORTSREQUEST']._serialized_start=389
+  _globals['_SUBMITREPORTSREQUEST']._serialized_end=464
+  _globals['_SUBMITPACKEDREQUEST']._serialized_start=466
+  _globals['_SUBMITPACKEDREQUEST']._serialized_end=523
+  _globals['_REPORTOUTCOME']._serialized_start=526
+  _globals['_REPORTOUTCOME']._serialized_end=736
+  _globals['_REPORTOUTCOME_STATUS']._serialized_start=661
+  _globals['_REPORTOUTCOME_STATUS']._serialized_end=736
+  _globals['_SUBMITREPORTSRESPONSE']._serialized_start=738
+  _globals['_SUBMITREPORTSRESPONSE']._serialized_end=858
+  _globals['_GETRESULTREQUEST']._serialized_start=860
+  _globals['_GETRESULTREQUEST']._serialized_end=899
+  _globals['_GETRESULTRESPONSE']._serialized_start=901
+  _globals['_GETRESULTRESPONSE']._serialized_end=952
+  _globals['_CREATECAMPAIGNREQUEST']._serialized_start=954
+  _globals['_CREATECAMPAIGNREQUEST']._serialized_end=1017
+  _globals['_LISTCAMPAIGNSREQUEST']._serialized_start=1019
+  _globals['_LISTCAMPAIGNSREQUEST']._serialized_end=1080
+  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_start=1082
+  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_end=1167
+  _globals['_GETCAMPAIGNREQUEST']._serialized_start=1169
+  _globals['_GETCAMPAIGNREQUEST']._serialized_end=1210
+  _globals['_CLOSEROUNDREQUEST']._serialized_start=1212
+  _globals['_CLOSEROUNDREQUEST']._serialized_end=1267
+  _globals['_GETESTIMATESREQUEST']._serialized_start=1269
+  _globals['_GETESTIMATESREQUEST']._serialized_end=1346
+  _globals['_WATCHCAMPAIGNREQUEST']._serialized_start=1348
+  _globals['_WATCHCAMPAIGNREQUEST']._serialized_end=1391
+  _globals['_CAMPAIGNEVENT']._serialized_start=1393
+  _globals['_CAMPAIGNEVENT']._serialized_end=1475
+  _globals['_DEVICESERVICE']._serialized_start=1911
+  _globals['_DEVICESERVICE']._serialized_end=2278
+  _globals['_OPERATORSERVICE']._serialized_start=2281
+  _globals['_OPERATORSERVICE']._serialized_end=2765
 # @@protoc_insertion_point(module_scope)

@@ -3,7 +3,8 @@
 isort:skip_file
 The collector's gRPC API. Errors carry google.rpc.Status details:
 INVALID_ARGUMENT (bad input), NOT_FOUND (unknown campaign), FAILED_PRECONDITION (round closed
-or wrong), UNAVAILABLE with RetryInfo (overload; and GetRoundSpec between two rounds, with the
+or wrong; GetRoundSpec for a round that needs a capability the device did not state, with the
+ErrorInfo reason MISSING_CAPABILITIES), UNAVAILABLE with RetryInfo (overload; and GetRoundSpec between two rounds, with the
 ErrorInfo reason ROUND_NOT_OPEN: ask again after the delay), UNAUTHENTICATED (operator calls).
 The error model is normative in docs/errors.md: every status carries a google.rpc.ErrorInfo
 with domain "ldp.v1" and a reason from the table of its section 2, INVALID_ARGUMENT a
@@ -100,15 +101,25 @@ class GetRoundSpecRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CAMPAIGN_ID_FIELD_NUMBER: _builtins.int
+    SUPPORTED_CAPABILITIES_FIELD_NUMBER: _builtins.int
     campaign_id: _builtins.str
+    @_builtins.property
+    def supported_capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The capabilities this device can run (docs/protocol.md §10). When set, a collector answers a
+        round that needs any other capability with FAILED_PRECONDITION and the ErrorInfo reason
+        MISSING_CAPABILITIES instead of the spec. Empty: not stated (devices older than the field);
+        the collector sends the spec and the device decides.
+        """
+
     def __init__(
         self,
         *,
         campaign_id: _builtins.str = ...,
+        supported_capabilities: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["campaign_id", b"campaign_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["campaign_id", b"campaign_id", "supported_capabilities", b"supported_capabilities"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

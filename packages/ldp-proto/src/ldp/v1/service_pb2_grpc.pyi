@@ -3,7 +3,8 @@
 isort:skip_file
 The collector's gRPC API. Errors carry google.rpc.Status details:
 INVALID_ARGUMENT (bad input), NOT_FOUND (unknown campaign), FAILED_PRECONDITION (round closed
-or wrong), UNAVAILABLE with RetryInfo (overload; and GetRoundSpec between two rounds, with the
+or wrong; GetRoundSpec for a round that needs a capability the device did not state, with the
+ErrorInfo reason MISSING_CAPABILITIES), UNAVAILABLE with RetryInfo (overload; and GetRoundSpec between two rounds, with the
 ErrorInfo reason ROUND_NOT_OPEN: ask again after the delay), UNAUTHENTICATED (operator calls).
 The error model is normative in docs/errors.md: every status carries a google.rpc.ErrorInfo
 with domain "ldp.v1" and a reason from the table of its section 2, INVALID_ARGUMENT a
