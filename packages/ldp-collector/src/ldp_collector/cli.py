@@ -431,7 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: drawn by the collector; public, not a privacy parameter)")
     create.add_argument("--oracles", metavar="NAME,...", type=oracle_list,
                         help="the only frequency oracles the collector may choose for any round, among "
-                             "grr,sue,oue,olh (default: any); e.g. grr,oue for devices without local hashing")
+                             "grr,sue,oue,olh (default: any); e.g. grr,oue for devices without local hashing: it can "
+                             "cost much accuracy where a round would have chosen olh (docs/protocol.md §10.4)")
     create.add_argument("--description")
     create.add_argument("--label", metavar="KEY=VALUE", type=key_value, action="append", help="repeatable")
     create.add_argument("--json", action="store_true", help="print the campaign as JSON")
