@@ -1,0 +1,74 @@
+// A device: picks its group once per campaign, answers each round's task for its group with one
+// payload per component, keeps its own budget, and builds the report (reports.proto).
+import { encode, Unsupported } from "./encoders.js";
+import { bitwiseRR, grr, unaryEncoding } from "./oracles.js";
+
+/** MechanismSpec member name -> (mechanism, encoded value, stream) -> Payload. */
+export const MECHANISMS = {
+  grr: (m, value, stream) => ({ index: grr(value, m.domain_size, m.epsilon, stream).toString() }),
+  unary_encoding: (m, value, stream) => ({
+    bits: unaryEncoding(value, m.domain_size, m.epsilon, m.variant, stream),
+  }),
+  bitwise_rr: (m, bits, stream) => ({ bits: bitwiseRR(bits, m.epsilon, m.sensitivity, stream) }),
+};
+
+function epsilonOf(mechanismSpec) {
+  return mechanismSpec[mechanismSpec.mechanism].epsilon;
+}
+
+/** The group drawn with probability weights[g] / sum(weights) (reports.proto RoundSpec). */
+export function drawGroup(weights, stream) {
+  const total = weights.reduce((a, w) => a + BigInt(w), 0n);
+  let draw = stream.randbelow(total);
+  for (let g = 0; g < weights.length; g += 1) {
+    draw -= BigInt(weights[g]);
+    if (draw < 0n) return g;
+  }
+  throw new Error("unreachable");
+}
+
+export class Device {
+  constructor(point, stream) {
+    this.point = point;
+    this.stream = stream;
+    this.groups = new Map(); // campaign id -> group
+    this.spent = new Map(); // campaign id -> {epsilon, reports, rounds: Set}
+  }
+
+  /**
+   * The report for `spec`, or null when the device's group has no task this round, the device
+   * already answered it, or the round would exceed the campaign's budget. Throws Unsupported when
+   * the task needs an encoder or mechanism this client does not implement.
+   */
+  participate(spec) {
+    const campaign = spec.campaign_id;
+    if (!this.groups.has(campaign)) this.groups.set(campaign, drawGroup(spec.group_weights, this.stream));
+    const group = this.groups.get(campaign);
+    const task = spec.tasks.find((t) => t.groups.includes(group));
+    if (task === undefined) return null;
+    const ledger = this.spent.get(campaign) ?? { epsilon: 0, reports: 0, rounds: new Set() };
+    if (ledger.rounds.has(spec.round)) return null;
+    const epsilon = task.components.reduce((sum, c) => sum + epsilonOf(c.mechanism), 0);
+    // A small relative slack: the collector splits the budget in floating point.
+    if (ledger.epsilon + epsilon > spec.campaign_epsilon * (1 + 1e-9)) return null;
+    if (ledger.reports + 1 > spec.max_reports_per_device) return null;
+    const payloads = task.components.map((component) => {
+      const mechanism = component.mechanism.mechanism;
+      const randomize = MECHANISMS[mechanism];
+      if (randomize === undefined) throw new Unsupported(`mechanism ${mechanism}`);
+      const value = encode(component.encoder, this.point);
+      return randomize(component.mechanism[mechanism], value, this.stream);
+    });
+    ledger.epsilon += epsilon;
+    ledger.reports += 1;
+    ledger.rounds.add(spec.round);
+    this.spent.set(campaign, ledger);
+    return {
+      report_id: this.stream.tokenBytes(16),
+      campaign_id: campaign,
+      round: spec.round,
+      group,
+      payloads,
+    };
+  }
+}
