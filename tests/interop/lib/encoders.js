@@ -1,43 +1,253 @@
 // Encoders: pure functions of the point and the public parameters (docs/protocol.md §11).
-
-/** The point clamped into the domain and normalized to [0, 1] per dimension. */
-export function normalize(domain, point) {
-  return domain.lower.map((lo, j) => {
-    const hi = domain.upper[j];
-    const x = Math.min(Math.max(point[j], lo), hi);
-    return (x - lo) / (hi - lo);
-  });
-}
-
-/** Cell of a normalized coordinate among `cells` equal cells; the upper bound is in the last one. */
-function cellOf(t, cells) {
-  return Math.min(Math.floor(t * cells), cells - 1);
-}
-
-/** UniformGridEncoder: row-major cell index, last dimension fastest. */
-export function uniformGrid(encoder, point) {
-  const t = normalize(encoder.domain, point);
-  let index = 0n;
-  encoder.cells_per_dimension.forEach((cells, j) => {
-    index = index * BigInt(cells) + BigInt(cellOf(t[j], cells));
-  });
-  return index;
-}
-
-/** The encoders this client implements: EncoderSpec member name -> (encoder, point) -> value. */
-export const ENCODERS = {
-  categorical: (encoder, point) => BigInt(Array.isArray(point) ? point[0] : point),
-  uniform_grid: uniformGrid,
-};
-
-export function encode(encoderSpec, point) {
-  const which = encoderSpec.encoder;
-  const implementation = ENCODERS[which];
-  if (implementation === undefined) {
-    throw new Unsupported(`encoder ${which}`);
-  }
-  return implementation(encoderSpec[which], point);
-}
+// `compileEncoder(spec)` validates an EncoderSpec once (an invalid one throws: the device declines
+// the round) and returns the point -> value function.
+import { doubleToRational, exactSquaredDistanceCompare } from "./exact.js";
 
 /** A part of a RoundSpec this client cannot run: the device declines the round. */
 export class Unsupported extends Error {}
+
+/** A RoundSpec or point the device MUST reject (docs/protocol.md §11.0). */
+export class Rejected extends Error {}
+
+function check(condition, message) {
+  if (!condition) throw new Rejected(message);
+}
+
+/** A double of the proto or of a vector's JSON ("NaN", "Infinity", "-Infinity" as strings). */
+export function double(value) {
+  return typeof value === "string" ? Number(value) : value;
+}
+
+const TWO64 = 1n << 64n;
+
+/** §11.2: the domain's bounds, checked. */
+function numericDomain(domain) {
+  check(domain !== null && domain !== undefined, "a numeric encoder needs a domain");
+  const lower = domain.lower.map(double);
+  const upper = domain.upper.map(double);
+  check(lower.length === upper.length, "lower and upper must have the same length");
+  check(lower.length >= 1 && lower.length <= 4096, "a domain has 1 to 4096 dimensions");
+  const extent = [];
+  for (let j = 0; j < lower.length; j += 1) {
+    check(Number.isFinite(lower[j]) && Number.isFinite(upper[j]), "domain bounds must be finite");
+    check(lower[j] < upper[j], "every domain dimension needs lower < upper");
+    extent.push(upper[j] - lower[j]);
+    check(Number.isFinite(extent[j]), "upper - lower must be finite in binary64");
+  }
+  return { lower, upper, extent, d: lower.length };
+}
+
+/** §11.2: a point of d finite doubles. */
+function checkPoint(domain, point) {
+  check(Array.isArray(point) && point.length === domain.d, "a point must have the domain's dimension");
+  const x = point.map(double);
+  for (const value of x) check(Number.isFinite(value), "a NaN or infinite coordinate is rejected, not clamped");
+  return x;
+}
+
+/** §11.2: the clamped point in the domain's units. */
+export function clamp(domain, x) {
+  return x.map((v, j) => (v < domain.lower[j] ? domain.lower[j] : v > domain.upper[j] ? domain.upper[j] : v));
+}
+
+/** §11.2: t_j = fl(fl(x_j - lower_j) / fl(upper_j - lower_j)) on the unclamped x, then into [0, 1]. */
+export function normalize(domain, x) {
+  return x.map((v, j) => {
+    const t = (v - domain.lower[j]) / domain.extent[j];
+    return t < 0 ? 0 : t > 1 ? 1 : t;
+  });
+}
+
+/** §11.3: min(floor(t * m), m - 1), the floor taken exactly on the double t. */
+function exactCell(t, m) {
+  const { numerator, exponent } = doubleToRational(t); // t = numerator / 2^exponent
+  const cell = (numerator * m) >> exponent;
+  return cell < m - 1n ? cell : m - 1n;
+}
+
+/** §11.4: Morton index; bit b of c_j is bit b * d + j. */
+export function morton(coordinates, level) {
+  const d = coordinates.length;
+  let index = 0n;
+  for (let b = 0; b < level; b += 1) {
+    for (let j = 0; j < d; j += 1) {
+      if ((coordinates[j] >> BigInt(b)) & 1n) index |= 1n << BigInt(b * d + j);
+    }
+  }
+  return index;
+}
+
+function treeCoordinates(t, level) {
+  const side = 1n << BigInt(level);
+  return t.map((tj) => exactCell(tj, side));
+}
+
+function categorical(encoder) {
+  const size = BigInt(encoder.domain_size);
+  check(size >= 1n, "domain_size must be >= 1");
+  check(size < TWO64, "domain_size must be < 2^64");
+  return (point) => {
+    const v = Array.isArray(point) ? point[0] : point;
+    check(typeof v === "bigint" || Number.isInteger(typeof v === "string" ? Number(v) : v),
+      "a category must be an integer");
+    const value = BigInt(v);
+    check(value >= 0n && value < size, "a category outside [0, domain_size) is rejected, not clamped");
+    return value;
+  };
+}
+
+function uniformGrid(encoder) {
+  const domain = numericDomain(encoder.domain);
+  const cells = encoder.cells_per_dimension.map(BigInt);
+  check(cells.length === domain.d, "one cells_per_dimension entry per domain dimension");
+  for (const m of cells) check(m >= 1n && m < 1n << 32n, "cells_per_dimension entries must be >= 1");
+  check(cells.reduce((a, m) => a * m, 1n) <= TWO64, "the product of cells_per_dimension must be at most 2^64");
+  return (point) => {
+    const t = normalize(domain, checkPoint(domain, point));
+    return t.reduce((index, tj, j) => index * cells[j] + exactCell(tj, cells[j]), 0n);
+  };
+}
+
+function gridTree(encoder) {
+  const domain = numericDomain(encoder.domain);
+  const level = Number(encoder.level);
+  check(level * domain.d <= 64, "level * dimension must be at most 64");
+  return (point) => morton(treeCoordinates(normalize(domain, checkPoint(domain, point)), level), level);
+}
+
+function cellList(encoder) {
+  const domain = numericDomain(encoder.domain);
+  const d = BigInt(domain.d);
+  const cells = encoder.cells;
+  check(cells.length >= 1 && cells.length <= 1 << 20, "a cell list holds 1 to 2^20 cells");
+  const byLevel = new Map(); // level -> Map(morton index -> position)
+  let deepest = 0;
+  for (const [position, cell] of cells.entries()) {
+    const level = Number(cell.level);
+    const index = BigInt(cell.morton_index);
+    check(BigInt(level) * d <= 64n, "level * dimension must be at most 64");
+    check(index < 1n << (BigInt(level) * d), "a level-l cell's morton_index must be below 2^(l d)");
+    if (!byLevel.has(level)) byLevel.set(level, new Map());
+    check(!byLevel.get(level).has(index), "a cell must not repeat");
+    byLevel.get(level).set(index, position);
+    deepest = Math.max(deepest, level);
+  }
+  // A partition: no cell inside another, and the volumes 2^(-level d) sum to exactly 1.
+  const levels = [...byLevel.keys()].sort((a, b) => a - b);
+  for (const [i, level] of levels.entries()) {
+    for (const index of byLevel.get(level).keys()) {
+      for (const coarser of levels.slice(0, i)) {
+        check(!byLevel.get(coarser).has(index >> (BigInt(level - coarser) * d)),
+          "cells must not overlap (a cell contains another)");
+      }
+    }
+  }
+  const volume = levels.reduce((sum, level) => sum + BigInt(byLevel.get(level).size)
+    * (1n << (BigInt(deepest - level) * d)), 0n);
+  check(volume === 1n << (BigInt(deepest) * d), "the cells must cover the normalized box");
+  return (point) => {
+    const c = morton(treeCoordinates(normalize(domain, checkPoint(domain, point)), deepest), deepest);
+    for (const level of levels) {
+      const position = byLevel.get(level).get(c >> (BigInt(deepest - level) * d));
+      if (position !== undefined) return BigInt(position);
+    }
+    throw new Error("unreachable: the cells partition the box");
+  };
+}
+
+function bitVector(encoder) {
+  const domain = numericDomain(encoder.domain);
+  const pivots = encoder.pivots.map(double);
+  const counts = encoder.pivots_per_attribute.map(Number);
+  const halfWidths = encoder.half_widths.map(double);
+  check(counts.length === domain.d && halfWidths.length === domain.d, "one count and half-width per dimension");
+  for (const count of counts) check(count >= 0 && count <= 256, "at most 256 pivots per attribute");
+  check(counts.reduce((a, b) => a + b, 0) === pivots.length, "pivots_per_attribute must sum to len(pivots)");
+  check(pivots.length >= 1 && pivots.length <= 1 << 16, "the vector has 1 to 2^16 bits");
+  for (const w of halfWidths) check(Number.isFinite(w) && w > 0, "half_widths must be > 0");
+  for (const p of pivots) check(Number.isFinite(p), "pivots must be finite");
+  const attribute = counts.flatMap((count, j) => Array(count).fill(j));
+  return (point) => {
+    const x = clamp(domain, checkPoint(domain, point));
+    return pivots.map((p, i) => (Math.abs(x[attribute[i]] - p) <= halfWidths[attribute[i]] ? 1 : 0));
+  };
+}
+
+function nearestCandidate(encoder) {
+  const domain = numericDomain(encoder.domain);
+  const d = Number(encoder.dimension);
+  check(d === domain.d, "dimension must equal the domain's dimension");
+  const values = encoder.centers.map(double);
+  check(values.length > 0, "at least one candidate");
+  check(values.length % d === 0, "centers must hold a positive multiple of dimension values");
+  for (const v of values) check(Number.isFinite(v), "centers must be finite");
+  const centers = Array.from({ length: values.length / d }, (_, i) => values.slice(i * d, i * d + d));
+  return (point) => {
+    const x = clamp(domain, checkPoint(domain, point));
+    // Rounded distances first; the candidates within a relative 2^-38 of the nearest (wider than
+    // the rounding error of a d-term sum of squares) are decided exactly, as §11.7 allows.
+    const rounded = centers.map((c) => c.reduce((sum, cj, j) => sum + (x[j] - cj) * (x[j] - cj), 0));
+    const nearest = Math.min(...rounded);
+    const close = rounded.flatMap((r, i) => (r <= nearest * (1 + 2 ** -38) || !Number.isFinite(r) ? [i] : []));
+    let best = close[0];
+    for (const i of close.slice(1)) {
+      if (exactSquaredDistanceCompare(x, centers[i], centers[best]) < 0) best = i;
+    }
+    return BigInt(best);
+  };
+}
+
+function unitCube(encoder) {
+  const domain = numericDomain(encoder.domain);
+  return (point) => normalize(domain, checkPoint(domain, point));
+}
+
+function symmetricBox(encoder) {
+  const domain = numericDomain(encoder.domain);
+  return (point) => normalize(domain, checkPoint(domain, point)).map((t) => 2 * t - 1);
+}
+
+/** §11.8: (2t - 1) * fl(1 / sqrt(d)), scaled by 1 - 2^-52 until its measured norm is at most 1. */
+function unitBall(encoder) {
+  const domain = numericDomain(encoder.domain);
+  const s = 1 / Math.sqrt(domain.d);
+  return (point) => {
+    let v = normalize(domain, checkPoint(domain, point)).map((t) => (2 * t - 1) * s);
+    const norms = (u) => {
+      const squares = u.map((c) => c * c);
+      return [Math.hypot(...u), squares.reduce((a, b) => a + b, 0)];
+    };
+    while (norms(v).some((n) => n > 1)) v = v.map((c) => c * (1 - 2 ** -52));
+    return v;
+  };
+}
+
+/** The encoders this client implements: EncoderSpec member name -> compile(encoder). */
+export const ENCODERS = {
+  categorical,
+  uniform_grid: uniformGrid,
+  grid_tree: gridTree,
+  cell_list: cellList,
+  bit_vector: bitVector,
+  nearest_candidate: nearestCandidate,
+  unit_cube: unitCube,
+  symmetric_box: symmetricBox,
+  unit_ball: unitBall,
+};
+
+const compiled = new WeakMap();
+
+/** The point -> value function of an EncoderSpec (`{encoder: name, [name]: fields}` or `{name: fields}`). */
+export function compileEncoder(encoderSpec) {
+  if (compiled.has(encoderSpec)) return compiled.get(encoderSpec);
+  const which = encoderSpec.encoder ?? Object.keys(encoderSpec)[0];
+  const make = ENCODERS[which];
+  if (make === undefined) throw new Unsupported(`encoder ${which}`);
+  const fn = make(encoderSpec[which]);
+  compiled.set(encoderSpec, fn);
+  return fn;
+}
+
+export function encode(encoderSpec, point) {
+  return compileEncoder(encoderSpec)(point);
+}

@@ -7,7 +7,8 @@ import { describe, test } from "node:test";
 import { CHECKERS } from "../lib/vectors.js";
 import { PROTO_DIR } from "../lib/proto.js";
 
-const VECTOR_DIR = path.join(PROTO_DIR, "vectors", "v1");
+// INTEROP_VECTOR_DIR: check another directory of v1 vectors (a spec under review) instead.
+const VECTOR_DIR = process.env.INTEROP_VECTOR_DIR ?? path.join(PROTO_DIR, "vectors", "v1");
 const files = fs.readdirSync(VECTOR_DIR).filter((name) => name.endsWith(".json")).sort();
 
 test("the vector directory holds areas", () => {
@@ -27,13 +28,7 @@ for (const file of files) {
     }
     assert.ok(document.vectors.length > 0, `${file} holds no vectors`);
     for (const vector of document.vectors) {
-      test(vector.name, () => {
-        if ("error" in vector) {
-          assert.throws(() => checker(vector), `must be rejected: ${vector.error}`);
-        } else {
-          checker(vector);
-        }
-      });
+      test(vector.name, () => checker(vector));
     }
   });
 }
