@@ -1,5 +1,6 @@
 // A device: picks its group once per campaign, answers each round's task for its group with one
 // payload per component, keeps its own budget, and builds the report (reports.proto).
+import crypto from "node:crypto";
 import { encode, Unsupported } from "./encoders.js";
 import { bitwiseRR, grr, unaryEncoding } from "./oracles.js";
 
@@ -64,7 +65,9 @@ export class Device {
     ledger.rounds.add(spec.round);
     this.spent.set(campaign, ledger);
     return {
-      report_id: this.stream.tokenBytes(16),
+      // Report ids are deduplicated across all campaigns of a collector (docs/protocol.md §8): they
+      // come from the OS CSPRNG, never from a seeded stream that another campaign may replay.
+      report_id: crypto.randomBytes(16),
       campaign_id: campaign,
       round: spec.round,
       group,

@@ -115,11 +115,12 @@ function gridTree(encoder) {
   return (point) => morton(treeCoordinates(normalize(domain, checkPoint(domain, point)), level), level);
 }
 
-function cellList(encoder) {
-  const domain = numericDomain(encoder.domain);
+/**
+ * The position in `cells` (valid TreeCells, none inside another) of the listed cell that holds a
+ * point (§11.5's rule), or -1 where no listed cell holds it; and the list's level sizes.
+ */
+function cellLocator(domain, cells) {
   const d = BigInt(domain.d);
-  const cells = encoder.cells;
-  check(cells.length >= 1 && cells.length <= 1 << 20, "a cell list holds 1 to 2^20 cells");
   const byLevel = new Map(); // level -> Map(morton index -> position)
   let deepest = 0;
   for (const [position, cell] of cells.entries()) {
@@ -132,8 +133,33 @@ function cellList(encoder) {
     byLevel.get(level).set(index, position);
     deepest = Math.max(deepest, level);
   }
-  // A partition: no cell inside another, and the volumes 2^(-level d) sum to exactly 1.
   const levels = [...byLevel.keys()].sort((a, b) => a - b);
+  const locate = (point) => {
+    const c = morton(treeCoordinates(normalize(domain, checkPoint(domain, point)), deepest), deepest);
+    for (const level of levels) {
+      const position = byLevel.get(level).get(c >> (BigInt(deepest - level) * d));
+      if (position !== undefined) return position;
+    }
+    return -1;
+  };
+  return { locate, byLevel, levels, deepest, d };
+}
+
+/** The cluster label of a point under a CellClusterMap (-1: noise, or in no listed cell). */
+export function cellMapLabeller(cellMap) {
+  const { locate } = cellLocator(numericDomain(cellMap.domain), cellMap.cells);
+  return (point) => {
+    const position = locate(point);
+    return position < 0 ? -1 : Number(cellMap.labels[position]);
+  };
+}
+
+function cellList(encoder) {
+  const domain = numericDomain(encoder.domain);
+  const cells = encoder.cells;
+  check(cells.length >= 1 && cells.length <= 1 << 20, "a cell list holds 1 to 2^20 cells");
+  const { locate, byLevel, levels, deepest, d } = cellLocator(domain, cells);
+  // A partition: no cell inside another, and the volumes 2^(-level d) sum to exactly 1.
   for (const [i, level] of levels.entries()) {
     for (const index of byLevel.get(level).keys()) {
       for (const coarser of levels.slice(0, i)) {
@@ -145,14 +171,7 @@ function cellList(encoder) {
   const volume = levels.reduce((sum, level) => sum + BigInt(byLevel.get(level).size)
     * (1n << (BigInt(deepest - level) * d)), 0n);
   check(volume === 1n << (BigInt(deepest) * d), "the cells must cover the normalized box");
-  return (point) => {
-    const c = morton(treeCoordinates(normalize(domain, checkPoint(domain, point)), deepest), deepest);
-    for (const level of levels) {
-      const position = byLevel.get(level).get(c >> (BigInt(deepest - level) * d));
-      if (position !== undefined) return BigInt(position);
-    }
-    throw new Error("unreachable: the cells partition the box");
-  };
+  return (point) => BigInt(locate(point));
 }
 
 function bitVector(encoder) {

@@ -44,21 +44,20 @@ export function unaryEncoding(value, k, epsilon, variant, stream) {
   let q;
   if (variant === "SYMMETRIC") {
     const r = expNumerator(epsilon / 2);
-    p = [r, r + ONE];
-    q = [ONE, r + ONE];
+    p = stream.coin(r, r + ONE);
+    q = stream.coin(ONE, r + ONE);
   } else if (variant === "OPTIMIZED") {
     const r = expNumerator(epsilon);
-    p = [1n, 2n];
-    q = [ONE, r + ONE];
+    p = stream.coin(1n, 2n);
+    q = stream.coin(ONE, r + ONE);
   } else {
     throw new Error(`unary encoding variant ${variant} is not known to this client`);
   }
-  const bits = [];
+  const out = Buffer.alloc(Math.ceil(Number(k) / 8));
   for (let i = 0; i < Number(k); i += 1) {
-    const [num, den] = i === value ? p : q;
-    bits.push(stream.bernoulli(num, den) ? 1 : 0);
+    if (i === value ? p() : q()) out[i >> 3] |= 1 << (i & 7);
   }
-  return packBits(bits);
+  return out;
 }
 
 /**
