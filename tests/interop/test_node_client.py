@@ -96,10 +96,10 @@ def histogram_truth(seed: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize(("oracle", "transports"), [
-    ("GRR", ["reports"]),
-    ("OUE", ["reports"]),
+    ("GRR", ["reports", "packed"]),
+    ("OUE", ["packed", "reports"]),
     ("OLH", ["reports", "packed"]),
-    ("SUE", ["reports"]),
+    ("SUE", ["packed"]),
 ])
 def test_a_histogram_from_the_node_client_is_unbiased(node: str, collector: ServerProcess, tmp_path: Path,
                                                       oracle: str, transports: list[str]) -> None:

@@ -2,28 +2,39 @@
 // payload per component, keeps its own budget, and builds the report (reports.proto).
 import crypto from "node:crypto";
 import { encode, Unsupported } from "./encoders.js";
-import { bitwiseRR, grr, unaryEncoding } from "./oracles.js";
+import { bitwiseRR, discreteLaplace, grr, localHashing, unaryEncoding } from "./oracles.js";
 
-/** MechanismSpec member name -> (mechanism, encoded value, stream) -> Payload. */
+/** MechanismSpec member name -> (mechanism, encoded value, stream, assigned seed) -> Payload. */
 export const MECHANISMS = {
-  grr: (m, value, stream) => ({ index: grr(value, m.domain_size, m.epsilon, stream).toString() }),
+  grr: (m, value, stream) => ({ index: grr(value, m.domain_size, m.epsilon, stream).index.toString() }),
   unary_encoding: (m, value, stream) => ({
-    bits: unaryEncoding(value, m.domain_size, m.epsilon, m.variant, stream),
+    bits: unaryEncoding(value, m.domain_size, m.epsilon, m.variant, stream).bits,
   }),
-  bitwise_rr: (m, bits, stream) => ({ bits: bitwiseRR(bits, m.epsilon, m.sensitivity, stream) }),
+  local_hashing: (m, value, stream, seed) => {
+    const o = localHashing(value, m.epsilon, m.hash_range, stream, seed);
+    return { hashed: { seed: o.seed.toString(), value: Number(o.value) } };
+  },
+  bitwise_rr: (m, bits, stream) => ({ bits: bitwiseRR(bits, m.epsilon, m.sensitivity, stream).bits }),
+  discrete_laplace: (m, point, stream) => ({
+    integers: { values: discreteLaplace(point, m.epsilon, m.grid_bits, stream).integers.map(String) },
+  }),
 };
 
 function epsilonOf(mechanismSpec) {
   return mechanismSpec[mechanismSpec.mechanism].epsilon;
 }
 
-/** The group drawn with probability weights[g] / sum(weights) (reports.proto RoundSpec). */
+/**
+ * §9.2: the group, drawn once per campaign: a single group is group 0 (nothing drawn); otherwise
+ * u = randbelow(sum of weights) and the first g whose cumulative weight exceeds u.
+ */
 export function drawGroup(weights, stream) {
-  const total = weights.reduce((a, w) => a + BigInt(w), 0n);
-  let draw = stream.randbelow(total);
+  if (weights.length <= 1) return 0;
+  const u = stream.randbelow(weights.reduce((a, w) => a + BigInt(w), 0n));
+  let cumulative = 0n;
   for (let g = 0; g < weights.length; g += 1) {
-    draw -= BigInt(weights[g]);
-    if (draw < 0n) return g;
+    cumulative += BigInt(weights[g]);
+    if (u < cumulative) return g;
   }
   throw new Error("unreachable");
 }
@@ -58,7 +69,7 @@ export class Device {
       const randomize = MECHANISMS[mechanism];
       if (randomize === undefined) throw new Unsupported(`mechanism ${mechanism}`);
       const value = encode(component.encoder, this.point);
-      return randomize(component.mechanism[mechanism], value, this.stream);
+      return randomize(component.mechanism[mechanism], value, this.stream, null);
     });
     ledger.epsilon += epsilon;
     ledger.reports += 1;

@@ -1,4 +1,5 @@
-// Exact arithmetic on doubles (docs/protocol.md §11.0): a finite double is a rational n / 2^e.
+// Exact arithmetic (docs/protocol.md §7.1, §11.0): doubles as rationals n / 2^e, the stand-in r
+// for e^x, fractions in lowest terms.
 
 const view = new DataView(new ArrayBuffer(8));
 
@@ -14,6 +15,11 @@ export function doubleToRational(x) {
   let exponent = (biased === 0 ? 1 : biased) - 1075; // value = mantissa * 2^exponent
   if (negative) mantissa = -mantissa;
   if (exponent >= 0) return { numerator: mantissa << BigInt(exponent), exponent: 0n };
+  // Lowest terms: strip the common factors of two.
+  while (exponent < 0 && (mantissa & 1n) === 0n && mantissa !== 0n) {
+    mantissa >>= 1n;
+    exponent += 1;
+  }
   return { numerator: mantissa, exponent: BigInt(-exponent) };
 }
 
@@ -35,4 +41,56 @@ export function exactSquaredDistanceCompare(x, a, b) {
     db += eb * eb;
   }
   return da < db ? -1 : da > db ? 1 : 0;
+}
+
+export function gcd(a, b) {
+  a = a < 0n ? -a : a;
+  b = b < 0n ? -b : b;
+  while (b !== 0n) [a, b] = [b, a % b];
+  return a;
+}
+
+/** [num, den] in lowest terms. */
+export function reduce(num, den) {
+  const g = gcd(num, den);
+  return g === 0n ? [num, den] : [num / g, den / g];
+}
+
+/**
+ * floor(e^x * 2^s) for a double x >= 0, exactly: the Taylor series of e^x (x = n / 2^e) in integer
+ * fixed point with P fractional bits, each term floored (so the sum is low by less than one unit
+ * per term); P grows until the floor is decided.
+ */
+function floorExpScaled(x, s) {
+  const { numerator: n, exponent: e } = doubleToRational(x);
+  for (let extra = 128n; ; extra *= 2n) {
+    const P = e + extra;
+    const one = 1n << P;
+    let term = one; // x^k / k! * 2^P, floored
+    let sum = one;
+    let terms = 1n;
+    for (let k = 1n; term > 0n; k += 1n) {
+      term = (term * n) / ((1n << e) * k);
+      sum += term;
+      terms += 1n;
+    }
+    // The true value lies in [sum, sum + terms] (floors lose < 1 each; the tail after the first
+    // zero term is below 1 for these x since the terms decrease geometrically there).
+    const shift = P - BigInt(s);
+    const low = sum >> shift;
+    const high = (sum + terms + 1n) >> shift;
+    if (low === high) return low;
+  }
+}
+
+const LN2 = Math.LN2; // the double nearest ln 2, 0x1.62e42fefa39efp-1
+
+/** §7.1 exp_below(x) = m / 2^s for a double x in [0, 20]: {m, s, r: [num, den] in lowest terms}. */
+export function expBelow(x) {
+  if (!(x >= 0 && x <= 20)) throw new RangeError(`exp_below needs x in [0, 20], got ${x}`);
+  const s = Math.max(0, 47 - Math.trunc(x / LN2));
+  let m = floorExpScaled(x, s) - 1n;
+  const floor = 1n << BigInt(s);
+  if (m < floor) m = floor;
+  return { m, s, r: reduce(m, floor) };
 }

@@ -1,18 +1,19 @@
-// Random bytes and the draws taken from them. A device MAY use any CSPRNG in production
-// (docs/protocol.md §6); the simulated devices of a campaign draw from a seeded AES-256-CTR stream
-// so that a campaign is reproducible from its seed, and the vectors fix a keyed HMAC-SHA256 stream.
+// Random bits and the draws taken from them (docs/protocol.md §6). A device MAY use any CSPRNG;
+// the vectors fix the keyed HMAC-SHA256 stream (§6.1), and the simulated devices of a campaign draw
+// from a seeded AES-256-CTR stream so that a campaign is reproducible from its seed. Every draw
+// consumes the stream bit by bit, most significant bit of each byte first, with no alignment.
 import crypto from "node:crypto";
 
-// Draws below 2^53 run on Numbers (exact integers in a double); larger ones on BigInt.
-const FAST = 2 ** 53;
 const SIM_CHUNK = 1 << 16;
 
-/** A stream of random bytes (from `refill()`, one chunk at a time) and the integer draws on it. */
+/** A stream of random bits (from `refill()`, one chunk of bytes at a time) and the six draws. */
 export class ByteStream {
   constructor(refill) {
     this.refill = refill; // () => Buffer of fresh bytes
     this.buffer = Buffer.alloc(0);
-    this.position = 0;
+    this.bit = 0; // the next unread bit of `buffer`
+    this.trace = null; // an array: every draw, as the vectors list them (§7)
+    this.depth = 0;
   }
 
   /** The OS CSPRNG. */
@@ -27,7 +28,7 @@ export class ByteStream {
     return new ByteStream(() => cipher.update(zeros));
   }
 
-  /** HMAC-SHA256(key, counter as 8 bytes big-endian) for counter = 0, 1, ... */
+  /** §6.1: B_i = HMAC-SHA256(K, i as 8 bytes big-endian), i = 0, 1, ... */
   static keyed(key) {
     let counter = 0n;
     return new ByteStream(() => {
@@ -38,104 +39,95 @@ export class ByteStream {
     });
   }
 
-  /** The next n bytes of the stream. */
-  next(n) {
-    const parts = [];
-    let needed = n;
-    while (needed > 0) {
-      if (this.position === this.buffer.length) {
+  record(entry) {
+    if (this.trace !== null && this.depth === 0) this.trace.push(entry);
+  }
+
+  /** Runs `fn` as one draw: the draws it takes inside are not recorded on their own. */
+  inner(fn) {
+    this.depth += 1;
+    try {
+      return fn();
+    } finally {
+      this.depth -= 1;
+    }
+  }
+
+  /** The next k <= 32 bits as a Number, most significant first. */
+  bitsNumber(k) {
+    let value = 0;
+    while (k > 0) {
+      if (this.bit === this.buffer.length * 8) {
         this.buffer = this.refill();
-        this.position = 0;
+        this.bit = 0;
       }
-      const take = Math.min(needed, this.buffer.length - this.position);
-      parts.push(this.buffer.subarray(this.position, this.position + take));
-      this.position += take;
-      needed -= take;
+      const byte = this.buffer[this.bit >> 3];
+      const available = 8 - (this.bit & 7);
+      const take = Math.min(available, k);
+      value = value * 2 ** take + ((byte >> (available - take)) & ((1 << take) - 1));
+      this.bit += take;
+      k -= take;
     }
-    return parts.length === 1 ? parts[0] : Buffer.concat(parts);
+    return value;
   }
 
-  /** A uniform integer in [0, 2^bits) from ceil(bits / 8) bytes, big-endian, top bits cleared. */
-  randbits(bits) {
-    if (bits === 0) return 0n;
-    if (bits <= 53) return BigInt(this.randbitsNumber(bits));
-    const bytes = this.next(Math.ceil(bits / 8));
-    return BigInt("0x" + bytes.toString("hex")) & ((1n << BigInt(bits)) - 1n);
-  }
-
-  /** randbits for bits <= 53, as a Number (the same bytes, the same value). */
-  randbitsNumber(bits) {
-    const count = Math.ceil(bits / 8);
-    if (this.position + count > this.buffer.length) {
-      // Across a chunk boundary: gather the bytes first (rare).
-      const bytes = this.next(count);
-      this.buffer = Buffer.concat([bytes, this.buffer.subarray(this.position)]);
-      this.position = 0;
+  /** randbits(k): the next k bits as an unsigned integer (BigInt), most significant first. */
+  randbits(k) {
+    let value = 0n;
+    let left = k;
+    while (left > 32) {
+      value = (value << 32n) | BigInt(this.bitsNumber(32));
+      left -= 32;
     }
-    const at = this.position;
-    this.position += count;
-    if (count <= 6) {
-      const value = this.buffer.readUIntBE(at, count);
-      return bits === count * 8 ? value : value % 2 ** bits;
-    }
-    // 7 bytes: the first holds the top bits - 48 bits; mask it before scaling (exact below 2^53).
-    const high = this.buffer[at] % 2 ** (bits - 48);
-    return high * 2 ** 48 + this.buffer.readUIntBE(at + 1, 6);
+    value = (value << BigInt(left)) | BigInt(this.bitsNumber(left));
+    this.record(["randbits", k, value]);
+    return value;
   }
 
-  /** A uniform integer in [0, n) by rejection of randbits(bit length of n - 1). */
-  randbelow(n) {
-    if (typeof n === "number" && n <= FAST) return BigInt(this.randbelowNumber(n));
-    n = BigInt(n);
-    if (n <= 0n) throw new RangeError(`randbelow needs n >= 1, got ${n}`);
-    if (n === 1n) return 0n;
-    if (n <= BigInt(FAST)) return BigInt(this.randbelowNumber(Number(n)));
-    const bits = (n - 1n).toString(2).length;
-    for (;;) {
-      const value = this.randbits(bits);
-      if (value < n) return value;
-    }
-  }
-
-  /** randbelow for n <= 2^53, as a Number. */
-  randbelowNumber(n) {
-    if (n <= 0) throw new RangeError(`randbelow needs n >= 1, got ${n}`);
-    if (n === 1) return 0;
-    const bits = Math.floor(Math.log2(n - 1)) + 1;
-    // log2 of a double can round up across a power of two; the bit length is exact after the fix.
-    const exact = 2 ** (bits - 1) > n - 1 ? bits - 1 : bits;
-    for (;;) {
-      const value = this.randbitsNumber(exact);
-      if (value < n) return value;
-    }
-  }
-
-  /**
-   * A reusable coin, true with probability num / den exactly: bernoulli(num, den) with the bit
-   * length of den - 1 computed once (for the many coins of one report).
-   */
-  coin(num, den) {
-    if (BigInt(den) > BigInt(FAST)) return () => this.bernoulli(num, den);
-    const n = Number(den);
-    const m = Number(num);
-    if (n === 1) return () => 0 < m;
-    let bits = 0;
-    while (2 ** bits < n) bits += 1; // bit length of n - 1
-    return () => {
-      for (;;) {
-        const value = this.randbitsNumber(bits);
-        if (value < n) return value < m;
-      }
-    };
-  }
-
-  /** True with probability num / den, exactly (randbelow(den) < num). */
-  bernoulli(num, den) {
-    if (typeof den === "number" && den <= FAST) return this.randbelowNumber(den) < num;
-    return this.randbelow(BigInt(den)) < BigInt(num);
-  }
-
+  /** token_bytes(n): randbits(8 n) as n big-endian bytes. */
   tokenBytes(n) {
-    return Buffer.from(this.next(n));
+    const out = Buffer.alloc(n);
+    for (let i = 0; i < n; i += 1) out[i] = this.bitsNumber(8);
+    this.record(["token_bytes", n, out]);
+    return out;
+  }
+
+  /** randbelow(n) by rejection of randbits(bitlen(n - 1)); n = 1 takes nothing. */
+  randbelow(n) {
+    n = BigInt(n);
+    if (n < 1n) throw new RangeError(`randbelow needs n >= 1, got ${n}`);
+    let value = 0n;
+    if (n > 1n) {
+      const b = (n - 1n).toString(2).length;
+      if (b <= 32) {
+        const small = Number(n);
+        let v;
+        do v = this.bitsNumber(b); while (v >= small);
+        value = BigInt(v);
+      } else {
+        do value = this.inner(() => this.randbits(b)); while (value >= n);
+      }
+    }
+    this.record(["randbelow", n, value]);
+    return value;
+  }
+
+  /** bernoulli(num, den): randbelow(den) < num, the pair as given. */
+  bernoulli(num, den) {
+    const result = this.inner(() => this.randbelow(den)) < BigInt(num);
+    this.record(["bernoulli", BigInt(num), BigInt(den), result ? 1 : 0]);
+    return result;
+  }
+
+  /** uniform(): randbits(53) * 2^-53. */
+  uniform() {
+    return Number(this.inner(() => this.randbits(53))) * 2 ** -53;
+  }
+
+  /** gauss(): Box-Muller on u1 = 1 - uniform(), then u2 = uniform(). */
+  gauss() {
+    const u1 = 1 - this.uniform();
+    const u2 = this.uniform();
+    return Math.sqrt(-2 * Math.log(u1)) * Math.cos(2 * Math.PI * u2);
   }
 }
