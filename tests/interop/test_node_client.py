@@ -11,9 +11,11 @@ against the truth it drew. Without ``node`` and ``npm`` every test is skipped, s
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +58,12 @@ def collector(tmp_path_factory: pytest.TempPathFactory, node: str) -> Iterator[S
         server.ensure_dead()
 
 
-def run_campaign(node: str, server: ServerProcess, tmp: Path, config: dict[str, Any], points: list[Any],
+def run_campaign(node: str, server: ServerProcess, tmp: Path, plan: dict[str, Any], points: list[Any],
                  seed: int, transports: list[str]) -> dict[str, Any]:
-    """One campaign created and played by the Node client; its JSON output."""
-    plan = {"address": server.address, "operator_token": TOKEN, "config": config, "points": points,
-            "seed": seed, "transports": transports}
+    """One campaign created and played by the Node client (``plan``: its ``config``, or
+    ``config_from`` and ``label_campaigns``, see campaign.js); its JSON output."""
+    plan = {**plan, "address": server.address, "operator_token": TOKEN, "points": points, "seed": seed,
+            "transports": transports}
     plan_file = tmp / f"plan-{seed}.json"
     plan_file.write_text(json.dumps(plan))
     done = subprocess.run([node, str(HERE / "campaign.js"), str(plan_file)], capture_output=True, text=True,
@@ -106,7 +109,8 @@ def test_a_histogram_from_the_node_client_is_unbiased(node: str, collector: Serv
     values = histogram_truth(seed=19)
     config = {"kind": "HISTOGRAM", "domain": {"categorical_size": str(HISTOGRAM_K)}, "epsilon": HISTOGRAM_EPSILON,
               "histogram": {"oracle": oracle}, "seed": "19"}
-    out = run_campaign(node, collector, tmp_path, config, [int(v) for v in values], seed=19, transports=transports)
+    out = run_campaign(node, collector, tmp_path, {"config": config}, [int(v) for v in values], seed=19,
+                       transports=transports)
     assert out["outcomes"] == {"ACCEPTED": HISTOGRAM_N, "DUPLICATE": 0, "REJECTED": 0}, out["rejections"]
     estimates = out["result"]["estimates"] or out["estimates"]
     truth = np.bincount(values, minlength=HISTOGRAM_K)
@@ -126,3 +130,83 @@ def test_a_histogram_from_the_node_client_is_unbiased(node: str, collector: Serv
     # is nearly fixed), so its 1 - FALSE_FAIL quantile bounds it.
     chi2 = float(np.sum(z**2))
     assert chi2 <= stats.chi2.ppf(1 - FALSE_FAIL, HISTOGRAM_K), f"{oracle}: sum z^2 = {chi2:.1f}; z = {z.round(2)}"
+
+
+# -- clustering: the same campaigns run by the Python SDK and by the Node client --------------------
+
+# LDP_TEST_INTEROP_SEEDS: reporting seeds per clustering campaign (1 in CI; the figures of the
+# comparison are medians over 10 and more, `LDP_TEST_INTEROP_SEEDS=10 python -m tox -e interop`).
+SEEDS = int(os.environ.get("LDP_TEST_INTEROP_SEEDS", "1"))
+CLUSTER_N = 50_000
+
+
+def two_moons(seed: int, n: int = CLUSTER_N) -> tuple[np.ndarray, np.ndarray]:
+    """Two interleaved half circles with Gaussian noise (sd 0.06) and their labels."""
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(0, np.pi, n)
+    labels = rng.integers(0, 2, n)
+    x = np.where(labels == 0, np.cos(t), 1 - np.cos(t))
+    y = np.where(labels == 0, np.sin(t), 0.5 - np.sin(t))
+    return np.c_[x, y] + rng.normal(0, 0.06, (n, 2)), labels
+
+
+def adjusted_rand_index(truth: np.ndarray, found: np.ndarray) -> float:
+    """Hubert and Arabie's ARI (noise, label -1, counts as one more cluster)."""
+    _, a = np.unique(truth, return_inverse=True)
+    _, b = np.unique(found, return_inverse=True)
+    table = np.zeros((a.max() + 1, b.max() + 1))
+    np.add.at(table, (a, b), 1)
+
+    def pairs(counts: np.ndarray) -> float:
+        return float((counts * (counts - 1) / 2).sum())
+
+    index, rows, cols = pairs(table), pairs(table.sum(axis=1)), pairs(table.sum(axis=0))
+    expected = rows * cols / pairs(np.array([len(truth)]))
+    top = (rows + cols) / 2
+    return 1.0 if top == expected else (index - expected) / (top - expected)
+
+
+def python_sdk_campaign(server: ServerProcess, tmp: Path, data: Path, seed: int, args: list[str]) -> str:
+    """The campaign played by the Python SDK's devices (``ldp-collector simulate --mode direct``)."""
+    env = {**os.environ, "LDP_OPERATOR_TOKEN": TOKEN}
+    done = subprocess.run([sys.executable, "-m", "ldp_collector.cli", "simulate", "--collector", server.address,
+                           "--data", str(data), "--label-column", "last", "--seed", str(seed), "--mode", "direct",
+                           "--json", "--quiet", *args], capture_output=True, text=True, env=env, cwd=tmp,
+                          timeout=NODE_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    campaign_id: str = json.loads(done.stdout)["campaign_id"]
+    return campaign_id
+
+
+def compare_clustering(node: str, server: ServerProcess, tmp: Path, args: list[str],
+                       data: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> tuple[list[float], list[float]]:
+    """ARI of the Python SDK's and of the Node client's campaign, seed by seed (same data, same
+    configuration and campaign seed; both labelled by the Node client from the published result)."""
+    python_ari, node_ari = [], []
+    for seed in range(SEEDS):
+        points, truth = data(seed)
+        data_file = tmp / f"points-{seed}.npy"
+        np.save(data_file, np.c_[points, truth])
+        python_id = python_sdk_campaign(server, tmp, data_file, seed, args)
+        plan = {"config_from": python_id, "label_campaigns": [python_id]}
+        out = run_campaign(node, server, tmp, plan, points.tolist(), seed=seed, transports=["packed", "reports"])
+        assert out["outcomes"]["REJECTED"] == 0, out["rejections"]
+        python_ari.append(adjusted_rand_index(truth, np.array(out["labels"][python_id])))
+        node_ari.append(adjusted_rand_index(truth, np.array(out["labels"][out["campaign_id"]])))
+    print(f"{' '.join(args)}: ARI Python SDK {np.round(python_ari, 3)}, Node {np.round(node_ari, 3)}")
+    return python_ari, node_ari
+
+
+# How much lower the Node client's median ARI may be than the Python SDK's over the same seeds.
+ARI_TOLERANCE = 0.15
+
+
+def assert_equal_quality(python_ari: list[float], node_ari: list[float]) -> None:
+    assert np.median(node_ari) >= np.median(python_ari) - ARI_TOLERANCE, (python_ari, node_ari)
+
+
+@pytest.mark.parametrize("variant", ["default", "uniform", "tree", "iterative"])
+def test_grid_clustering_by_the_node_client_is_as_good_as_by_the_python_sdk(
+        node: str, collector: ServerProcess, tmp_path: Path, variant: str) -> None:
+    args = ["--kind", "grid"] + ([] if variant == "default" else ["--variant", variant])
+    assert_equal_quality(*compare_clustering(node, collector, tmp_path, args, two_moons))

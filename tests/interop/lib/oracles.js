@@ -9,19 +9,23 @@ function coin(stream, [num, den]) {
   return stream.bernoulli(a, b);
 }
 
-/** [num, den] of r = exp_below(x). */
+const ratios = new Map();
+
+/** [num, den] of r = exp_below(x) (cached: the same epsilon serves every report of a round). */
 function ratio(x) {
-  return expBelow(x).r;
+  if (!ratios.has(x)) ratios.set(x, expBelow(x).r);
+  return ratios.get(x);
 }
 
 function bitlen(w) {
   return w === 0n ? 0 : w.toString(2).length;
 }
 
-function popcount(w) {
+/** popcount(w) < 4, counting no further than needed (w may have a million bits). */
+function fewerThanFourOnes(w) {
   let count = 0;
-  for (; w > 0n; w &= w - 1n) count += 1;
-  return count;
+  for (; w > 0n && count < 4; w &= w - 1n) count += 1;
+  return count < 4;
 }
 
 /** §7.7 BernoulliMask(n, num/den): an n-bit integer of independent Bernoulli(num/den) coins. */
@@ -33,7 +37,7 @@ export function bernoulliMask(stream, n, [num0, den0]) {
   let rem = num;
   const rounds = bitlen(BigInt(n)) + 2;
   for (let round = 0; round < rounds; round += 1) {
-    if (popcount(undecided) < 4) break;
+    if (fewerThanFourOnes(undecided)) break;
     const low = BigInt(bitlen(undecided & -undecided) - 1);
     const digits = stream.randbits(bitlen(undecided) - Number(low)) << low;
     rem *= 2n;

@@ -73,6 +73,17 @@ export class ByteStream {
 
   /** randbits(k): the next k bits as an unsigned integer (BigInt), most significant first. */
   randbits(k) {
+    const offset = this.bit & 7;
+    const bytes = Math.ceil((offset + k) / 8);
+    const start = this.bit >> 3;
+    if (k > 32 && start + bytes <= this.buffer.length) {
+      // Within the buffer: the covering bytes at once, then the k bits cut out of them.
+      const word = BigInt("0x" + this.buffer.toString("hex", start, start + bytes));
+      const value = (word >> BigInt(8 * bytes - offset - k)) & ((1n << BigInt(k)) - 1n);
+      this.bit += k;
+      this.record(["randbits", k, value]);
+      return value;
+    }
     let value = 0n;
     let left = k;
     while (left > 32) {
