@@ -138,6 +138,7 @@ def test_a_histogram_from_the_node_client_is_unbiased(node: str, collector: Serv
 # comparison are medians over 10 and more, `LDP_TEST_INTEROP_SEEDS=10 python -m tox -e interop`).
 SEEDS = int(os.environ.get("LDP_TEST_INTEROP_SEEDS", "1"))
 CLUSTER_N = 50_000
+BITVECTOR_N = 10_000
 
 
 def two_moons(seed: int, n: int = CLUSTER_N) -> tuple[np.ndarray, np.ndarray]:
@@ -148,6 +149,16 @@ def two_moons(seed: int, n: int = CLUSTER_N) -> tuple[np.ndarray, np.ndarray]:
     x = np.where(labels == 0, np.cos(t), 1 - np.cos(t))
     y = np.where(labels == 0, np.sin(t), 0.5 - np.sin(t))
     return np.c_[x, y] + rng.normal(0, 0.06, (n, 2)), labels
+
+
+BLOB_CENTERS = np.array([[0.2, 0.2], [0.8, 0.3], [0.45, 0.8]])
+
+
+def three_blobs(seed: int, n: int = CLUSTER_N) -> tuple[np.ndarray, np.ndarray]:
+    """Three round Gaussian clusters (sd 0.07) of equal expected size in about [0, 1]^2."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, len(BLOB_CENTERS), n)
+    return BLOB_CENTERS[labels] + rng.normal(0, 0.07, (n, 2)), labels
 
 
 def adjusted_rand_index(truth: np.ndarray, found: np.ndarray) -> float:
@@ -209,4 +220,12 @@ def assert_equal_quality(python_ari: list[float], node_ari: list[float]) -> None
 def test_grid_clustering_by_the_node_client_is_as_good_as_by_the_python_sdk(
         node: str, collector: ServerProcess, tmp_path: Path, variant: str) -> None:
     args = ["--kind", "grid"] + ([] if variant == "default" else ["--variant", variant])
-    assert_equal_quality(*compare_clustering(node, collector, tmp_path, args, two_moons))
+    assert_equal_quality(*compare_clustering(node, collector, tmp_path, args, three_blobs))
+
+
+def test_bitvector_clustering_by_the_node_client_is_as_good_as_by_the_python_sdk(
+        node: str, collector: ServerProcess, tmp_path: Path) -> None:
+    args = ["--kind", "bitvector", "--k", "3"]
+    # The kCluster step is the slowest server step here: 10 000 devices keep the test short.
+    assert_equal_quality(*compare_clustering(node, collector, tmp_path, args,
+                                             lambda seed: three_blobs(seed, n=BITVECTOR_N)))
