@@ -229,3 +229,10 @@ def test_bitvector_clustering_by_the_node_client_is_as_good_as_by_the_python_sdk
     # The kCluster step is the slowest server step here: 10 000 devices keep the test short.
     assert_equal_quality(*compare_clustering(node, collector, tmp_path, args,
                                              lambda seed: three_blobs(seed, n=BITVECTOR_N)))
+
+
+@pytest.mark.parametrize("kind", ["nettree", "stemmer"])
+def test_lsh_clustering_by_the_node_client_is_as_good_as_by_the_python_sdk(
+        node: str, collector: ServerProcess, tmp_path: Path, kind: str) -> None:
+    args = ["--kind", kind, "--k", "3"]
+    assert_equal_quality(*compare_clustering(node, collector, tmp_path, args, three_blobs))

@@ -3,6 +3,7 @@
 import crypto from "node:crypto";
 import { encode, Unsupported } from "./encoders.js";
 import { bitwiseRR, discreteLaplace, grr, localHashing, unaryEncoding } from "./oracles.js";
+import { bucketizedVector, vectorBox } from "./vector_mechanisms.js";
 
 /** MechanismSpec member name -> (mechanism, encoded value, stream, assigned seed) -> Payload. */
 export const MECHANISMS = {
@@ -15,6 +16,11 @@ export const MECHANISMS = {
     return { hashed: { seed: o.seed.toString(), value: Number(o.value) } };
   },
   bitwise_rr: (m, bits, stream) => ({ bits: bitwiseRR(bits, m.epsilon, m.sensitivity, stream).bits }),
+  vector_box: (m, x, stream) => ({ bits: vectorBox(x, m.epsilon, stream).bits }),
+  bucketized_vector: (m, value, stream, seed) => {
+    const o = bucketizedVector(m, value, stream, seed);
+    return { signed_vector: { seed: Number(o.seed), bits: o.bits } };
+  },
   discrete_laplace: (m, point, stream) => ({
     integers: { values: discreteLaplace(point, m.epsilon, m.grid_bits, stream).integers.map(String) },
   }),

@@ -2,6 +2,7 @@
 // `compileEncoder(spec)` validates an EncoderSpec once (an invalid one throws: the device declines
 // the round) and returns the point -> value function.
 import { doubleToRational, exactSquaredDistanceCompare } from "./exact.js";
+import { dot, projectionMatrix, PublicStream } from "./generators.js";
 
 /** A part of a RoundSpec this client cannot run: the device declines the round. */
 export class Unsupported extends Error {}
@@ -241,6 +242,85 @@ function unitBall(encoder) {
   };
 }
 
+/** §12.6: the centred point y, projected when the encoder has a projection; z and its k. */
+function projected(encoder, domain) {
+  const projection = encoder.projection ?? null;
+  let P = null;
+  if (projection !== null) {
+    check(Number(projection.input_dimension) === domain.d, "the projection's input_dimension must be the domain's");
+    P = projectionMatrix(projection);
+  }
+  const k = P === null ? domain.d : P.length;
+  const z = (point) => {
+    const y = normalize(domain, checkPoint(domain, point)).map((t) => 2 * t - 1);
+    return P === null ? y : P.map((row) => dot(row, y));
+  };
+  return { z, k, d: domain.d, hasProjection: P !== null };
+}
+
+function simhash(encoder) {
+  const domain = numericDomain(encoder.domain);
+  const b = Number(encoder.bits);
+  check(b >= 1 && b <= 64, "bits must be in [1, 64]");
+  const { z, k } = projected(encoder, domain);
+  const G = new PublicStream(encoder.seed, "ldp.hypr").matrix(b, k, "gaussian");
+  return (point) => {
+    const zz = z(point);
+    return G.reduce((value, row) => (value << 1n) | (dot(row, zz) >= 0 ? 1n : 0n), 0n);
+  };
+}
+
+function shiftedGrid(encoder) {
+  const domain = numericDomain(encoder.domain);
+  const level = Number(encoder.level);
+  const { z, k, d, hasProjection } = projected(encoder, domain);
+  check(level * k <= 64, "level * k must be at most 64");
+  const R = hasProjection
+    ? Math.min(d / Math.sqrt(k), Math.sqrt((2 * d * Math.log((2 * k) / 2 ** -20)) / k))
+    : 1;
+  const stream = new PublicStream(encoder.seed, "ldp.shft");
+  const shift = Array.from({ length: k }, (_, r) => stream.uniform(r));
+  const side = 2 ** level;
+  const fn = (point) => {
+    const coordinates = z(point).map((zr, r) => {
+      let u = (zr + R) / (2 * R);
+      u = u < 0 ? 0 : u > 1 ? 1 : u;
+      return BigInt(Math.min(Math.floor((u + shift[r]) * 0.5 * side), side - 1));
+    });
+    return morton(coordinates, level);
+  };
+  fn.halfWidth = R;
+  fn.shift = shift;
+  return fn;
+}
+
+function sameDomain(a, b) {
+  const same = (x, y) => x.length === y.length && x.every((v, i) => double(v) === double(y[i]));
+  return a !== null && a !== undefined && same(a.lower, b.lower) && same(a.upper, b.upper);
+}
+
+/** §12.8: (bucket, v) with v = (2 t - 1, 1); the bucket from exactly one inner encoder. */
+function bucketedVector(encoder) {
+  const domain = numericDomain(encoder.domain);
+  check(domain.d <= 4095, "a bucketed vector has at most 4095 dimensions");
+  const inner = ["simhash", "shifted_grid", "nearest"].filter((key) => encoder[key] !== undefined && encoder[key] !== null);
+  check(inner.length === 1, "exactly one of simhash, shifted_grid and nearest");
+  const which = inner[0];
+  check(sameDomain(encoder[which].domain, encoder.domain), "the bucket encoder's domain must equal the domain");
+  const make = { simhash, shifted_grid: shiftedGrid, nearest: nearestCandidate }[which];
+  const bucket = make(encoder[which]);
+  let bits;
+  if (which === "simhash") bits = Number(encoder.simhash.bits);
+  else if (which === "shifted_grid") bits = Number(encoder.shifted_grid.level) * projected(encoder.shifted_grid, domain).k;
+  else bits = Math.max(1, (encoder.nearest.centers.length / Number(encoder.nearest.dimension) - 1).toString(2).length);
+  const fn = (point) => {
+    const v = normalize(domain, checkPoint(domain, point)).map((t) => 2 * t - 1);
+    return [bucket(point), [...v, 1]];
+  };
+  fn.bucketBits = bits;
+  return fn;
+}
+
 /** The encoders this client implements: EncoderSpec member name -> compile(encoder). */
 export const ENCODERS = {
   categorical,
@@ -252,6 +332,9 @@ export const ENCODERS = {
   unit_cube: unitCube,
   symmetric_box: symmetricBox,
   unit_ball: unitBall,
+  simhash,
+  shifted_grid: shiftedGrid,
+  bucketed_vector: bucketedVector,
 };
 
 const compiled = new WeakMap();

@@ -6,6 +6,7 @@ const view = new DataView(new ArrayBuffer(8));
 /** A finite double as {numerator, exponent} with value = numerator / 2^exponent, exponent >= 0. */
 export function doubleToRational(x) {
   if (!Number.isFinite(x)) throw new RangeError(`not a finite double: ${x}`);
+  if (x === 0) return { numerator: 0n, exponent: 0n }; // 0 / 1 (and -0)
   view.setFloat64(0, x);
   const bits = view.getBigUint64(0);
   const negative = bits >> 63n === 1n;

@@ -10,6 +10,9 @@ import { packBatch, packPayload, readBatch } from "./packed.js";
 import { ByteStream } from "./random.js";
 import { encode as msgpack } from "@msgpack/msgpack";
 import { drawGroup } from "./device.js";
+import { mix64, projectionMatrix, PublicStream } from "./generators.js";
+import { Unsupported } from "./encoders.js";
+import { bucketizedVector, vectorBox } from "./vector_mechanisms.js";
 
 /**
  * A vector's value in one representation, applied to both sides: integers (and integer strings,
@@ -140,7 +143,91 @@ function groupChoiceChecker({ input, output }) {
   same({ draws: stream.trace, group: drawGroup(input.group_weights, stream) }, output);
 }
 
+/** §12.4's tolerance on a Gaussian (log and cos are not correctly rounded everywhere). */
+const GAUSSIAN_TOLERANCE = 2 ** -44;
+
+function close(actual, expected, tolerance, message) {
+  assert.equal(actual.length, expected.length, message);
+  actual.forEach((a, i) => assert.ok(Math.abs(a - expected[i]) <= tolerance, `${message}[${i}]: ${a} vs ${expected[i]}`));
+}
+
+/** §12.2-§12.5: SplitMix64 words, uniforms, signs, Gaussians and matrices. */
+function splitmixChecker({ input, output }) {
+  if ("mix64" in input) {
+    same(mix64(BigInt(input.mix64)), output.value);
+  } else if ("matrix" in input) {
+    const rows = Number(input.rows);
+    const cols = Number(input.columns);
+    let entries;
+    if (input.matrix === "projection") {
+      entries = projectionMatrix({ input_dimension: cols, output_dimension: rows, seed: input.seed });
+    } else {
+      const purpose = { hyperplanes: "ldp.hypr", shift: "ldp.shft" }[input.matrix];
+      assert.ok(purpose, `unknown matrix ${input.matrix}`);
+      entries = new PublicStream(input.seed, purpose).matrix(rows, cols, input.matrix === "shift" ? "uniform" : "gaussian");
+    }
+    close(entries.flat(), output.entries.flat().map(Number), input.matrix === "hyperplanes" ? GAUSSIAN_TOLERANCE : 0,
+      input.matrix);
+  } else {
+    const stream = new PublicStream(input.seed, input.purpose);
+    const count = Number(input.count);
+    same(stream.key, output.stream_key);
+    same(Array.from({ length: count }, (_, i) => stream.word(i)), output.words);
+    same(Array.from({ length: output.uniforms.length }, (_, i) => stream.uniform(i)), output.uniforms);
+    same(Array.from({ length: output.signs.length }, (_, i) => stream.sign(i)), output.signs);
+    close(Array.from({ length: output.gaussians.length }, (_, i) => stream.gaussian(i)), output.gaussians,
+      GAUSSIAN_TOLERANCE, "gaussians");
+  }
+}
+
+/** §12.6-§12.8 like the other encoders, plus the shift, half-width and bucket bits. */
+function lshChecker(vector) {
+  encoderChecker(vector);
+  const { input, output } = vector;
+  if ("error" in output) return;
+  const fn = compileEncoder(input.encoder);
+  if ("half_width" in output) same(fn.halfWidth, output.half_width);
+  if ("shift" in output) same(fn.shift, output.shift);
+  if ("bucket_bits" in output) same(fn.bucketBits, output.bucket_bits);
+}
+
+const rational = ([n, d]) => `${n}/${d}`;
+
+/** §13: the box and bucketized-box randomizers' constants and reports (the others: Unsupported). */
+function vectorMechanismChecker({ input, output }) {
+  const [which, mechanism] = Object.entries(input.mechanism)[0];
+  const stream = ByteStream.keyed(Buffer.from(input.key, "hex"));
+  const run = () => {
+    if (which === "vector_box") return vectorBox(input.value.map(Number), mechanism.epsilon, stream);
+    if (which === "bucketized_vector") {
+      return bucketizedVector(mechanism, [BigInt(input.value[0]), input.value[1].map(Number)], stream);
+    }
+    throw new Unsupported(`mechanism ${which}`);
+  };
+  if ("error" in output) {
+    let rejected = null;
+    try {
+      run();
+    } catch (error) {
+      if (error instanceof Unsupported) throw error;
+      rejected = error;
+    }
+    assert.ok(rejected !== null, `must be rejected: ${output.error}`);
+    return;
+  }
+  const got = run();
+  const c = got.constants;
+  const { scale, ...exact } = output.constants;
+  same({ lower_size: c.lower, upper_size: c.upper, r: rational(c.r), upper_probability: rational(c.upperProbability),
+    scale_exact: rational(c.scale) }, exact);
+  assert.ok(Math.abs(Number(c.scale[0]) / Number(c.scale[1]) - scale) <= 1e-12 * scale);
+  same({ bits_hex: got.bits, ...(which === "bucketized_vector" ? { seed: got.seed } : {}) }, output.report);
+}
+
 export const CHECKERS = {
+  generator_splitmix: splitmixChecker,
+  encoder_lsh: lshChecker,
+  mechanism_vector: vectorMechanismChecker,
   packed: packedChecker,
   group_choice: groupChoiceChecker,
   keyed_rng: keyedRngChecker,

@@ -1,0 +1,101 @@
+// Vector mechanisms (docs/protocol.md §13): the box randomizer with its exact hemisphere coin,
+// and the bucketized vector sum around it. (The l2-ball and PrivUnit randomizers are not
+// implemented by this client: a round that needs them is declined.)
+import { doubleToRational, expBelow, reduce } from "./exact.js";
+import { Rejected, Unsupported } from "./encoders.js";
+import { localHash, packWord } from "./oracles.js";
+
+function binomial(n, k) {
+  let result = 1n;
+  for (let i = 0n; i < BigInt(k); i += 1n) result = (result * (BigInt(n) - i)) / (i + 1n);
+  return result;
+}
+
+/** §13.1 the box randomizer's constants for dimension d and epsilon. */
+export function boxConstants(d, epsilon) {
+  const [rn, rd] = expBelow(epsilon).r;
+  const E = d % 2 === 0 ? binomial(d, d / 2) : 0n;
+  const upper = ((1n << BigInt(d)) - E) / 2n;
+  const lower = upper + E;
+  const half = Math.ceil(d / 2);
+  // B = (r S+ + S-) / ((r - 1) A), A = ceil(d/2) C(d, ceil(d/2)) / d
+  const scale = reduce((rn * upper + rd * lower) * BigInt(d), (rn - rd) * BigInt(half) * binomial(d, half));
+  return { r: [rn, rd], upper, lower, upperProbability: reduce(rn * upper, rn * upper + rd * lower), scale };
+}
+
+function popcount(w) {
+  let count = 0;
+  for (; w > 0n; w &= w - 1n) count += 1;
+  return count;
+}
+
+/** §13.1: d sign bits (bit j = coordinate j, 1 meaning +1) of the box randomizer on x. */
+export function vectorBox(x, epsilon, stream) {
+  const d = x.length;
+  for (const xj of x) if (!(xj >= -1 && xj <= 1)) throw new Rejected("a box value must lie in [-1, 1]^d");
+  const constants = boxConstants(d, epsilon);
+  const { upper, lower, upperProbability } = constants;
+  const mask = (1n << BigInt(d)) - 1n;
+  let v = 0n;
+  x.forEach((xj, j) => {
+    let positive;
+    if (xj === 1) positive = true;
+    else if (xj === -1) positive = false;
+    else {
+      const { numerator: n, exponent } = doubleToRational(xj);
+      const den = 1n << exponent;
+      positive = stream.bernoulli(den + n, 2n * den); // the pair as written, unreduced
+    }
+    if (positive) v |= 1n << BigInt(j);
+  });
+  const twiceDot = (z) => d - 2 * popcount(z ^ v);
+  const withAgreements = (m) => {
+    let need = m;
+    let z = 0n;
+    for (let j = 0; j < d; j += 1) {
+      const rem = d - j;
+      const agree = need === rem || (need > 0 && stream.bernoulli(BigInt(need), BigInt(rem)));
+      const bit = (v >> BigInt(j)) & 1n;
+      if (agree) need -= 1;
+      z |= (agree ? bit : 1n - bit) << BigInt(j);
+    }
+    return z;
+  };
+  let z;
+  if (stream.bernoulli(...upperProbability)) {
+    z = stream.randbits(d);
+    const t = twiceDot(z);
+    if (t < 0) z ^= mask;
+    else if (t === 0) {
+      let k = stream.randbelow(upper);
+      let m = d / 2 + 1;
+      while (k >= binomial(d, m)) {
+        k -= binomial(d, m);
+        m += 1;
+      }
+      z = withAgreements(m);
+    }
+  } else {
+    z = stream.randbits(d);
+    if (twiceDot(z) > 0) {
+      if (d % 2 === 1) z ^= mask;
+      else if (stream.bernoulli(upper, lower)) z ^= mask;
+      else z = withAgreements(d / 2);
+    }
+  }
+  return { constants, bits: packWord(z, d) };
+}
+
+/** §13.4 the bucketized vector on (bucket, v): {seed, bits} for the box shape. */
+export function bucketizedVector(mechanism, [bucket, v], stream, assignedSeed = null) {
+  const bits = Number(mechanism.bucket_bits);
+  if (!(bits >= 0 && bits <= 64)) throw new Rejected("bucket_bits must be in [0, 64]");
+  if (BigInt(bucket) >= 1n << BigInt(bits)) throw new Rejected("the bucket must be below 2^bucket_bits");
+  const shape = mechanism.shape;
+  if (shape !== "BOX" && shape !== 2) throw new Unsupported(`bucketized vector shape ${shape}`);
+  if (v.length !== Number(mechanism.dimension)) throw new Rejected("the vector must have the mechanism's dimension");
+  const seed = assignedSeed === null ? stream.randbits(32) : BigInt(assignedSeed);
+  const sigma = 1 - 2 * Number(localHash(seed, bucket, 2).bucket);
+  const inner = vectorBox(v.map((x) => sigma * x), mechanism.epsilon, stream);
+  return { seed, bits: inner.bits, constants: inner.constants };
+}
