@@ -2,6 +2,8 @@
 // a failed call becomes an RpcFailure holding its status code, the ErrorInfo reason (domain
 // "ldp.v1"), the BadRequest field paths and the RetryInfo delay.
 import grpc from "@grpc/grpc-js";
+import { SUPPORTED } from "./capabilities.js";
+import { Unsupported } from "./encoders.js";
 import { decode, load } from "./proto.js";
 
 export const DOMAIN = "ldp.v1";
@@ -101,7 +103,9 @@ export class Collector {
 
   // -- device --
   getRoundSpecOnce(campaignId) {
-    return unary(this.device, "GetRoundSpec", { campaign_id: campaignId }, this.deviceMetadata);
+    // §10.3: the device states what it runs (a collector older than the field ignores it).
+    return unary(this.device, "GetRoundSpec", { campaign_id: campaignId, supported_capabilities: SUPPORTED },
+      this.deviceMetadata);
   }
 
   /**
@@ -118,6 +122,11 @@ export class Collector {
         if (response.finished) return { finished: true, spec: null };
         if (response.spec) return { finished: false, spec: response.spec, assignment: response.assignment };
       } catch (error) {
+        if (error instanceof RpcFailure && error.reason === "MISSING_CAPABILITIES") {
+          // §10.3: not this round; the device reports nothing and is charged nothing.
+          const missing = error.errorInfos.find((info) => info.domain === DOMAIN)?.metadata?.missing_capabilities;
+          throw new Unsupported(`capabilities ${missing ?? "(unnamed)"}`);
+        }
         if (!(error instanceof RpcFailure) || error.codeName !== "UNAVAILABLE") throw error;
         delayMs = error.retryDelayMs ?? 1000;
       }

@@ -4,6 +4,19 @@ import crypto from "node:crypto";
 import { encode, Unsupported } from "./encoders.js";
 import { bitwiseRR, discreteLaplace, grr, localHashing, unaryEncoding } from "./oracles.js";
 import { bucketizedVector, vectorBox } from "./vector_mechanisms.js";
+import { checkedRequirements, missingCapabilities } from "./capabilities.js";
+
+const declined = new WeakMap(); // spec -> the capabilities it needs that this client lacks
+
+/**
+ * §10.2-§10.3: throws Unsupported (the device declines, before anything is charged) when the spec
+ * requires a capability this client lacks, and an Error when its stated list is not the derived one.
+ */
+export function checkCapabilities(spec) {
+  if (!declined.has(spec)) declined.set(spec, missingCapabilities(checkedRequirements(spec)));
+  const missing = declined.get(spec);
+  if (missing.length > 0) throw new Unsupported(`capabilities ${missing.join(",")}`);
+}
 
 /** MechanismSpec member name -> (mechanism, encoded value, stream, assigned seed) -> Payload. */
 export const MECHANISMS = {
@@ -59,6 +72,7 @@ export class Device {
    * the task needs an encoder or mechanism this client does not implement.
    */
   participate(spec) {
+    checkCapabilities(spec);
     const campaign = spec.campaign_id;
     if (!this.groups.has(campaign)) this.groups.set(campaign, drawGroup(spec.group_weights, this.stream));
     const group = this.groups.get(campaign);

@@ -13,6 +13,7 @@ import { drawGroup } from "./device.js";
 import { mix64, projectionMatrix, PublicStream } from "./generators.js";
 import { Unsupported } from "./encoders.js";
 import { bucketizedVector, vectorBox } from "./vector_mechanisms.js";
+import { checkedRequirements, missingCapabilities } from "./capabilities.js";
 
 /**
  * A vector's value in one representation, applied to both sides: integers (and integer strings,
@@ -224,7 +225,19 @@ function vectorMechanismChecker({ input, output }) {
   same({ bits_hex: got.bits, ...(which === "bucketized_vector" ? { seed: got.seed } : {}) }, output.report);
 }
 
+/** §10: required lists derived from round specs, stated lists checked, missing names. */
+function capabilitiesChecker({ input, output }) {
+  if ("required" in input) {
+    same(missingCapabilities(input.required, input.supported), output.missing);
+  } else if ("error" in output) {
+    assert.throws(() => checkedRequirements(input.round_spec), undefined, `must be refused: ${output.error}`);
+  } else {
+    same(checkedRequirements(input.round_spec), output.required_capabilities);
+  }
+}
+
 export const CHECKERS = {
+  capabilities: capabilitiesChecker,
   generator_splitmix: splitmixChecker,
   encoder_lsh: lshChecker,
   mechanism_vector: vectorMechanismChecker,
