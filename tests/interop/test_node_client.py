@@ -82,6 +82,28 @@ def test_the_node_client_passes_every_test_vector(node: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_operator_calls_and_errors_read_by_the_node_client(node: str, collector: ServerProcess) -> None:
+    """Health, authentication, ErrorInfo reasons, field paths, rejection codes and resends (operator.js)."""
+    done = subprocess.run([node, str(HERE / "operator.js"), collector.address, TOKEN], capture_output=True, text=True,
+                          timeout=NODE_TIMEOUT_S)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\nserver log:\n{collector.log_tail()}"
+
+
+def test_the_node_client_declines_a_round_it_cannot_run(node: str, collector: ServerProcess, tmp_path: Path) -> None:
+    """A net tree whose vectors go through the l2-ball randomizer, which the Node client lacks: it
+    declines the round by its capabilities (docs/protocol.md §10) before it draws or sends anything."""
+    config = {"kind": "NETTREE", "domain": {"numeric": {"lower": [0, 0], "upper": [1, 1]}}, "epsilon": 2.0,
+              "nettree": {"k": 3, "vector_shape": "L2_BALL"}}
+    plan = {"address": collector.address, "operator_token": TOKEN, "config": config, "points": [[0.5, 0.5]] * 10,
+            "seed": 0}
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan))
+    done = subprocess.run([node, str(HERE / "campaign.js"), str(plan_file)], capture_output=True, text=True,
+                          timeout=NODE_TIMEOUT_S)
+    assert done.returncode == UNSUPPORTED_EXIT, done.stdout + done.stderr
+    assert "mechanism.vector_l2_ball" in done.stderr, done.stderr
+
+
 # -- histograms: estimates within their intervals at the rate the sampling distribution gives ----
 
 HISTOGRAM_K = 32
