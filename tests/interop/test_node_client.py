@@ -90,10 +90,10 @@ def test_operator_calls_and_errors_read_by_the_node_client(node: str, collector:
 
 
 def test_the_node_client_declines_a_round_it_cannot_run(node: str, collector: ServerProcess, tmp_path: Path) -> None:
-    """A net tree whose vectors go through the l2-ball randomizer, which the Node client lacks: it
+    """A net tree whose vectors go through the PrivUnit randomizer, which the Node client lacks: it
     declines the round by its capabilities (docs/protocol.md §10) before it draws or sends anything."""
     config = {"kind": "NETTREE", "domain": {"numeric": {"lower": [0, 0], "upper": [1, 1]}}, "epsilon": 2.0,
-              "nettree": {"k": 3, "vector_shape": "L2_BALL"}}
+              "nettree": {"k": 3, "vector_shape": "PRIVUNIT"}}
     plan = {"address": collector.address, "operator_token": TOKEN, "config": config, "points": [[0.5, 0.5]] * 10,
             "seed": 0}
     plan_file = tmp_path / "plan.json"
@@ -101,7 +101,7 @@ def test_the_node_client_declines_a_round_it_cannot_run(node: str, collector: Se
     done = subprocess.run([node, str(HERE / "campaign.js"), str(plan_file)], capture_output=True, text=True,
                           timeout=NODE_TIMEOUT_S)
     assert done.returncode == UNSUPPORTED_EXIT, done.stdout + done.stderr
-    assert "mechanism.vector_l2_ball" in done.stderr, done.stderr
+    assert "mechanism.vector_privunit" in done.stderr, done.stderr
 
 
 # -- histograms: estimates within their intervals at the rate the sampling distribution gives ----
@@ -253,8 +253,8 @@ def test_bitvector_clustering_by_the_node_client_is_as_good_as_by_the_python_sdk
                                              lambda seed: three_blobs(seed, n=BITVECTOR_N)))
 
 
-@pytest.mark.parametrize("kind", ["nettree", "stemmer"])
+@pytest.mark.parametrize(("kind", "shape"), [("nettree", "box"), ("nettree", "l2_ball"), ("stemmer", "box")])
 def test_lsh_clustering_by_the_node_client_is_as_good_as_by_the_python_sdk(
-        node: str, collector: ServerProcess, tmp_path: Path, kind: str) -> None:
-    args = ["--kind", kind, "--k", "3"]
+        node: str, collector: ServerProcess, tmp_path: Path, kind: str, shape: str) -> None:
+    args = ["--kind", kind, "--k", "3", "--vector-shape", shape]
     assert_equal_quality(*compare_clustering(node, collector, tmp_path, args, three_blobs))

@@ -3,7 +3,7 @@
 import crypto from "node:crypto";
 import { encode, Unsupported } from "./encoders.js";
 import { bitwiseRR, discreteLaplace, grr, localHashing, unaryEncoding } from "./oracles.js";
-import { bucketizedVector, vectorBox } from "./vector_mechanisms.js";
+import { bucketizedVector, vectorBox, vectorL2Ball } from "./vector_mechanisms.js";
 import { checkedRequirements, missingCapabilities } from "./capabilities.js";
 
 const declined = new WeakMap(); // spec -> the capabilities it needs that this client lacks
@@ -30,9 +30,11 @@ export const MECHANISMS = {
   },
   bitwise_rr: (m, bits, stream) => ({ bits: bitwiseRR(bits, m.epsilon, m.sensitivity, stream).bits }),
   vector_box: (m, x, stream) => ({ bits: vectorBox(x, m.epsilon, stream).bits }),
+  vector_l2_ball: (m, x, stream) => ({ floats: { values: vectorL2Ball(x, m.epsilon, stream).floats } }),
   bucketized_vector: (m, value, stream, seed) => {
     const o = bucketizedVector(m, value, stream, seed);
-    return { signed_vector: { seed: Number(o.seed), bits: o.bits } };
+    const inner = o.bits !== undefined ? { bits: o.bits } : { floats: { values: o.floats } };
+    return { signed_vector: { seed: Number(o.seed), ...inner } };
   },
   discrete_laplace: (m, point, stream) => ({
     integers: { values: discreteLaplace(point, m.epsilon, m.grid_bits, stream).integers.map(String) },

@@ -1,8 +1,9 @@
-// Vector mechanisms (docs/protocol.md §13): the box randomizer with its exact hemisphere coin,
-// and the bucketized vector sum around it. (The l2-ball and PrivUnit randomizers are not
-// implemented by this client: a round that needs them is declined.)
+// Vector mechanisms (docs/protocol.md §13): the box randomizer with its exact hemisphere coin, the
+// l2-ball randomizer, and the bucketized vector sum around them. (PrivUnit is not implemented by
+// this client: a round that needs it is declined by its capabilities.)
 import { doubleToRational, expBelow, reduce } from "./exact.js";
 import { Rejected, Unsupported } from "./encoders.js";
+import { dot } from "./generators.js";
 import { localHash, packWord } from "./oracles.js";
 
 function binomial(n, k) {
@@ -86,16 +87,71 @@ export function vectorBox(x, epsilon, stream) {
   return { constants, bits: packWord(z, d) };
 }
 
-/** §13.4 the bucketized vector on (bucket, v): {seed, bits} for the box shape. */
+/** A coin on a double p in [0, 1]: bernoulli(n, 2^e) with p = n / 2^e in lowest terms (§13.0). */
+function doubleCoin(stream, p) {
+  if (p === 0) return stream.bernoulli(0n, 1n);
+  const { numerator, exponent } = doubleToRational(p);
+  return stream.bernoulli(numerator, 1n << exponent);
+}
+
+/** §13.0 a uniform direction of dimension d: Gaussians, their norm, then a sign coin. */
+function uniformDirection(d, stream) {
+  for (;;) {
+    const g = Array.from({ length: d }, () => stream.gauss());
+    const n = Math.hypot(...g);
+    if (n === 0 || !Number.isFinite(n)) continue;
+    const flip = stream.bernoulli(1n, 2n);
+    return g.map((gj) => (flip ? -(gj / n) : gj / n));
+  }
+}
+
+/** Gamma((d + 1) / 2) / Gamma(d / 2), by the recurrence R(d + 2) = R(d) (d + 1) / d. */
+function gammaRatio(d) {
+  let ratio = d % 2 === 1 ? 1 / Math.sqrt(Math.PI) : Math.sqrt(Math.PI) / 2;
+  for (let k = d % 2 === 1 ? 1 : 2; k < d; k += 2) ratio *= (k + 1) / k;
+  return ratio;
+}
+
+/** §13.2 the l2-ball randomizer: a unit direction as float32 values. */
+export function vectorL2Ball(x, epsilon, stream) {
+  const d = x.length;
+  const [rn, rd] = expBelow(epsilon).r;
+  const nearProbability = reduce(rn, rn + rd);
+  const r = Number(rn) / Number(rd);
+  const constants = { r: [rn, rd], nearProbability,
+    scale: ((r + 1) / (r - 1)) * Math.sqrt(Math.PI) * gammaRatio(d) };
+  let norm = Math.hypot(...x);
+  if (!(norm <= 1 + 1e-9)) throw new Rejected("an l2-ball value must have norm <= 1 (+ 1e-9)");
+  norm = Math.min(norm, 1);
+  let target;
+  if (norm === 0) target = uniformDirection(d, stream);
+  else {
+    const s = doubleCoin(stream, (1 + norm) / 2) ? 1 : -1;
+    target = x.map((xj) => (s * xj) / norm);
+  }
+  let w = uniformDirection(d, stream);
+  const h = dot(w, target);
+  const firstNonzero = w.find((wj) => wj !== 0);
+  if (h < 0 || (h === 0 && firstNonzero < 0)) w = w.map((wj) => -wj);
+  if (!stream.bernoulli(...nearProbability)) w = w.map((wj) => -wj);
+  return { constants, floats: w.map(Math.fround) };
+}
+
+/** §13.4 the bucketized vector on (bucket, v): {seed, bits} (box) or {seed, floats} (l2 ball). */
 export function bucketizedVector(mechanism, [bucket, v], stream, assignedSeed = null) {
   const bits = Number(mechanism.bucket_bits);
   if (!(bits >= 0 && bits <= 64)) throw new Rejected("bucket_bits must be in [0, 64]");
   if (BigInt(bucket) >= 1n << BigInt(bits)) throw new Rejected("the bucket must be below 2^bucket_bits");
-  const shape = mechanism.shape;
-  if (shape !== "BOX" && shape !== 2) throw new Unsupported(`bucketized vector shape ${shape}`);
+  const shape = { 1: "L2_BALL", 2: "BOX", 3: "PRIVUNIT" }[mechanism.shape] ?? mechanism.shape;
+  if (shape !== "BOX" && shape !== "L2_BALL") throw new Unsupported(`mechanism.vector_privunit (shape ${shape})`);
   if (v.length !== Number(mechanism.dimension)) throw new Rejected("the vector must have the mechanism's dimension");
   const seed = assignedSeed === null ? stream.randbits(32) : BigInt(assignedSeed);
   const sigma = 1 - 2 * Number(localHash(seed, bucket, 2).bucket);
-  const inner = vectorBox(v.map((x) => sigma * x), mechanism.epsilon, stream);
-  return { seed, bits: inner.bits, constants: inner.constants };
+  if (shape === "BOX") {
+    const inner = vectorBox(v.map((x) => sigma * x), mechanism.epsilon, stream);
+    return { seed, bits: inner.bits, constants: inner.constants };
+  }
+  const f = sigma / Math.sqrt(v.length);
+  const inner = vectorL2Ball(v.map((x) => f * x), mechanism.epsilon, stream);
+  return { seed, floats: inner.floats, constants: inner.constants };
 }

@@ -12,7 +12,7 @@ import { encode as msgpack } from "@msgpack/msgpack";
 import { drawGroup } from "./device.js";
 import { mix64, projectionMatrix, PublicStream } from "./generators.js";
 import { Unsupported } from "./encoders.js";
-import { bucketizedVector, vectorBox } from "./vector_mechanisms.js";
+import { bucketizedVector, vectorBox, vectorL2Ball } from "./vector_mechanisms.js";
 import { checkedRequirements, missingCapabilities } from "./capabilities.js";
 
 /**
@@ -194,16 +194,20 @@ function lshChecker(vector) {
 
 const rational = ([n, d]) => `${n}/${d}`;
 
-/** §13: the box and bucketized-box randomizers' constants and reports (the others: Unsupported). */
+/** Float reports match within 2^-21 per coordinate (§13.0: Gaussians within §12.4's tolerance). */
+const DIRECTION_TOLERANCE = 2 ** -21;
+
+/** §13: the box, l2-ball and bucketized randomizers' constants and reports (PrivUnit: Unsupported). */
 function vectorMechanismChecker({ input, output }) {
   const [which, mechanism] = Object.entries(input.mechanism)[0];
   const stream = ByteStream.keyed(Buffer.from(input.key, "hex"));
   const run = () => {
     if (which === "vector_box") return vectorBox(input.value.map(Number), mechanism.epsilon, stream);
+    if (which === "vector_l2_ball") return vectorL2Ball(input.value.map(Number), mechanism.epsilon, stream);
     if (which === "bucketized_vector") {
       return bucketizedVector(mechanism, [BigInt(input.value[0]), input.value[1].map(Number)], stream);
     }
-    throw new Unsupported(`mechanism ${which}`);
+    throw new Unsupported(`mechanism.${which}`);
   };
   if ("error" in output) {
     let rejected = null;
@@ -219,10 +223,20 @@ function vectorMechanismChecker({ input, output }) {
   const got = run();
   const c = got.constants;
   const { scale, ...exact } = output.constants;
-  same({ lower_size: c.lower, upper_size: c.upper, r: rational(c.r), upper_probability: rational(c.upperProbability),
-    scale_exact: rational(c.scale) }, exact);
-  assert.ok(Math.abs(Number(c.scale[0]) / Number(c.scale[1]) - scale) <= 1e-12 * scale);
-  same({ bits_hex: got.bits, ...(which === "bucketized_vector" ? { seed: got.seed } : {}) }, output.report);
+  if ("near_probability" in exact) {
+    same({ r: rational(c.r), near_probability: rational(c.nearProbability) }, exact);
+    assert.ok(Math.abs(c.scale - scale) <= 1e-9 * scale, `scale ${c.scale} vs ${scale}`);
+  } else {
+    same({ lower_size: c.lower, upper_size: c.upper, r: rational(c.r), upper_probability: rational(c.upperProbability),
+      scale_exact: rational(c.scale) }, exact);
+    assert.ok(Math.abs(Number(c.scale[0]) / Number(c.scale[1]) - scale) <= 1e-12 * scale);
+  }
+  if ("floats" in output.report) {
+    close(got.floats, output.report.floats, DIRECTION_TOLERANCE, "floats");
+    if ("seed" in output.report) same(got.seed, output.report.seed);
+  } else {
+    same({ bits_hex: got.bits, ...(which === "bucketized_vector" ? { seed: got.seed } : {}) }, output.report);
+  }
 }
 
 /** §10: required lists derived from round specs, stated lists checked, missing names. */
