@@ -145,6 +145,7 @@ def test_a_histogram_from_the_node_client_is_unbiased(node: str, collector: Serv
     # which only narrows the spread of the count), so the count within 2 SE is at least the
     # binomial quantile at FALSE_FAIL.
     within = int(np.sum(np.abs(z) <= 2))
+    print(f"{oracle}: {within}/{HISTOGRAM_K} estimates within 2 SE, sum z^2 = {float(np.sum(z**2)):.1f}")
     floor = int(stats.binom.ppf(FALSE_FAIL, HISTOGRAM_K, 2 * stats.norm.cdf(2) - 1))
     assert within >= floor, f"{oracle}: {within}/{HISTOGRAM_K} within 2 SE (floor {floor}); z = {z.round(2)}"
     # A miscalibrated report (a wrong hash, bit order or p) shows as estimates too far from the

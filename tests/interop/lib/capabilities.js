@@ -19,8 +19,11 @@ export const SUPPORTED = [
 
 /** The oneof member set in a message as the proto loader gives it, or as plain JSON `{member: ...}`. */
 function member(message, oneof) {
-  if (typeof message[oneof] === "string") return message[oneof];
-  return Object.keys(message).find((k) => message[k] !== null && message[k] !== undefined && k !== oneof);
+  const which = typeof message[oneof] === "string" ? message[oneof]
+    : Object.keys(message).find((k) => message[k] !== null && message[k] !== undefined && k !== oneof);
+  // §9.3: a oneof member added after this client does not parse: the spec cannot be run.
+  if (which === undefined) throw new Unsupported(`an ${oneof} this client does not know`);
+  return which;
 }
 
 const present = (value) => value !== null && value !== undefined;

@@ -1,6 +1,7 @@
 // Frequency oracles and the bit-vector randomizer, the device half (docs/protocol.md §7), and the
 // payload checks a collector MUST make. Every privacy coin is exact: bernoulli(a, b) with a / b in
 // lowest terms, over r = exp_below(x) (§7.1).
+import { Unsupported } from "./encoders.js";
 import { doubleToRational as rationalOf, expBelow, gcd, reduce } from "./exact.js";
 
 /** Bernoulli(P) of §7.1: the draw bernoulli(a, b) with a / b = P in lowest terms. */
@@ -98,7 +99,7 @@ export function unaryEncoding(value, domainSize, epsilon, variant, stream) {
     r = ratio(epsilon);
     p = [1n, 2n];
   } else {
-    throw new Error(`unary encoding variant ${variant} is not known to this client`);
+    throw new Unsupported(`unary encoding variant ${variant}`); // §9.3: an enum value it does not know
   }
   const q = reduce(r[1], r[0] + r[1]);
   const mask = bernoulliMask(stream, D - 1, q);
