@@ -3,11 +3,13 @@
 // PLAN: {address, operator_token, config (a CampaignConfig as JSON) or config_from (the id of a
 //        campaign whose stored configuration to copy), points (one per device), seed, transports
 //        (["reports"] | ["packed"] | ["reports", "packed"], taken batch by batch), batch,
-//        label_campaigns (ids of finished clustering campaigns to label the points with, too)}
+//        label_campaigns (ids of finished clustering campaigns to label the points with, too),
+//        capabilities (what the devices state they run, docs/protocol.md §10; default: all the client has)}
 // A clustering result labels every point as a device labels itself from the published result
 // (its cell map, or its nearest center); "labels" maps each campaign id to the points' labels.
 import crypto from "node:crypto";
 import fs from "node:fs";
+import { SUPPORTED } from "./lib/capabilities.js";
 import { Collector } from "./lib/client.js";
 import { Device } from "./lib/device.js";
 import { cellMapLabeller, compileEncoder, Unsupported } from "./lib/encoders.js";
@@ -18,7 +20,8 @@ import { ByteStream } from "./lib/random.js";
 const UNSUPPORTED_EXIT = 3;
 
 const plan = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
-const collector = new Collector(plan.address, { operatorToken: plan.operator_token });
+const capabilities = plan.capabilities ?? SUPPORTED;
+const collector = new Collector(plan.address, { operatorToken: plan.operator_token, capabilities });
 const batchSize = plan.batch ?? 2000;
 const transports = plan.transports ?? ["reports"];
 
@@ -61,7 +64,7 @@ async function main() {
   const campaign = await collector.createCampaign(config);
   const id = campaign.config.campaign_id;
   const stream = populationStream(plan.seed);
-  const devices = plan.points.map((point) => new Device(point, stream));
+  const devices = plan.points.map((point) => new Device(point, stream, capabilities));
   const rounds = [];
   const totals = { ACCEPTED: 0, DUPLICATE: 0, REJECTED: 0 };
   const rejections = {};

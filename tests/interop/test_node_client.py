@@ -89,19 +89,22 @@ def test_operator_calls_and_errors_read_by_the_node_client(node: str, collector:
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\nserver log:\n{collector.log_tail()}"
 
 
-def test_the_node_client_declines_a_round_it_cannot_run(node: str, collector: ServerProcess, tmp_path: Path) -> None:
-    """A net tree whose vectors go through the PrivUnit randomizer, which the Node client lacks: it
-    declines the round by its capabilities (docs/protocol.md §10) before it draws or sends anything."""
-    config = {"kind": "NETTREE", "domain": {"numeric": {"lower": [0, 0], "upper": [1, 1]}}, "epsilon": 2.0,
-              "nettree": {"k": 3, "vector_shape": "PRIVUNIT"}}
-    plan = {"address": collector.address, "operator_token": TOKEN, "config": config, "points": [[0.5, 0.5]] * 10,
-            "seed": 0}
+def test_a_node_device_declines_a_round_it_cannot_run(node: str, collector: ServerProcess, tmp_path: Path) -> None:
+    """A device that states every capability but local hashing, in a local-hashing histogram: it
+    declines the round (docs/protocol.md §10) before it draws, charges or sends anything."""
+    supported = json.loads(subprocess.run(
+        [node, "--input-type=module", "-e",
+         "import { SUPPORTED } from './lib/capabilities.js'; console.log(JSON.stringify(SUPPORTED))"],
+        capture_output=True, text=True, cwd=HERE, check=True).stdout)
+    config = {"kind": "HISTOGRAM", "domain": {"categorical_size": "8"}, "epsilon": 1.0, "histogram": {"oracle": "OLH"}}
+    plan = {"address": collector.address, "operator_token": TOKEN, "config": config, "points": [1] * 10, "seed": 0,
+            "capabilities": [name for name in supported if name != "mechanism.local_hashing"]}
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(plan))
     done = subprocess.run([node, str(HERE / "campaign.js"), str(plan_file)], capture_output=True, text=True,
                           timeout=NODE_TIMEOUT_S)
     assert done.returncode == UNSUPPORTED_EXIT, done.stdout + done.stderr
-    assert "mechanism.vector_privunit" in done.stderr, done.stderr
+    assert "mechanism.local_hashing" in done.stderr, done.stderr
 
 
 # -- histograms: estimates within their intervals at the rate the sampling distribution gives ----

@@ -14,7 +14,8 @@ export const SUPPORTED = [
   "encoder.shifted_grid", "encoder.nearest_candidate", "encoder.bit_vector", "encoder.unit_cube",
   "encoder.symmetric_box", "encoder.unit_ball", "encoder.bucketed_vector", "encoder.random_projection",
   "mechanism.grr", "mechanism.unary_encoding", "mechanism.local_hashing", "mechanism.bitwise_rr",
-  "mechanism.discrete_laplace", "mechanism.vector_l2_ball", "mechanism.vector_box", "mechanism.bucketized_vector",
+  "mechanism.discrete_laplace", "mechanism.vector_l2_ball", "mechanism.vector_box", "mechanism.vector_privunit",
+  "mechanism.bucketized_vector",
 ];
 
 /** The oneof member set in a message as the proto loader gives it, or as plain JSON `{member: ...}`. */

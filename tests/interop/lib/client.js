@@ -63,7 +63,8 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** One connection to a collector: the device calls and, with a token, the operator calls. */
 export class Collector {
-  constructor(address, { operatorToken = null, deviceToken = null } = {}) {
+  constructor(address, { operatorToken = null, deviceToken = null, capabilities = SUPPORTED } = {}) {
+    this.capabilities = capabilities;
     const v1 = load().tree.ldp.v1;
     const credentials = grpc.credentials.createInsecure();
     this.device = new v1.DeviceService(address, credentials);
@@ -104,7 +105,7 @@ export class Collector {
   // -- device --
   getRoundSpecOnce(campaignId) {
     // §10.3: the device states what it runs (a collector older than the field ignores it).
-    return unary(this.device, "GetRoundSpec", { campaign_id: campaignId, supported_capabilities: SUPPORTED },
+    return unary(this.device, "GetRoundSpec", { campaign_id: campaignId, supported_capabilities: this.capabilities },
       this.deviceMetadata);
   }
 

@@ -3,18 +3,18 @@
 import crypto from "node:crypto";
 import { encode, Unsupported } from "./encoders.js";
 import { bitwiseRR, discreteLaplace, grr, localHashing, unaryEncoding } from "./oracles.js";
-import { bucketizedVector, vectorBox, vectorL2Ball } from "./vector_mechanisms.js";
-import { checkedRequirements, missingCapabilities } from "./capabilities.js";
+import { bucketizedVector, vectorBox, vectorL2Ball, vectorPrivUnit } from "./vector_mechanisms.js";
+import { checkedRequirements, missingCapabilities, SUPPORTED } from "./capabilities.js";
 
-const declined = new WeakMap(); // spec -> the capabilities it needs that this client lacks
+const required = new WeakMap(); // spec -> the capabilities it requires
 
 /**
  * §10.2-§10.3: throws Unsupported (the device declines, before anything is charged) when the spec
- * requires a capability this client lacks, and an Error when its stated list is not the derived one.
+ * requires a capability the device lacks, and an Error when its stated list is not the derived one.
  */
-export function checkCapabilities(spec) {
-  if (!declined.has(spec)) declined.set(spec, missingCapabilities(checkedRequirements(spec)));
-  const missing = declined.get(spec);
+export function checkCapabilities(spec, supported = SUPPORTED) {
+  if (!required.has(spec)) required.set(spec, checkedRequirements(spec));
+  const missing = missingCapabilities(required.get(spec), supported);
   if (missing.length > 0) throw new Unsupported(`capabilities ${missing.join(",")}`);
 }
 
@@ -31,6 +31,7 @@ export const MECHANISMS = {
   bitwise_rr: (m, bits, stream) => ({ bits: bitwiseRR(bits, m.epsilon, m.sensitivity, stream).bits }),
   vector_box: (m, x, stream) => ({ bits: vectorBox(x, m.epsilon, stream).bits }),
   vector_l2_ball: (m, x, stream) => ({ floats: { values: vectorL2Ball(x, m.epsilon, stream).floats } }),
+  vector_privunit: (m, x, stream) => ({ floats: { values: vectorPrivUnit(x, m.epsilon, stream).floats } }),
   bucketized_vector: (m, value, stream, seed) => {
     const o = bucketizedVector(m, value, stream, seed);
     const inner = o.bits !== undefined ? { bits: o.bits } : { floats: { values: o.floats } };
@@ -61,9 +62,11 @@ export function drawGroup(weights, stream) {
 }
 
 export class Device {
-  constructor(point, stream) {
+  /** A device holding `point`, drawing from `stream`, able to run the `capabilities` it states. */
+  constructor(point, stream, capabilities = SUPPORTED) {
     this.point = point;
     this.stream = stream;
+    this.capabilities = capabilities;
     this.groups = new Map(); // campaign id -> group
     this.spent = new Map(); // campaign id -> {epsilon, reports, rounds: Set}
   }
@@ -74,7 +77,7 @@ export class Device {
    * the task needs an encoder or mechanism this client does not implement.
    */
   participate(spec) {
-    checkCapabilities(spec);
+    checkCapabilities(spec, this.capabilities);
     const campaign = spec.campaign_id;
     if (!this.groups.has(campaign)) this.groups.set(campaign, drawGroup(spec.group_weights, this.stream));
     const group = this.groups.get(campaign);

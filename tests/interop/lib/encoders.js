@@ -1,7 +1,7 @@
 // Encoders: pure functions of the point and the public parameters (docs/protocol.md §11).
 // `compileEncoder(spec)` validates an EncoderSpec once (an invalid one throws: the device declines
 // the round) and returns the point -> value function.
-import { doubleToRational, exactSquaredDistanceCompare } from "./exact.js";
+import { doubleToRational, exactHypot, exactSquaredDistanceCompare } from "./exact.js";
 import { dot, projectionMatrix, PublicStream } from "./generators.js";
 
 /** A part of a RoundSpec this client cannot run: the device declines the round. */
@@ -235,7 +235,7 @@ function unitBall(encoder) {
     let v = normalize(domain, checkPoint(domain, point)).map((t) => (2 * t - 1) * s);
     const norms = (u) => {
       const squares = u.map((c) => c * c);
-      return [Math.hypot(...u), squares.reduce((a, b) => a + b, 0)];
+      return [exactHypot(u), Math.sqrt(squares.reduce((a, b) => a + b, 0))];
     };
     while (norms(v).some((n) => n > 1)) v = v.map((c) => c * (1 - 2 ** -52));
     return v;

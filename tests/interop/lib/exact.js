@@ -95,3 +95,42 @@ export function expBelow(x) {
   if (m < floor) m = floor;
   return { m, s, r: reduce(m, floor) };
 }
+
+const bits64 = new DataView(new ArrayBuffer(8));
+
+/** The next double above (step 1) or below (step -1) a finite double x >= 0. */
+function adjacent(x, step) {
+  if (x === 0) return step > 0 ? Number.MIN_VALUE : 0;
+  bits64.setFloat64(0, x);
+  bits64.setBigUint64(0, bits64.getBigUint64(0) + BigInt(step));
+  return bits64.getFloat64(0);
+}
+
+/** A finite double as [numerator, exponent] over the common denominator 2^1074. */
+function over1074(x) {
+  const { numerator, exponent } = doubleToRational(x);
+  return numerator << (1074n - exponent);
+}
+
+/**
+ * The correctly rounded Euclidean norm (round to nearest, ties to even), as Python's math.hypot
+ * gives it; JavaScript's Math.hypot is not correctly rounded (it can be one ulp off), and §13.0
+ * takes a coin on the norm, whose denominator decides how many random bits it consumes.
+ */
+export function exactHypot(x) {
+  // S = sum of the squares, exactly, over 2^2148.
+  const S = x.reduce((sum, xj) => sum + over1074(xj) ** 2n, 0n);
+  // q^2 compared with S for q a midpoint (a + b) / 2 of two doubles: ((a + b) 2^1074 / 2)^2 vs S,
+  // both over 2^2148; multiply by 4 to stay in integers.
+  const above = (a, b) => 4n * S > (over1074(a) + over1074(b)) ** 2n; // sqrt(S) beyond the midpoint
+  const equal = (a, b) => 4n * S === (over1074(a) + over1074(b)) ** 2n;
+  let q = Math.hypot(...x);
+  while (above(q, adjacent(q, 1))) q = adjacent(q, 1);
+  while (q > 0 && !above(adjacent(q, -1), q) && !equal(adjacent(q, -1), q)) q = adjacent(q, -1);
+  // On an exact tie between q and the double below, ties go to the even mantissa.
+  if (q > 0 && equal(adjacent(q, -1), q)) {
+    bits64.setFloat64(0, q);
+    if (bits64.getBigUint64(0) & 1n) q = adjacent(q, -1);
+  }
+  return q;
+}

@@ -12,7 +12,7 @@ import { encode as msgpack } from "@msgpack/msgpack";
 import { drawGroup } from "./device.js";
 import { mix64, projectionMatrix, PublicStream } from "./generators.js";
 import { Unsupported } from "./encoders.js";
-import { bucketizedVector, vectorBox, vectorL2Ball } from "./vector_mechanisms.js";
+import { bucketizedVector, vectorBox, vectorL2Ball, vectorPrivUnit } from "./vector_mechanisms.js";
 import { checkedRequirements, missingCapabilities } from "./capabilities.js";
 
 /**
@@ -197,13 +197,14 @@ const rational = ([n, d]) => `${n}/${d}`;
 /** Float reports match within 2^-21 per coordinate (§13.0: Gaussians within §12.4's tolerance). */
 const DIRECTION_TOLERANCE = 2 ** -21;
 
-/** §13: the box, l2-ball and bucketized randomizers' constants and reports (PrivUnit: Unsupported). */
+/** §13: the box, l2-ball, PrivUnit and bucketized randomizers' constants and reports. */
 function vectorMechanismChecker({ input, output }) {
   const [which, mechanism] = Object.entries(input.mechanism)[0];
   const stream = ByteStream.keyed(Buffer.from(input.key, "hex"));
   const run = () => {
     if (which === "vector_box") return vectorBox(input.value.map(Number), mechanism.epsilon, stream);
     if (which === "vector_l2_ball") return vectorL2Ball(input.value.map(Number), mechanism.epsilon, stream);
+    if (which === "vector_privunit") return vectorPrivUnit(input.value.map(Number), mechanism.epsilon, stream);
     if (which === "bucketized_vector") {
       return bucketizedVector(mechanism, [BigInt(input.value[0]), input.value[1].map(Number)], stream);
     }
@@ -223,7 +224,11 @@ function vectorMechanismChecker({ input, output }) {
   const got = run();
   const c = got.constants;
   const { scale, ...exact } = output.constants;
-  if ("near_probability" in exact) {
+  if ("cap_size" in exact) {
+    same({ r: rational(c.r), cap_probability: rational(c.capProbability), cap_size: c.capSize, members: c.members },
+      exact);
+    assert.ok(Math.abs(c.scale - scale) <= 1e-9 * scale, `scale ${c.scale} vs ${scale}`);
+  } else if ("near_probability" in exact) {
     same({ r: rational(c.r), near_probability: rational(c.nearProbability) }, exact);
     assert.ok(Math.abs(c.scale - scale) <= 1e-9 * scale, `scale ${c.scale} vs ${scale}`);
   } else {
