@@ -234,31 +234,48 @@ def compare_clustering(node: str, server: ServerProcess, tmp: Path, args: list[s
     return python_ari, node_ari
 
 
-# How much lower the Node client's median ARI may be than the Python SDK's over the same seeds.
-ARI_TOLERANCE = 0.15
+# How much lower the Node client's median ARI may be than the Python SDK's over the same seeds: the
+# seed-to-seed range of the campaign's ARI, both clients' seeds 0-9 pooled (max - min of the 20
+# values, rounded up to 0.05; `LDP_TEST_INTEROP_SEEDS=10 python -m pytest -s tests/interop -k
+# "grid or bitvector or lsh"` prints them). A client whose reports are as good as the SDK's stays
+# within the spread the campaign shows on its own; a wrong cell order, bit order or probability
+# falls below it. The uniform grid variant and kCluster are bimodal at these n (they merge two
+# blobs on some seeds, with either client), hence their wide ranges.
+ARI_TOLERANCE = {
+    "grid": 0.05,
+    "grid uniform": 0.5,
+    "grid tree": 0.05,
+    "grid iterative": 0.1,
+    "bitvector": 0.55,
+    "nettree box": 0.05,
+    "nettree l2_ball": 0.05,
+    "stemmer box": 0.05,
+}
 
 
-def assert_equal_quality(python_ari: list[float], node_ari: list[float]) -> None:
-    assert np.median(node_ari) >= np.median(python_ari) - ARI_TOLERANCE, (python_ari, node_ari)
+def assert_equal_quality(campaign: str, python_ari: list[float], node_ari: list[float]) -> None:
+    tolerance = ARI_TOLERANCE[campaign]
+    assert np.median(node_ari) >= np.median(python_ari) - tolerance, (campaign, python_ari, node_ari)
 
 
 @pytest.mark.parametrize("variant", ["default", "uniform", "tree", "iterative"])
 def test_grid_clustering_by_the_node_client_is_as_good_as_by_the_python_sdk(
         node: str, collector: ServerProcess, tmp_path: Path, variant: str) -> None:
     args = ["--kind", "grid"] + ([] if variant == "default" else ["--variant", variant])
-    assert_equal_quality(*compare_clustering(node, collector, tmp_path, args, three_blobs))
+    campaign = "grid" if variant == "default" else f"grid {variant}"
+    assert_equal_quality(campaign, *compare_clustering(node, collector, tmp_path, args, three_blobs))
 
 
 def test_bitvector_clustering_by_the_node_client_is_as_good_as_by_the_python_sdk(
         node: str, collector: ServerProcess, tmp_path: Path) -> None:
     args = ["--kind", "bitvector", "--k", "3"]
     # The kCluster step is the slowest server step here: 10 000 devices keep the test short.
-    assert_equal_quality(*compare_clustering(node, collector, tmp_path, args,
-                                             lambda seed: three_blobs(seed, n=BITVECTOR_N)))
+    assert_equal_quality("bitvector", *compare_clustering(node, collector, tmp_path, args,
+                                                          lambda seed: three_blobs(seed, n=BITVECTOR_N)))
 
 
 @pytest.mark.parametrize(("kind", "shape"), [("nettree", "box"), ("nettree", "l2_ball"), ("stemmer", "box")])
 def test_lsh_clustering_by_the_node_client_is_as_good_as_by_the_python_sdk(
         node: str, collector: ServerProcess, tmp_path: Path, kind: str, shape: str) -> None:
     args = ["--kind", kind, "--k", "3", "--vector-shape", shape]
-    assert_equal_quality(*compare_clustering(node, collector, tmp_path, args, three_blobs))
+    assert_equal_quality(f"{kind} {shape}", *compare_clustering(node, collector, tmp_path, args, three_blobs))
