@@ -1,7 +1,7 @@
 // Encoders: pure functions of the point and the public parameters (docs/protocol.md §11).
 // `compileEncoder(spec)` validates an EncoderSpec once (an invalid one throws: the device declines
 // the round) and returns the point -> value function.
-import { doubleToRational, exactHypot, exactSquaredDistanceCompare } from "./exact.js";
+import { doubleToRational, exactHypot, exactSquaredDistanceCompare, exactSumAtMostOne } from "./exact.js";
 import { dot, projectionMatrix, PublicStream } from "./generators.js";
 
 /** A part of a RoundSpec this client cannot run: the device declines the round. */
@@ -227,17 +227,21 @@ function symmetricBox(encoder) {
   return (point) => normalize(domain, checkPoint(domain, point)).map((t) => 2 * t - 1);
 }
 
-/** §11.8: (2t - 1) * fl(1 / sqrt(d)), scaled by 1 - 2^-52 until its measured norm is at most 1. */
+/**
+ * §11.8: (2t - 1) * fl(1 / sqrt(d)), scaled by 1 - 2^-52 until all three measured norms are at most
+ * 1: the correctly rounded norm, the correctly rounded sum of the rounded squares, and their
+ * left-to-right sum.
+ */
 function unitBall(encoder) {
   const domain = numericDomain(encoder.domain);
   const s = 1 / Math.sqrt(domain.d);
+  const inside = (u) => {
+    const squares = u.map((c) => c * c);
+    return exactHypot(u) <= 1 && exactSumAtMostOne(squares) && dot(u, u) <= 1;
+  };
   return (point) => {
     let v = normalize(domain, checkPoint(domain, point)).map((t) => (2 * t - 1) * s);
-    const norms = (u) => {
-      const squares = u.map((c) => c * c);
-      return [exactHypot(u), Math.sqrt(squares.reduce((a, b) => a + b, 0))];
-    };
-    while (norms(v).some((n) => n > 1)) v = v.map((c) => c * (1 - 2 ** -52));
+    while (!inside(v)) v = v.map((c) => c * (1 - 2 ** -52));
     return v;
   };
 }

@@ -134,3 +134,12 @@ export function exactHypot(x) {
   }
   return q;
 }
+
+/**
+ * Whether the correctly rounded sum of doubles is at most 1: the exact sum is at most
+ * 1 + 2^-53 (the midpoint between 1 and the next double, which rounds to 1, the even one).
+ */
+export function exactSumAtMostOne(values) {
+  const sum = values.reduce((acc, v) => acc + over1074(v), 0n);
+  return sum <= (1n << 1074n) + (1n << 1021n);
+}
