@@ -322,9 +322,13 @@ class LocalHashingParams(MechanismParams):
     def randomize(self, value: Any, *, rng: Rng | None = None, seed: int | None = None) -> HashedValue:
         return randomize(value, self, rng=rng, seed=seed)
 
+    @cached_property
+    def _pool_seed_set(self) -> frozenset[int]:
+        # Built once per parameter object (O(S)), so that check_payload stays O(1) per report.
+        return frozenset(self.pool_seeds)
+
     def check_payload(self, payload: Any) -> HashedValue:
-        # A pooled report's seed is checked against the pool by the collector (a set lookup), not
-        # here: this check runs on every report and must stay O(1).
+        """Check a report's shape and ranges; with a seed pool its seed must be one of the pool's."""
         if not isinstance(payload, HashedValue):
             raise ProtocolError(f"local_hashing payload must be a HashedValue, got {describe(payload)}")
         seed, value = payload
@@ -332,6 +336,8 @@ class LocalHashingParams(MechanismParams):
             raise ProtocolError(f"local_hashing seed must be in [0, 2^{SEED_BITS}), got {describe(seed)}")
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.g:
             raise ProtocolError(f"local_hashing bucket must be in [0, {self.g}), got {describe(value)}")
+        if self.seed_pool_size and seed not in self._pool_seed_set:
+            raise ProtocolError(f"local_hashing seed {seed} is not in the round's seed pool")
         return payload
 
 
