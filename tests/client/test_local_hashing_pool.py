@@ -166,18 +166,32 @@ def test_extra_variance_and_the_rule_for_s() -> None:
     assert params.seed_pool_extra_variance(7_000.0) == pytest.approx(7_000.0 / ((params.g - 1) * 1000))
     assert LocalHashingParams(domain_size=4096, epsilon=2.0).seed_pool_extra_variance(1e9) == 0.0
     per_report = params.count_variance(1.0)
-    for max_count in (0.0, 1.0, 500.0, 1e4, 1e6):
-        for share in (0.01, 0.1, 1.0):
-            s = seed_pool_size_for(params, max_count, share)
-            assert 1 <= s <= MAX_SEED_POOL
-            # The bound n * max_count / ((g - 1) S) on the extra term, over n K, is <= share ...
-            assert max_count / ((params.g - 1) * s * per_report) <= share * (1 + 1e-12) or s == MAX_SEED_POOL
-            # ... and S is the smallest such pool.
-            if s > 1:
-                assert max_count / ((params.g - 1) * (s - 1) * per_report) > share
+    for reports in (0.0, 1.0, 1e4, 1e6, 1e9):
+        for concentration in (0.0, 1 / 4096, 0.02, 1.0):
+            for share in (0.01, 0.1, 1.0):
+                s = seed_pool_size_for(params, reports, concentration, share)
+                assert 1 <= s <= MAX_SEED_POOL
+                bound = reports * concentration / ((params.g - 1) * per_report)  # extra / per-report x S
+                # The bound on the extra term, over the per-report variance, is <= share ...
+                assert bound / s <= share * (1 + 1e-12) or s == MAX_SEED_POOL
+                # ... and S is the smallest such pool.
+                if s > 1:
+                    assert bound / (s - 1) > share
+    # The bound holds for a real population: extra(v) / per-report(v) <= share for every v.
+    counts = [5000, 3000, 1000, 500, 500]
+    n = sum(counts)
+    kappa = sum(c * c for c in counts) / n**2
+    s = seed_pool_size_for(params, n, kappa)
+    pooled = LocalHashingParams(domain_size=4096, epsilon=2.0, seed_pool_size=s, seed_pool_key=1)
+    for v, c in enumerate(counts):
+        pairs = sum(x * (x - 1) for i, x in enumerate(counts) if i != v)
+        assert pooled.seed_pool_extra_variance(pairs) <= 0.1 * pooled.count_variance(n, c)
     for bad in (-1.0, math.inf, math.nan):
         with pytest.raises(InvalidParameterError):
-            seed_pool_size_for(params, bad)
+            seed_pool_size_for(params, bad, 0.5)
+    for bad in (-0.1, 1.5, math.nan):
+        with pytest.raises(InvalidParameterError):
+            seed_pool_size_for(params, 10.0, bad)
     for bad_share in (0.0, 1.5):
         with pytest.raises(InvalidParameterError):
-            seed_pool_size_for(params, 10.0, bad_share)
+            seed_pool_size_for(params, 10.0, 0.5, bad_share)

@@ -176,35 +176,42 @@ def pool_seed(key: int, index: int) -> int:
     return splitmix64(stream_key(key, PURPOSE_SEED_POOL), index) >> SEED_BITS
 
 
-def seed_pool_size_for(params: LocalHashingParams, max_count: float, share: float = 0.1) -> int:
+def seed_pool_size_for(params: LocalHashingParams, reports: float, concentration: float,
+                       share: float = 0.1) -> int:
     """The smallest pool whose extra variance is at most ``share`` of the per-report variance.
 
-    With n reports, the extra term of a pool of S seeds is at most n * max_count / ((g - 1) S)
-    (``sum_x n_x (n_x - 1) <= n * max_count``, ``max_count`` the largest number of devices holding
-    one value other than v), and the per-report variance of a zero count is n K with
-    K = q (1 - q) / (p - q)^2. Their ratio max_count / ((g - 1) S K) is at most ``share`` for
+    With n reports of which n_x hold x, the extra term of a pool of S seeds is
+    sum_{x != v} n_x (n_x - 1) / ((g - 1) S) <= n^2 kappa / ((g - 1) S), where
+    kappa = sum_x (n_x / n)^2 (the ``concentration``: the chance that two devices hold the same
+    value, 1/D for a uniform population, at most the largest share of one value), and the
+    per-report variance of any count is at least n K with K = q (1 - q) / (p - q)^2. Their ratio
+    n kappa / ((g - 1) S K) is at most ``share`` for
 
-        S = ceil(max_count / ((g - 1) K share)),
+        S = ceil(n kappa / ((g - 1) K share)),
 
-    at least 1 and at most :data:`MAX_SEED_POOL`. It does not depend on n: only on how many
-    devices may share one value.
+    at least 1 and at most :data:`MAX_SEED_POOL`.
 
     Parameters
     ----------
     params : LocalHashingParams
-    max_count : float
-        Bound on the number of devices holding one value, >= 0.
+    reports : float
+        Expected number of reports n of the round, >= 0.
+    concentration : float
+        kappa, or a bound on it, in [0, 1] (e.g. the largest expected share of one value, or a
+        previous round's estimate: the collector's ``value_pairs() / n^2``).
     share : float
         Largest extra variance as a share of the per-report variance, in (0, 1]; default 0.1.
     """
     if not isinstance(params, LocalHashingParams):
         raise TypeError(f"params must be LocalHashingParams, got {type(params).__name__}")
-    if not 0 <= max_count < math.inf:
-        raise InvalidParameterError(f"max_count must be finite and >= 0, got {max_count}")
+    if not 0 <= reports < math.inf:
+        raise InvalidParameterError(f"reports must be finite and >= 0, got {reports}")
+    if not 0 <= concentration <= 1:
+        raise InvalidParameterError(f"concentration must be in [0, 1], got {concentration}")
     if not 0 < share <= 1:
         raise InvalidParameterError(f"share must be in (0, 1], got {share}")
     k = params.count_variance(1.0)
-    return max(1, min(MAX_SEED_POOL, math.ceil(max_count / ((params.g - 1) * k * share))))
+    return max(1, min(MAX_SEED_POOL, math.ceil(reports * concentration / ((params.g - 1) * k * share))))
 
 
 def optimal_hash_range(epsilon: float) -> int:
