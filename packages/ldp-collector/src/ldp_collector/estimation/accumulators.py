@@ -58,6 +58,7 @@ __all__ = [
     "aggregate_reports",
     "component_params_from_spec",
     "decode_report_payloads",
+    "keeps_counts",
     "make_accumulate_fn",
     "rebuild",
 ]
@@ -87,6 +88,12 @@ def component_params_from_spec(spec: RoundSpec) -> dict[int, tuple[MechanismPara
     return out
 
 
+def keeps_counts(params: MechanismParams) -> bool:
+    """Whether a :class:`CountAccumulator` of ``params`` suffices for estimation (no raw reports needed)."""
+    return isinstance(params, (GRRParams, UnaryEncodingParams)) or (
+        isinstance(params, LocalHashingParams) and params.seed_pool_size > 0)
+
+
 class CountAccumulator:
     """Mergeable per-round state of one component (verbs: zero / add / merge / finalize).
 
@@ -106,7 +113,7 @@ class CountAccumulator:
             self._counts = GRRAggregator(params)
         elif isinstance(params, UnaryEncodingParams):
             self._counts = UnaryEncodingAggregator(params)
-        elif isinstance(params, LocalHashingParams) and params.seed_pool_size:
+        elif isinstance(params, LocalHashingParams) and keeps_counts(params):
             self._counts = LocalHashingAggregator(params)
         else:
             self._counts = None
