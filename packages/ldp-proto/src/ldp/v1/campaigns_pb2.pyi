@@ -210,6 +210,7 @@ class HeavyHitterParameters(_message.Message):
     BITS_PER_LEVEL_FIELD_NUMBER: _builtins.int
     FALSE_POSITIVE_RATE_FIELD_NUMBER: _builtins.int
     MAX_CANDIDATES_FIELD_NUMBER: _builtins.int
+    SEED_POOL_SIZE_FIELD_NUMBER: _builtins.int
     value_bits: _builtins.int
     """Values are integers in [0, 2^value_bits)."""
     bits_per_level: _builtins.int
@@ -218,6 +219,10 @@ class HeavyHitterParameters(_message.Message):
     """Family-wise false-positive rate of the thresholds (corrected for the candidates tested)."""
     max_candidates: _builtins.int
     """Largest number of prefixes kept per level."""
+    seed_pool_size: _builtins.int
+    """The local-hashing levels draw their seeds from a public pool of this many seeds (fast
+    server-side support counts); 0 = per-report seeds. See docs/protocol.md §14.
+    """
     def __init__(
         self,
         *,
@@ -225,10 +230,11 @@ class HeavyHitterParameters(_message.Message):
         bits_per_level: _builtins.int = ...,
         false_positive_rate: _builtins.float = ...,
         max_candidates: _builtins.int = ...,
+        seed_pool_size: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "false_positive_rate", b"false_positive_rate", "max_candidates", b"max_candidates", "value_bits", b"value_bits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "false_positive_rate", b"false_positive_rate", "max_candidates", b"max_candidates", "seed_pool_size", b"seed_pool_size", "value_bits", b"value_bits"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
