@@ -123,7 +123,7 @@ def median_worst(values: list[float], worst_is_max: bool = True) -> str:
     return f"{statistics.median(values):.3g} ({worst:.3g})"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reports", type=int, default=1_000_000)
     parser.add_argument("--domain", type=int, default=4096)
@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--share", type=float, default=0.1, help="largest extra variance share (the rule for S)")
     parser.add_argument("--population", nargs="+", choices=POPULATIONS, default=list(POPULATIONS))
     parser.add_argument("--markdown", action="store_true", help="print the README table")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"# n = {args.reports}, D = {args.domain}, epsilon = {args.epsilon}, seeds 0-{args.seeds - 1}, "
           f"{cpus} CPUs, numpy {np.__version__}, Python {platform.python_version()}")
@@ -162,7 +162,8 @@ def main() -> None:
     else:
         for row in rows:
             print(dict(zip(header, row)))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
