@@ -109,3 +109,36 @@ def test_cli_flags_fill_the_parameters() -> None:
     c = build_campaign_config("histogram", epsilon=2.0, categories=16, seed_pool_concentration=0.05,
                               close_after=100_000)
     assert c.histogram.seed_pool_concentration == pytest.approx(0.05)
+
+
+def test_enrolled_device_reports_the_pool_seed_of_its_assignment() -> None:
+    """An assigned seed a picks pool index a mod S on the device, and the collector's assignment check
+    expects exactly that pool seed (docs/protocol.md §14.3)."""
+    from ldp_client.device import RoundAssignment, run_component
+    from ldp_client.errors import ProtocolError
+    from ldp_client.rng import SeededRng
+    from ldp_collector.defences import check_assignment
+
+    engine = engine_for(pooled_config(size=16, seed_pool_size=8))
+    spec = engine.first_round().spec
+    component = spec.tasks[0].components[0]
+    mechanism = component.mechanism
+    assert isinstance(mechanism, LocalHashingParams)
+    assigned = 2**31 + 5
+    payload = run_component(component, 3, rng=SeededRng(1), seed=assigned)
+    assert isinstance(payload, HashedValue)
+    assert payload.seed == mechanism.pool_seeds[assigned % 8] == mechanism.assigned_seed(assigned)
+    assignment = RoundAssignment(report_id=bytes(16), hash_seeds=(assigned,))
+    report = Report(report_id=bytes(16), campaign_id=spec.campaign_id, round=1, group=0, payloads=(payload,))
+    check_assignment(report, spec, assignment)
+    other = mechanism.pool_seeds[(assigned + 1) % 8]
+    if other != payload.seed:
+        wrong = Report(report_id=bytes(16), campaign_id=spec.campaign_id, round=1, group=0,
+                       payloads=(HashedValue(other, payload.value),))
+        with pytest.raises(ProtocolError, match="not the seed assigned"):
+            check_assignment(wrong, spec, assignment)
+    # The raw assigned value itself is not what a pooled report carries.
+    raw = Report(report_id=bytes(16), campaign_id=spec.campaign_id, round=1, group=0,
+                 payloads=(HashedValue(assigned, payload.value),))
+    with pytest.raises(ProtocolError):
+        check_assignment(raw, spec, assignment)

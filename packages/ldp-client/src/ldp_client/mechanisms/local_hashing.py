@@ -316,6 +316,17 @@ class LocalHashingParams(MechanismParams):
             return 0.0
         return sum_pairs / ((self.g - 1) * self.seed_pool_size)
 
+    def assigned_seed(self, assigned: int) -> int:
+        """The seed a report carries when the collector assigned ``assigned`` in [0, 2^32).
+
+        ``assigned`` itself without a pool; with one, the pool's seed ``assigned mod S``
+        (``docs/protocol.md`` §14.3).
+        """
+        check_int("seed", assigned, 0, 2**SEED_BITS - 1)
+        if not self.seed_pool_size:
+            return assigned
+        return pool_seed(self.seed_pool_key, assigned % self.seed_pool_size)
+
     @cached_property
     def pool_seeds(self) -> tuple[int, ...]:
         """The S public seeds of the pool (empty without a pool); a collector-side helper: O(S)."""
@@ -378,9 +389,7 @@ def randomize(value: Any, params: LocalHashingParams, *, rng: Rng | None = None,
     if seed is None:
         seed = pool_seed(params.seed_pool_key, rng.randbelow(pool)) if pool else rng.randbits(SEED_BITS)
     else:
-        check_int("seed", seed, 0, 2**SEED_BITS - 1)
-        if pool:
-            seed = pool_seed(params.seed_pool_key, seed % pool)
+        seed = params.assigned_seed(seed)
     bucket = _hash(seed, value, g)
     p = params.p_exact
     if rng.bernoulli(p.numerator, p.denominator):
