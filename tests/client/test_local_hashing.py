@@ -366,7 +366,7 @@ def test_from_dict_round_trip() -> None:
 def test_matches_the_proto_message() -> None:
     mechanisms_pb2 = pytest.importorskip("ldp.v1.mechanisms_pb2")
     fields = [f.name for f in mechanisms_pb2.LocalHashing.DESCRIPTOR.fields]
-    assert fields == ["domain_size", "epsilon", "hash_range"]
+    assert fields == ["domain_size", "epsilon", "hash_range", "seed_pool_size", "seed_pool_key"]
     assert LocalHashingParams.KIND in mechanisms_pb2.MechanismSpec.DESCRIPTOR.fields_by_name
     reports_pb2 = pytest.importorskip("ldp.v1.reports_pb2")
     assert LocalHashingParams.PAYLOAD_FIELD in reports_pb2.Payload.DESCRIPTOR.fields_by_name

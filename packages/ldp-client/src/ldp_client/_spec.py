@@ -16,9 +16,24 @@ from typing import Any, ClassVar, TypeVar, get_args, get_origin
 
 from .errors import InvalidParameterError, ProtocolError
 
-__all__ = ["Spec", "SpecRegistry"]
+__all__ = ["Spec", "SpecRegistry", "grown_field"]
 
 S = TypeVar("S", bound="Spec")
+T = TypeVar("T")
+
+#: Field metadata key of :func:`grown_field`.
+_GROWN = "ldp_grown"
+
+
+def grown_field(default: T) -> T:
+    """A field the wire grew after its message was released, with its proto3 ``default``.
+
+    It is left out of :meth:`Spec.to_dict` while it holds the default, so a spec that does not
+    use it keeps the plain-data (msgpack) form it had before the field existed: the same packed
+    round specs, the same digests of a component (the memoized coins' context) and readable by
+    devices that predate the field.
+    """
+    return dataclasses.field(default=default, metadata={_GROWN: True})
 
 
 class Spec:
@@ -31,7 +46,10 @@ class Spec:
         """Plain-data form (dicts, lists, ints, floats, strings, bytes)."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            out[f.name] = _dump(getattr(self, f.name))
+            value = getattr(self, f.name)
+            if f.metadata.get(_GROWN) and value == f.default:
+                continue
+            out[f.name] = _dump(value)
         return out
 
     @classmethod

@@ -55,9 +55,10 @@ from numpy.typing import NDArray
 
 from ldp_client.device import SEEDED_MECHANISMS, RoundAssignment
 from ldp_client.errors import ProtocolError
+from ldp_client.mechanisms.local_hashing import LocalHashingParams
 from ldp_client.payload import HashedValue, SignedVector
 from ldp_client.report import REPORT_ID_BYTES, Report
-from ldp_client.spec import MAX_COMPONENTS, RoundSpec
+from ldp_client.spec import MAX_COMPONENTS, Component, RoundSpec
 
 from .ratelimit import DEFAULT_MAX_KEYS, RateLimiter
 
@@ -193,9 +194,16 @@ def check_assignment(report: Report, spec: RoundSpec, assignment: RoundAssignmen
         if not isinstance(component.mechanism, SEEDED_MECHANISMS):
             continue
         assert isinstance(payload, (HashedValue, SignedVector))  # checked by the mechanism
-        if i >= len(assignment.hash_seeds) or payload.seed != assignment.hash_seeds[i]:
+        if i >= len(assignment.hash_seeds) or payload.seed != _carried_seed(component, assignment.hash_seeds[i]):
             raise ProtocolError(f"payload {i}: hash seed {payload.seed} is not the seed assigned to this device "
                                 f"for round {report.round}")
+
+
+def _carried_seed(component: Component, assigned: int) -> int:
+    """The seed a report carries for an assigned one: the pool's seed ``assigned mod S`` in a
+    local-hashing round with a seed pool (``docs/protocol.md`` §14.3), else the assigned seed."""
+    mechanism = component.mechanism
+    return mechanism.assigned_seed(assigned) if isinstance(mechanism, LocalHashingParams) else assigned
 
 
 class EnrolmentLimiter:

@@ -19,18 +19,34 @@ The hash (bit-identical in pure Python and in numpy)
 Privacy
     epsilon-LDP. The seed is uniform and independent of the value, so it cancels from every
     likelihood ratio; for a fixed seed the bucket is GRR over g values:
-    P[(s, y) | x] / P[(s, y) | x'] <= p / (1 / (r + g - 1)) = r <= e^epsilon, where r is the largest
-    48-bit dyadic rational <= e^epsilon. Equality holds whenever H(s, x) != H(s, x') and y = H(s, x),
+    P[(s, y) | x] / P[(s, y) | x'] <= p / (1 / (r + g - 1)) = r <= e^epsilon, where r = exp_below(epsilon)
+    (``docs/protocol.md`` §7.1), a dyadic rational just below e^epsilon. Equality holds whenever H(s, x) != H(s, x') and y = H(s, x),
     so the realized epsilon ``ln r`` is tight.
 Parameters
     ``domain_size`` in [2, 2^63], ``epsilon`` in (0, 20], ``hash_range`` g: 0 (the
-    variance-optimal g = floor(r + 1/2) + 1, at least 2) or in [2, 2^32 - 1].
+    variance-optimal g = floor(r + 1/2) + 1, at least 2) or in [2, 2^32 - 1];
+    ``seed_pool_size`` S: 0 (every report draws a fresh 32-bit seed) or in [1, 2^24], and
+    ``seed_pool_key`` in [0, 2^64).
+A public seed pool (fast local hashing; ``docs/protocol.md`` §14)
+    With S > 0 the seed is not drawn as 32 fresh bits but taken from a public pool of S seeds,
+    ``pool_seed(key, j) = splitmix64(mix64(key XOR "ldp.pool"), j) >> 32`` for j in [0, S) (the
+    SplitMix64 stream of :mod:`ldp_client.encoders.projection`); the device draws its index j
+    uniformly with ``randbelow(S)`` in place of the 32-bit seed draw, or, when the collector
+    assigned it a seed a, uses j = a mod S. The collector then keeps S x g counts instead of the
+    raw reports, and the support of a candidate costs S hashes instead of n.
+    A pool cannot weaken epsilon-LDP, whatever S and key a collector sends: the seed is still
+    chosen independently of the value and published, and for every fixed seed the bucket is GRR
+    over g values with ratio r, so every likelihood ratio stays <= r (a pool of one seed, or
+    seeds chosen so that two values collide, only lowers the utility of the report).
 Utility
     The support of value v counts the reports with H(seed, v) == y; a device not holding v
     supports it with probability q' = 1/g (over the random seed, for an ideal hash) and a holder
     with probability p. The estimate (support - n/g) / (p - 1/g) is unbiased and its variance is
     approximately n q'(1 - q') / (p - q')^2 + count (1 - p - q') / (p - q') (exact for an ideal hash
     family), which for the optimal g matches OUE's n 4 e^eps / (e^eps - 1)^2 to first order.
+    With a pool of S seeds, devices sharing a seed and a value share the collision of that value
+    with v, which adds sum_{x != v} n_x (n_x - 1) / ((g - 1) S) (exactly, for an ideal hash
+    family; n_x devices hold x; :meth:`LocalHashingParams.seed_pool_extra_variance`).
 Cost
     32 + ceil(log2 g) bits (8 msgpack bytes for g < 128); one 32-bit draw, one exact coin, at most
     one more uniform draw and two 64-bit mixes: 15-25 us per report with the OS CSPRNG (pure
@@ -50,7 +66,9 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._exact import exp_below, log_fraction
+from .._spec import grown_field
 from .._validation import check_epsilon, check_int, describe
+from ..encoders.projection import splitmix64, stream_key
 from ..errors import InvalidParameterError, ProtocolError
 from ..payload import HashedValue
 from ..rng import Rng, resolve_rng
@@ -58,14 +76,18 @@ from .base import MECHANISMS, MechanismParams, bits_for, check_index_value, coun
 
 __all__ = [
     "HASH_OFFSET",
+    "MAX_SEED_POOL",
     "MIX_MULTIPLIER_1",
     "MIX_MULTIPLIER_2",
+    "PURPOSE_SEED_POOL",
     "SEED_BITS",
     "LocalHashingParams",
     "fmix64",
     "hash_value",
     "optimal_hash_range",
+    "pool_seed",
     "randomize",
+    "seed_pool_size_for",
 ]
 
 _MAX_DOMAIN = 2**63
@@ -78,6 +100,11 @@ HASH_OFFSET = 0x9E3779B97F4A7C15
 #: The two multipliers of MurmurHash3's fmix64.
 MIX_MULTIPLIER_1 = 0xFF51AFD7ED558CCD
 MIX_MULTIPLIER_2 = 0xC4CEB9FE1A85EC53
+#: Largest public seed pool: 2^24 seeds (the collector keeps S x g counts; beyond this the pool
+#: saves nothing over raw reports at any realistic n).
+MAX_SEED_POOL = 2**24
+#: Stream tag of the seed pool's SplitMix64 stream (8 ASCII bytes, big-endian): ``b"ldp.pool"``.
+PURPOSE_SEED_POOL = int.from_bytes(b"ldp.pool", "big")
 
 
 def fmix64(k: int) -> int:
@@ -130,6 +157,63 @@ def hash_value(seed: int, value: int, g: int) -> int:
     return _hash(seed, value, g)
 
 
+def pool_seed(key: int, index: int) -> int:
+    """Seed ``index`` of the public pool of ``key``: the top 32 bits of a SplitMix64 word.
+
+    ``splitmix64(stream_key(key, PURPOSE_SEED_POOL), index) >> 32``; see ``docs/protocol.md`` §14.
+    The top bits are taken because H needs seeds below 2^32 and SplitMix64's high bits are its
+    best mixed.
+
+    Parameters
+    ----------
+    key : int
+        The round's ``seed_pool_key``, in [0, 2^64).
+    index : int
+        In [0, 2^24).
+    """
+    check_int("seed_pool_key", key, 0, _MASK64)
+    check_int("index", index, 0, MAX_SEED_POOL - 1)
+    return splitmix64(stream_key(key, PURPOSE_SEED_POOL), index) >> SEED_BITS
+
+
+def seed_pool_size_for(params: LocalHashingParams, reports: float, concentration: float,
+                       share: float = 0.1) -> int:
+    """The smallest pool whose extra variance is at most ``share`` of the per-report variance.
+
+    With n reports of which n_x hold x, the extra term of a pool of S seeds is
+    sum_{x != v} n_x (n_x - 1) / ((g - 1) S) <= n^2 kappa / ((g - 1) S), where
+    kappa = sum_x (n_x / n)^2 (the ``concentration``: the chance that two devices hold the same
+    value, 1/D for a uniform population, at most the largest share of one value), and the
+    per-report variance of any count is at least n K with K = q (1 - q) / (p - q)^2. Their ratio
+    n kappa / ((g - 1) S K) is at most ``share`` for
+
+        S = ceil(n kappa / ((g - 1) K share)),
+
+    at least 1 and at most :data:`MAX_SEED_POOL`.
+
+    Parameters
+    ----------
+    params : LocalHashingParams
+    reports : float
+        Expected number of reports n of the round, >= 0.
+    concentration : float
+        kappa, or a bound on it, in [0, 1] (e.g. the largest expected share of one value, or a
+        previous round's estimate: the collector's ``value_pairs() / n^2``).
+    share : float
+        Largest extra variance as a share of the per-report variance, in (0, 1]; default 0.1.
+    """
+    if not isinstance(params, LocalHashingParams):
+        raise TypeError(f"params must be LocalHashingParams, got {type(params).__name__}")
+    if not 0 <= reports < math.inf:
+        raise InvalidParameterError(f"reports must be finite and >= 0, got {reports}")
+    if not 0 <= concentration <= 1:
+        raise InvalidParameterError(f"concentration must be in [0, 1], got {concentration}")
+    if not 0 < share <= 1:
+        raise InvalidParameterError(f"share must be in (0, 1], got {share}")
+    k = params.count_variance(1.0)
+    return max(1, min(MAX_SEED_POOL, math.ceil(reports * concentration / ((params.g - 1) * k * share))))
+
+
 def optimal_hash_range(epsilon: float) -> int:
     """The variance-optimal number of buckets floor(r + 1/2) + 1 (at least 2), r = ``exp_below(epsilon)``.
 
@@ -157,6 +241,8 @@ class LocalHashingParams(MechanismParams):
     domain_size: int
     epsilon: float
     hash_range: int = 0
+    seed_pool_size: int = grown_field(0)
+    seed_pool_key: int = grown_field(0)
 
     def __post_init__(self) -> None:
         check_int("domain_size", self.domain_size, 2, _MAX_DOMAIN)
@@ -165,6 +251,12 @@ class LocalHashingParams(MechanismParams):
         if self.hash_range == 1:
             raise InvalidParameterError(
                 f"hash_range must be 0 (optimal) or in [2, {_MAX_HASH_RANGE}], got 1")
+        check_int("seed_pool_size", self.seed_pool_size, 0, MAX_SEED_POOL)
+        check_int("seed_pool_key", self.seed_pool_key, 0, _MASK64)
+        if not self.seed_pool_size and self.seed_pool_key:
+            # One meaning per message: a key without a pool would be silently ignored.
+            raise InvalidParameterError(
+                f"seed_pool_key must be 0 when seed_pool_size is 0, got {self.seed_pool_key}")
 
     @cached_property
     def g(self) -> int:
@@ -218,6 +310,34 @@ class LocalHashingParams(MechanismParams):
         """
         return count_estimate_variance(self.p, self.q, n, count)
 
+    def seed_pool_extra_variance(self, sum_pairs: float) -> float:
+        """Extra variance of a count estimate from a pool of ``seed_pool_size`` seeds (0 without one).
+
+        ``sum_pairs`` is sum_{x != v} n_x (n_x - 1) over the values other than the estimated one;
+        the term is ``sum_pairs / ((g - 1) S)``, exact for an ideal hash family (``docs/protocol.md``
+        §14 derives it).
+        """
+        if not self.seed_pool_size:
+            return 0.0
+        return sum_pairs / ((self.g - 1) * self.seed_pool_size)
+
+    def assigned_seed(self, assigned: int) -> int:
+        """The seed a report carries when the collector assigned ``assigned`` in [0, 2^32).
+
+        ``assigned`` itself without a pool; with one, the pool's seed ``assigned mod S``
+        (``docs/protocol.md`` §14.3).
+        """
+        check_int("seed", assigned, 0, 2**SEED_BITS - 1)
+        if not self.seed_pool_size:
+            return assigned
+        return pool_seed(self.seed_pool_key, assigned % self.seed_pool_size)
+
+    @cached_property
+    def pool_seeds(self) -> tuple[int, ...]:
+        """The S public seeds of the pool (empty without a pool); a collector-side helper: O(S)."""
+        key = stream_key(self.seed_pool_key, PURPOSE_SEED_POOL)
+        return tuple(splitmix64(key, j) >> SEED_BITS for j in range(self.seed_pool_size))
+
     def supports(self, payload: HashedValue, value: int) -> bool:
         """Whether a report supports ``value`` (H(seed, value) equals the reported bucket)."""
         return _hash(payload.seed, value, self.g) == payload.value
@@ -225,7 +345,13 @@ class LocalHashingParams(MechanismParams):
     def randomize(self, value: Any, *, rng: Rng | None = None, seed: int | None = None) -> HashedValue:
         return randomize(value, self, rng=rng, seed=seed)
 
+    @cached_property
+    def _pool_seed_set(self) -> frozenset[int]:
+        # Built once per parameter object (O(S)), so that check_payload stays O(1) per report.
+        return frozenset(self.pool_seeds)
+
     def check_payload(self, payload: Any) -> HashedValue:
+        """Check a report's shape and ranges; with a seed pool its seed must be one of the pool's."""
         if not isinstance(payload, HashedValue):
             raise ProtocolError(f"local_hashing payload must be a HashedValue, got {describe(payload)}")
         seed, value = payload
@@ -233,12 +359,14 @@ class LocalHashingParams(MechanismParams):
             raise ProtocolError(f"local_hashing seed must be in [0, 2^{SEED_BITS}), got {describe(seed)}")
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.g:
             raise ProtocolError(f"local_hashing bucket must be in [0, {self.g}), got {describe(value)}")
+        if self.seed_pool_size and seed not in self._pool_seed_set:
+            raise ProtocolError(f"local_hashing seed {seed} is not in the round's seed pool")
         return payload
 
 
 def randomize(value: Any, params: LocalHashingParams, *, rng: Rng | None = None,
               seed: int | None = None) -> HashedValue:
-    """Draw a 32-bit seed and report (seed, GRR_g(H(seed, value))).
+    """Draw a 32-bit seed (or a pool index) and report (seed, GRR_g(H(seed, value))).
 
     Parameters
     ----------
@@ -251,15 +379,22 @@ def randomize(value: Any, params: LocalHashingParams, *, rng: Rng | None = None,
         A seed in [0, 2^32) assigned by the collector instead of drawn here. Privacy is unchanged
         as long as the seed is public randomness fixed independently of ``value`` (a server
         assignment derived from the device id, campaign and round is); it takes the hash seed out
-        of a poisoning device's hands.
+        of a poisoning device's hands. With a seed pool, the assigned value a picks the pool's
+        seed a mod S.
+
+    Notes
+    -----
+    Draws, in order: the seed (``randbits(32)``; with a pool ``randbelow(S)``; none when
+    assigned), the exact coin ``bernoulli(p)``, and only when it fails ``randbelow(g - 1)``.
     """
     value = check_index_value("local_hashing", value, params.domain_size)
     rng = resolve_rng(rng)
     g = params.g
+    pool = params.seed_pool_size
     if seed is None:
-        seed = rng.randbits(SEED_BITS)
+        seed = pool_seed(params.seed_pool_key, rng.randbelow(pool)) if pool else rng.randbits(SEED_BITS)
     else:
-        check_int("seed", seed, 0, 2**SEED_BITS - 1)
+        seed = params.assigned_seed(seed)
     bucket = _hash(seed, value, g)
     p = params.p_exact
     if rng.bernoulli(p.numerator, p.denominator):

@@ -10,12 +10,15 @@ decoding the stored msgpack again.
 What an accumulator holds
     * GRR and unary encoding: the report count n and the per-value (per-bit) counts, which is all
       their estimators need (:meth:`CountAccumulator.finalize` returns a ready aggregator);
-    * local hashing and every other mechanism: n only. A local-hashing report supports every value
-      hashing to its bucket, so candidate support counts need the raw reports
+    * local hashing with a public seed pool (``docs/protocol.md`` §14): n and the count of every
+      (pool seed, bucket), which is all its support counts need;
+    * local hashing without a pool and every other mechanism: n only. Such a local-hashing report
+      supports every value hashing to its bucket, so candidate support counts need the raw reports
       (:func:`aggregate_reports` builds the aggregators from them).
 
 Blob format (little-endian int64 words)
-    ``[FORMAT_VERSION, kind, n, ...]`` then, by kind: ``KIND_DENSE`` -- one count per domain value;
+    ``[FORMAT_VERSION, kind, n, ...]`` then, by kind: ``KIND_DENSE`` -- one count per domain value
+    (pooled local hashing: per (pool seed, bucket), row-major over the pool's sorted distinct seeds);
     ``KIND_SPARSE`` -- k reported values followed by their k counts (GRR over more than
     ``MAX_DENSE_DOMAIN`` values); ``KIND_REPORT_COUNT`` -- nothing more.
 """
@@ -55,6 +58,7 @@ __all__ = [
     "aggregate_reports",
     "component_params_from_spec",
     "decode_report_payloads",
+    "keeps_counts",
     "make_accumulate_fn",
     "rebuild",
 ]
@@ -84,24 +88,33 @@ def component_params_from_spec(spec: RoundSpec) -> dict[int, tuple[MechanismPara
     return out
 
 
+def keeps_counts(params: MechanismParams) -> bool:
+    """Whether a :class:`CountAccumulator` of ``params`` suffices for estimation (no raw reports needed)."""
+    return isinstance(params, (GRRParams, UnaryEncodingParams)) or (
+        isinstance(params, LocalHashingParams) and params.seed_pool_size > 0)
+
+
 class CountAccumulator:
     """Mergeable per-round state of one component (verbs: zero / add / merge / finalize).
 
     Parameters
     ----------
     params : MechanismParams
-        The component's mechanism. GRR and unary encoding keep counts; anything else only n.
+        The component's mechanism. GRR, unary encoding and local hashing with a seed pool keep
+        counts; anything else only n.
     """
 
     def __init__(self, params: MechanismParams) -> None:
         if not isinstance(params, MechanismParams):
             raise TypeError(f"params must be mechanism parameters, got {type(params).__name__}")
         self._params = params
-        self._counts: GRRAggregator | UnaryEncodingAggregator | None
+        self._counts: GRRAggregator | UnaryEncodingAggregator | LocalHashingAggregator | None
         if isinstance(params, GRRParams):
             self._counts = GRRAggregator(params)
         elif isinstance(params, UnaryEncodingParams):
             self._counts = UnaryEncodingAggregator(params)
+        elif isinstance(params, LocalHashingParams) and keeps_counts(params):
+            self._counts = LocalHashingAggregator(params)
         else:
             self._counts = None
         self._n = 0
@@ -117,7 +130,7 @@ class CountAccumulator:
 
     @property
     def has_counts(self) -> bool:
-        """Whether the accumulator suffices for estimation (GRR, unary encoding)."""
+        """Whether the accumulator suffices for estimation (GRR, unary encoding, pooled local hashing)."""
         return self._counts is not None
 
     def zero(self) -> CountAccumulator:
@@ -141,12 +154,14 @@ class CountAccumulator:
                 self._counts.merge(other._counts)
             elif isinstance(self._counts, UnaryEncodingAggregator) and isinstance(other._counts, UnaryEncodingAggregator):
                 self._counts.merge(other._counts)
+            elif isinstance(self._counts, LocalHashingAggregator) and isinstance(other._counts, LocalHashingAggregator):
+                self._counts.merge(other._counts)
         else:
             self._n += other._n
 
     def finalize(self) -> FrequencyAggregator | None:
         """A frequency aggregator holding the accumulated counts, or ``None`` when the raw
-        reports are needed (local hashing and the non-counting mechanisms)."""
+        reports are needed (local hashing without a seed pool and the non-counting mechanisms)."""
         counts = self._counts
         if isinstance(counts, GRRAggregator):
             grr = counts.zero()
@@ -154,6 +169,8 @@ class CountAccumulator:
             return grr
         if isinstance(counts, UnaryEncodingAggregator):
             return UnaryEncodingAggregator.from_counts(counts.params, counts.counts(), counts.n)
+        if isinstance(counts, LocalHashingAggregator):
+            return LocalHashingAggregator.from_counts(counts.params, counts.counts(), counts.n)
         return None
 
     def to_bytes(self) -> bytes:
@@ -161,6 +178,9 @@ class CountAccumulator:
         counts = self._counts
         if counts is None:
             words = np.array([FORMAT_VERSION, KIND_REPORT_COUNT, self._n], dtype="<i8")
+        elif isinstance(counts, LocalHashingAggregator):
+            words = np.concatenate([np.array([FORMAT_VERSION, KIND_DENSE, counts.n], dtype="<i8"),
+                                    counts.counts().ravel().astype("<i8")])
         elif isinstance(counts, UnaryEncodingAggregator) or counts.params.domain_size <= MAX_DENSE_DOMAIN:
             dense = counts.counts() if isinstance(counts, UnaryEncodingAggregator) else _dense_grr(counts)
             words = np.concatenate([np.array([FORMAT_VERSION, KIND_DENSE, counts.n], dtype="<i8"),
@@ -184,7 +204,7 @@ class CountAccumulator:
             raise ProtocolError(f"{key}: accumulator format {version}, expected {FORMAT_VERSION}")
         counts = acc._counts
         expected = (KIND_REPORT_COUNT if counts is None else
-                    KIND_DENSE if isinstance(counts, UnaryEncodingAggregator)
+                    KIND_DENSE if isinstance(counts, (UnaryEncodingAggregator, LocalHashingAggregator))
                     or counts.params.domain_size <= MAX_DENSE_DOMAIN else KIND_SPARSE)
         if kind != expected or n < 0:
             raise ProtocolError(f"{key}: accumulator kind {kind} (n = {n}) does not fit {params.KIND}")
@@ -195,6 +215,8 @@ class CountAccumulator:
                 acc._n = n
             elif isinstance(counts, UnaryEncodingAggregator):
                 acc._counts = UnaryEncodingAggregator.from_counts(counts.params, body, n)
+            elif isinstance(counts, LocalHashingAggregator):
+                acc._counts = LocalHashingAggregator.from_counts(counts.params, body, n)
             elif kind == KIND_DENSE:
                 acc._counts = GRRAggregator.from_counts(counts.params, body, n)
             else:

@@ -8,6 +8,7 @@ aggregator                              state                               ``ad
 :class:`GRRAggregator`                  count of every reported index       :meth:`~GRRAggregator.add_indices`
 :class:`UnaryEncodingAggregator`        count of every set bit              :meth:`~UnaryEncodingAggregator.add_packed`
 :class:`LocalHashingAggregator`         the raw (seed, bucket) reports      :meth:`~LocalHashingAggregator.add_arrays`
+  with a public seed pool (§14)         count of every (pool seed, bucket)  :meth:`~LocalHashingAggregator.add_arrays`
 ======================================  ==================================  =======================
 
 Every constant (p, q, g, the variance) comes from the SDK's parameter object; nothing is
@@ -27,6 +28,7 @@ non-negative counts summing to n, lowering the error at the price of a bias.
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
@@ -41,7 +43,7 @@ from ldp_client.mechanisms import GRRParams, LocalHashingParams, UnaryEncodingPa
 from ldp_client.mechanisms.local_hashing import SEED_BITS
 from ldp_client.payload import HashedValue
 
-from .olh_hash import support_counts
+from .olh_hash import pool_support_counts, support_counts
 
 __all__ = [
     "ConsistencyMethod",
@@ -49,6 +51,7 @@ __all__ = [
     "FrequencyEstimate",
     "FrequencyOracleParams",
     "GRRAggregator",
+    "MAX_POOL_CELLS",
     "LocalHashingAggregator",
     "UnaryEncodingAggregator",
     "estimate_from_support",
@@ -62,6 +65,8 @@ ConsistencyMethod = Literal["norm_sub", "clip"]
 
 #: Largest domain whose counts are kept as one dense array (128 MiB of int64).
 MAX_DENSE_DOMAIN = 2**24
+#: Largest seed pool x hash range a local-hashing aggregator counts in (the same 128 MiB bound).
+MAX_POOL_CELLS = MAX_DENSE_DOMAIN
 #: Below this many reports an estimate carries a low-n warning, whatever the noise.
 MIN_REPORTS = 100
 #: Warn when the standard error of a zero count exceeds this share of n.
@@ -161,7 +166,7 @@ def _check_confidence(confidence: Any) -> float:
 
 
 def estimate_from_support(params: FrequencyOracleParams, values: ArrayLike, support: ArrayLike, n: int,
-                          confidence: float = 0.95) -> FrequencyEstimate:
+                          confidence: float = 0.95, *, value_pairs: float = 0.0) -> FrequencyEstimate:
     """Turn support counts into unbiased count estimates with standard errors and intervals.
 
     Parameters
@@ -176,6 +181,11 @@ def estimate_from_support(params: FrequencyOracleParams, values: ArrayLike, supp
         Number of reports.
     confidence : float
         Level of the intervals, in (0, 1).
+    value_pairs : float
+        Local hashing with a seed pool: an estimate of sum_x n_x (n_x - 1) over all values
+        (:meth:`LocalHashingAggregator.value_pairs`); the variance of value v then gains
+        ``params.seed_pool_extra_variance`` of that sum less v's own c (c - 1) (plug-in c clipped
+        to [0, n]). Ignored without a pool.
 
     Returns
     -------
@@ -195,7 +205,13 @@ def estimate_from_support(params: FrequencyOracleParams, values: ArrayLike, supp
     # and n, then interpolate at the clipped plug-in estimates, vectorized.
     var0 = params.count_variance(float(n), 0.0)
     slope = (params.count_variance(float(n), float(n)) - var0) / n if n else 0.0
-    variance = var0 + slope * np.clip(counts, 0.0, float(n))
+    clipped = np.clip(counts, 0.0, float(n))
+    variance = var0 + slope * clipped
+    if isinstance(params, LocalHashingParams) and params.seed_pool_size:
+        # The pool's extra term is linear in the pair sum over the values other than v (§14).
+        per_pair = params.seed_pool_extra_variance(1.0)
+        variance = variance + per_pair * np.maximum(value_pairs - clipped * (clipped - 1.0), 0.0)
+        var0 += per_pair * max(value_pairs, 0.0)
     std_errors = np.sqrt(np.maximum(variance, 0.0))
     z = _z_for(confidence)
     zero_se = float(np.sqrt(max(var0, 0.0)))
@@ -619,7 +635,7 @@ class UnaryEncodingAggregator(FrequencyAggregator):
 
 
 class LocalHashingAggregator(FrequencyAggregator):
-    """The raw (seed, bucket) reports of local hashing, and their candidate support counts.
+    """Local-hashing reports and their candidate support counts.
 
     Parameters
     ----------
@@ -630,10 +646,17 @@ class LocalHashingAggregator(FrequencyAggregator):
 
     Notes
     -----
-    Local hashing has no count accumulator: a report supports every value hashing to its bucket,
-    so the support of v needs every report. ``estimate`` costs n x candidates hashes, vectorized
-    in :func:`~ldp_collector.estimation.olh_hash.support_counts` (about 0.3-0.5 s for 1e5 reports
-    and 1024 candidates on two cores).
+    Without a seed pool there is no count accumulator: a report supports every value hashing to
+    its bucket, so the support of v needs every raw (seed, bucket) report, and ``estimate`` costs
+    n x candidates hashes, vectorized in :func:`~ldp_collector.estimation.olh_hash.support_counts`
+    (about 0.3-0.5 s for 1e5 reports and 1024 candidates on two cores).
+
+    With a public pool of S seeds (``params.seed_pool_size``; ``docs/protocol.md`` §14) the state
+    is the S x g integer counts of every (pool seed, bucket), a mergeable accumulator like GRR's
+    counts (:meth:`counts`, :meth:`from_counts`); a seed outside the pool is a protocol error, and
+    ``estimate`` costs S x candidates hashes (:func:`~ldp_collector.estimation.olh_hash.pool_support_counts`).
+    Rows follow the pool's distinct seeds in increasing order (:meth:`pool_rows`): two pool indices
+    that happen to derive the same 32-bit seed share a row.
     """
 
     def __init__(self, params: LocalHashingParams, candidates: ArrayLike | None = None) -> None:
@@ -644,6 +667,11 @@ class LocalHashingAggregator(FrequencyAggregator):
         self._seeds: list[NDArray[np.uint64]] = []
         self._buckets: list[NDArray[np.uint64]] = []
         self._n = 0
+        self._pool: NDArray[np.uint64] | None = None
+        self._pool_counts: NDArray[np.int64] | None = None
+        if params.seed_pool_size:
+            self._pool = _pool_rows(params)
+            self._pool_counts = np.zeros((self._pool.size, params.g), dtype=np.int64)
 
     @property
     def params(self) -> LocalHashingParams:
@@ -657,8 +685,44 @@ class LocalHashingAggregator(FrequencyAggregator):
     def candidates(self) -> NDArray[np.int64] | None:
         return None if self._candidates is None else self._candidates.copy()
 
+    @property
+    def pooled(self) -> bool:
+        """Whether the reports come from a public seed pool (then the state is counts)."""
+        return self._pool is not None
+
+    def pool_rows(self) -> NDArray[np.uint64]:
+        """The distinct seeds of the pool in increasing order, the rows of :meth:`counts`."""
+        if self._pool is None:
+            raise InvalidParameterError("this local-hashing round has no seed pool")
+        return self._pool.copy()
+
+    def counts(self) -> NDArray[np.int64]:
+        """The (pool seed, bucket) counts, shape (distinct pool seeds, g) (pooled rounds only)."""
+        if self._pool_counts is None:
+            raise InvalidParameterError("this local-hashing round has no seed pool: it keeps raw reports")
+        return self._pool_counts.copy()
+
+    @classmethod
+    def from_counts(cls, params: LocalHashingParams, counts: ArrayLike, n: int) -> LocalHashingAggregator:
+        """A pooled aggregator from its counts (:meth:`counts`, flattened or not) and n."""
+        agg = cls(params)
+        if agg._pool_counts is None:
+            raise InvalidParameterError("counts need a local-hashing round with a seed pool")
+        arr = _int_array("counts", np.asarray(counts).reshape(-1)).astype(np.int64)
+        if arr.size != agg._pool_counts.size:
+            raise InvalidParameterError(f"counts must hold {agg._pool_counts.size} values, got {arr.size}")
+        if arr.size and int(arr.min()) < 0:
+            raise InvalidParameterError(f"counts must be >= 0, got {int(arr.min())}")
+        if int(arr.sum()) != n:
+            raise InvalidParameterError(f"counts must sum to n = {n}, got {int(arr.sum())}")
+        agg._pool_counts = arr.reshape(agg._pool_counts.shape)
+        agg._n = int(n)
+        return agg
+
     def reports(self) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
-        """All reports as (seeds, buckets) arrays."""
+        """All reports as (seeds, buckets) arrays (rounds without a seed pool)."""
+        if self._pool is not None:
+            raise InvalidParameterError("a pooled local-hashing aggregator keeps counts, not reports")
         if len(self._seeds) != 1:
             seeds = np.concatenate(self._seeds) if self._seeds else np.zeros(0, dtype=np.uint64)
             buckets = np.concatenate(self._buckets) if self._buckets else np.zeros(0, dtype=np.uint64)
@@ -666,7 +730,12 @@ class LocalHashingAggregator(FrequencyAggregator):
         return self._seeds[0], self._buckets[0]
 
     def zero(self) -> LocalHashingAggregator:
-        return LocalHashingAggregator(self._params, self._candidates)
+        agg = LocalHashingAggregator.__new__(LocalHashingAggregator)
+        agg._params, agg._candidates = self._params, self._candidates
+        agg._seeds, agg._buckets, agg._n = [], [], 0
+        agg._pool = self._pool  # immutable once built: the O(S) derivation is not repeated
+        agg._pool_counts = None if self._pool_counts is None else np.zeros_like(self._pool_counts)
+        return agg
 
     def add(self, payloads: Sequence[Any]) -> None:
         """Add local-hashing payloads (:class:`ldp_client.payload.HashedValue`)."""
@@ -686,7 +755,10 @@ class LocalHashingAggregator(FrequencyAggregator):
         self.add_arrays(seed_arr, bucket_arr)
 
     def add_arrays(self, seeds: ArrayLike, buckets: ArrayLike) -> None:
-        """Fast path: add reports from integer arrays of seeds and buckets (equal lengths)."""
+        """Fast path: add reports from integer arrays of seeds and buckets (equal lengths).
+
+        With a seed pool every seed must be one of the pool's (else ``ProtocolError``, nothing added).
+        """
         s = _int_array("seeds", seeds)
         y = _int_array("buckets", buckets)
         if s.shape != y.shape:
@@ -695,12 +767,27 @@ class LocalHashingAggregator(FrequencyAggregator):
         _check_range("local_hashing bucket", y, self._params.g)
         if not s.size:
             return
-        self._seeds.append(s.astype(np.uint64))
-        self._buckets.append(y.astype(np.uint64))
+        if self._pool is not None and self._pool_counts is not None:
+            su = s.astype(np.uint64)
+            rows = np.minimum(np.searchsorted(self._pool, su), self._pool.size - 1)
+            outside = np.flatnonzero(self._pool[rows] != su)
+            if outside.size:
+                raise ProtocolError(f"local_hashing seed {int(su[outside[0]])} is not in the round's seed pool "
+                                    f"(position {int(outside[0])})")
+            cells = rows.astype(np.int64) * self._params.g + y.astype(np.int64)
+            self._pool_counts += np.bincount(cells, minlength=self._pool_counts.size).reshape(
+                self._pool_counts.shape)
+        else:
+            self._seeds.append(s.astype(np.uint64))
+            self._buckets.append(y.astype(np.uint64))
         self._n += int(s.size)
 
     def merge(self, other: LocalHashingAggregator) -> None:
         self._check_mergeable(other)
+        if self._pool_counts is not None and other._pool_counts is not None:
+            self._pool_counts += other._pool_counts
+            self._n += other._n
+            return
         seeds, buckets = other.reports()
         if seeds.size:
             self._seeds.append(seeds)
@@ -710,9 +797,58 @@ class LocalHashingAggregator(FrequencyAggregator):
     def default_values(self) -> NDArray[np.int64]:
         return super().default_values() if self._candidates is None else self._candidates
 
+    def value_pairs(self) -> float:
+        """Estimate of sum_x n_x (n_x - 1), the ordered pairs of devices holding one value (pooled rounds).
+
+        From the counts alone: of the T pairs of reports with the same seed and the same bucket,
+        a pair holding one value agrees with probability a = p^2 + (g - 1) q_other^2 and any other
+        pair with probability 1/g (independent uniform buckets), so with P the pairs sharing a
+        seed, (T - P/g) / (a - 1/g) estimates the pairs sharing a seed and a value without bias;
+        times 2 S it estimates sum_x n_x (n_x - 1) (each such pair shares a seed with
+        probability 1/S). 0 without reports or without a pool.
+        """
+        if self._pool_counts is None or not self._n:
+            return 0.0
+        counts = self._pool_counts.astype(np.float64)
+        per_seed = counts.sum(axis=1)
+        same_bucket = float(np.sum(counts * (counts - 1.0))) / 2.0
+        same_seed = float(np.sum(per_seed * (per_seed - 1.0))) / 2.0
+        p, q_other, g = self._params.p, float(self._params.q_other_exact), self._params.g
+        agree = p * p + (g - 1) * q_other * q_other
+        pairs = (same_bucket - same_seed / g) / (agree - 1.0 / g)
+        return 2.0 * self._params.seed_pool_size * max(pairs, 0.0)
+
+    def estimate(self, confidence: float = 0.95, *, candidates: ArrayLike | None = None) -> FrequencyEstimate:
+        """As :meth:`FrequencyAggregator.estimate`; a pooled round's standard errors include the pool's
+        extra term, estimated from the counts (:meth:`value_pairs`)."""
+        if self._pool_counts is None:
+            return super().estimate(confidence, candidates=candidates)
+        confidence = _check_confidence(confidence)
+        values = self.default_values() if candidates is None else _check_values(candidates, self.params.domain_size)
+        return estimate_from_support(self.params, values, self.support(values), self.n, confidence,
+                                     value_pairs=self.value_pairs())
+
     def support(self, values: NDArray[np.int64]) -> NDArray[np.int64]:
+        if self._pool is not None and self._pool_counts is not None:
+            return pool_support_counts(self._pool, self._pool_counts, values.astype(np.uint64), self._params.g)
         seeds, buckets = self.reports()
         return support_counts(seeds, buckets, values.astype(np.uint64), self._params.g)
+
+
+@functools.lru_cache(maxsize=16)
+def _pool_rows(params: LocalHashingParams) -> NDArray[np.uint64]:
+    """The pool's distinct seeds, sorted (checked against :data:`MAX_POOL_CELLS` first).
+
+    Cached per parameters (read-only): ingestion rebuilds a round's accumulator from its blob for
+    every batch, and deriving the pool is O(S) in pure Python.
+    """
+    if params.seed_pool_size * params.g > MAX_POOL_CELLS:
+        raise InvalidParameterError(
+            f"seed_pool_size x g must be at most {MAX_POOL_CELLS} (the counts the collector keeps), "
+            f"got {params.seed_pool_size} x {params.g}")
+    rows = np.unique(np.array(params.pool_seeds, dtype=np.uint64))
+    rows.flags.writeable = False
+    return rows
 
 
 def make_aggregator(params: FrequencyOracleParams, candidates: ArrayLike | None = None) -> FrequencyAggregator:

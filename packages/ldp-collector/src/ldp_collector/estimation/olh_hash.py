@@ -23,6 +23,12 @@ Speed
     Blocks of about 64 Ki pairs stay in the CPU cache; the report range is split across threads
     (numpy releases the GIL inside ufuncs). About 3-5 ns per pair per core: 1e5 reports x 1024
     candidates take roughly 0.3-0.5 s on two cores.
+
+A public seed pool (fast local hashing, ``docs/protocol.md`` §14)
+    When a round's reports take their seeds from a pool of S seeds, the reports are first counted
+    per (seed, bucket) (S x g integers, :class:`~ldp_collector.estimation.frequency.LocalHashingAggregator`
+    keeps them), and :func:`pool_support_counts` needs one hash per (pool seed, candidate) pair:
+    support(v) = sum_s count[s][H(seed_s, v)], O(S x D) instead of O(n x D), with the same blocks.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.mechanisms.local_hashing import HASH_OFFSET, MIX_MULTIPLIER_1, MIX_MULTIPLIER_2, SEED_BITS
 
-__all__ = ["fmix64", "hash_values", "support_counts"]
+__all__ = ["fmix64", "hash_values", "pool_support_counts", "support_counts"]
 
 _SHIFT = np.uint64(33)
 _M1 = np.uint64(MIX_MULTIPLIER_1)
@@ -137,12 +143,35 @@ def hash_values(seeds: ArrayLike, values: ArrayLike, g: int) -> NDArray[np.uint6
     return np.remainder(k, g64).reshape(np.broadcast_shapes(s.shape, v.shape))
 
 
+def _block_shape(n: int, m: int) -> tuple[int, int]:
+    """(rows, cols) of a block of about ``_BLOCK_PAIRS`` (seed, candidate) pairs."""
+    cols = min(m, _BLOCK_PAIRS)
+    return max(1, _BLOCK_PAIRS // cols), cols
+
+
+def _mix_block(seeds: NDArray[np.uint64], words: NDArray[np.uint64], g: np.uint64,
+               kk: NDArray[np.uint64], tt: NDArray[np.uint64]) -> None:
+    """``kk`` = the full 64-bit hash of every (seed, candidate word) pair, ``tt`` = its ``// g * g``.
+
+    So that ``kk - tt`` is H(seed, v) = hash mod g and ``tt + y == kk`` tests H(seed, v) == y.
+    """
+    np.bitwise_xor(seeds[:, None], words[None, :], out=kk)
+    kk *= _M1
+    np.right_shift(kk, _SHIFT, out=tt)
+    kk ^= tt
+    kk *= _M2
+    np.right_shift(kk, _SHIFT, out=tt)
+    kk ^= tt
+    # h mod g == y  <=>  (h // g) * g + y == h   (exact; y < g): libdivide's multiply-shift
+    np.floor_divide(kk, g, out=tt)
+    tt *= g
+
+
 def _support_range(seeds: NDArray[np.uint64], buckets: NDArray[np.uint64], words: NDArray[np.uint64],
                    g: np.uint64, out: NDArray[np.int64]) -> None:
     """Add to ``out`` the support counts of reports ``seeds``/``buckets`` for candidate ``words``."""
     n, m = seeds.shape[0], words.shape[0]
-    cols = min(m, _BLOCK_PAIRS)
-    rows = max(1, _BLOCK_PAIRS // cols)
+    rows, cols = _block_shape(n, m)
     k = np.empty((rows, cols), dtype=np.uint64)
     tmp = np.empty((rows, cols), dtype=np.uint64)
     eq = np.empty((rows, cols), dtype=np.bool_)
@@ -152,19 +181,66 @@ def _support_range(seeds: NDArray[np.uint64], buckets: NDArray[np.uint64], words
         for r0 in range(0, n, rows):
             r1 = min(n, r0 + rows)
             kk, tt, ee = k[: r1 - r0, : c1 - c0], tmp[: r1 - r0, : c1 - c0], eq[: r1 - r0, : c1 - c0]
-            np.bitwise_xor(seeds[r0:r1, None], w[None, :], out=kk)
-            kk *= _M1
-            np.right_shift(kk, _SHIFT, out=tt)
-            kk ^= tt
-            kk *= _M2
-            np.right_shift(kk, _SHIFT, out=tt)
-            kk ^= tt
-            # h mod g == y  <=>  (h // g) * g + y == h   (exact; y < g)
-            np.floor_divide(kk, g, out=tt)
-            tt *= g
+            _mix_block(seeds[r0:r1], w, g, kk, tt)
             tt += buckets[r0:r1, None]
             np.equal(tt, kk, out=ee)
             out[c0:c1] += np.add.reduce(ee.view(np.uint8), axis=0, dtype=np.int32)
+
+
+def pool_support_counts(pool_seeds: ArrayLike, counts: ArrayLike, candidates: ArrayLike,
+                        g: int) -> NDArray[np.int64]:
+    """For each candidate v, sum_s counts[s, H(pool_seeds[s], v)]: the support from per-seed counts.
+
+    Parameters
+    ----------
+    pool_seeds : array_like of int, shape (S,)
+        The pool's seeds, in [0, 2^32).
+    counts : array_like of int, shape (S, g)
+        ``counts[s, y]``: reports with seed ``pool_seeds[s]`` and bucket y.
+    candidates : array_like of int, shape (m,)
+        Values to count, in [0, 2^64).
+    g : int
+        Number of buckets, in [1, 2^32).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (m,)
+        Equal to :func:`support_counts` over the reports ``counts`` describes.
+
+    Notes
+    -----
+    Cost: S x m hash evaluations and gathers, whatever the number of reports.
+    """
+    g64 = _check_g(g)
+    s = _as_uint64("pool_seeds", pool_seeds).ravel()
+    c = _as_uint64("candidates", candidates).ravel()
+    table = np.asarray(counts)
+    if table.dtype.kind not in "iu":
+        raise TypeError(f"counts must be an array of integers, got dtype {table.dtype}")
+    if table.shape != (s.size, int(g64)):
+        raise ValueError(f"counts must have shape ({s.size}, {int(g64)}), got {table.shape}")
+    if s.size and int(s.max()) >= 2**SEED_BITS:
+        raise ValueError(f"pool_seeds must be in [0, 2^{SEED_BITS}), got {int(s.max())}")
+    out = np.zeros(c.shape[0], dtype=np.int64)
+    if not s.size or not c.size:
+        return out
+    flat = np.ascontiguousarray(table, dtype=np.int64).ravel()
+    words = _candidate_words(c)
+    rows, cols = _block_shape(s.size, c.size)
+    k = np.empty((rows, cols), dtype=np.uint64)
+    tmp = np.empty((rows, cols), dtype=np.uint64)
+    # Row offsets s * g of the flattened table, as uint64 so the index stays in one dtype.
+    offsets = np.arange(s.size, dtype=np.uint64) * g64
+    for c0 in range(0, c.size, cols):
+        c1 = min(c.size, c0 + cols)
+        for r0 in range(0, s.size, rows):
+            r1 = min(s.size, r0 + rows)
+            kk, tt = k[: r1 - r0, : c1 - c0], tmp[: r1 - r0, : c1 - c0]
+            _mix_block(s[r0:r1], words[c0:c1], g64, kk, tt)
+            kk -= tt                                  # H(seed, v) in [0, g)
+            kk += offsets[r0:r1, None]                # its cell of the flattened table
+            out[c0:c1] += np.take(flat, kk.view(np.int64)).sum(axis=0)
+    return out
 
 
 def support_counts(seeds: ArrayLike, buckets: ArrayLike, candidates: ArrayLike, g: int, *,

@@ -16,7 +16,9 @@ from typing import Any
 
 from ldp_client.budget import MAX_MECHANISM_EPSILON
 from ldp_client.encoders.base import NumericDomain
+from ldp_client.encoders.projection import splitmix64, stream_key
 from ldp_client.errors import InvalidParameterError
+from ldp_client.mechanisms.local_hashing import PURPOSE_SEED_POOL
 from ldp_client.mechanisms.oracle_choice import FREQUENCY_ORACLES, oracle_name
 from ldp_client.spec import RoundSpec
 
@@ -33,6 +35,7 @@ __all__ = [
     "campaign_seed",
     "check_allowed_oracles",
     "check_report_epsilon",
+    "seed_pool_key",
     "numeric_domain",
 ]
 
@@ -104,6 +107,15 @@ def campaign_seed(config: CampaignConfig, salt: str = "") -> int:
     """
     key = config.campaign_id if config.seed is None else f"seed:{config.seed}"
     return int.from_bytes(hashlib.sha256(f"{salt}{key}".encode()).digest()[:8], "little")
+
+
+def seed_pool_key(config: CampaignConfig, round: int) -> int:
+    """The public ``seed_pool_key`` of a round's local-hashing seed pool (``docs/protocol.md`` §14.2).
+
+    Word ``round`` of the §12 SplitMix64 stream of the campaign seed with the pool's purpose tag:
+    fixed before the round's reports exist, different in every round and campaign.
+    """
+    return splitmix64(stream_key(campaign_seed(config), PURPOSE_SEED_POOL), round)
 
 
 def check_report_epsilon(epsilon: float, who: str) -> None:

@@ -26,6 +26,14 @@ Device encoding of a prefix
     travel as floats through that encoder, so ``value_bits`` is at most 53 (every integer below
     2^53 is exact).
 
+A public seed pool
+    With ``seed_pool_size`` S > 0 the local-hashing levels take their seeds from one public pool of
+    S seeds (``docs/protocol.md`` §14; the key is the round's,
+    :func:`~ldp_collector.kinds.common.seed_pool_key`): their accumulators keep S x g counts at
+    ingestion and each level's candidate supports cost S x candidates hashes instead of
+    n_l x candidates. Choose S with :func:`ldp_client.mechanisms.local_hashing.seed_pool_size_for`
+    for a level's group size and the concentration of its prefixes.
+
 SPLIT budget policy
     Not supported: with all levels in one round there is nothing to split, and a multi-round
     variant would need the candidate-restricted encoder above.
@@ -44,10 +52,13 @@ from numpy.typing import NDArray
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.grid import GridTreeEncoder
 from ldp_client.errors import InvalidParameterError
+from ldp_client.mechanisms import LocalHashingParams, MechanismParams
+from ldp_client.mechanisms.local_hashing import MAX_SEED_POOL
 from ldp_client.spec import MAX_GROUPS, Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, make_accumulate_fn
+from ..estimation.frequency import MAX_POOL_CELLS
 from ..estimation.heavy_hitters import (
     MAX_BITS_PER_LEVEL,
     MAX_CANDIDATES,
@@ -70,7 +81,7 @@ from .base import (
     RoundPlan,
     RoundReports,
 )
-from .common import DEFAULT_CONFIDENCE, allowed_oracles, check_report_epsilon
+from .common import DEFAULT_CONFIDENCE, allowed_oracles, check_report_epsilon, seed_pool_key
 from .histogram import aggregator_for, round_aggregators
 
 __all__ = [
@@ -122,12 +133,15 @@ class HeavyHitterParams(KindParams):
         Family-wise false-positive rate of the thresholds, in (0, 1) (0 = 0.05).
     max_candidates : int
         Largest number of prefixes kept per level (0 = 64).
+    seed_pool_size : int
+        The local-hashing levels' public seed pool (``docs/protocol.md`` §14; 0 = per-report seeds).
     """
 
     value_bits: int = 0
     bits_per_level: int = 0
     false_positive_rate: float = 0.0
     max_candidates: int = 0
+    seed_pool_size: int = 0
 
     def resolve(self, config: CampaignConfig) -> HeavyHitterParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
@@ -166,6 +180,9 @@ class HeavyHitterParams(KindParams):
         if not 1 <= max_candidates <= MAX_CANDIDATES:
             raise InvalidArgumentError(
                 f"heavy_hitters.max_candidates must be in [1, {MAX_CANDIDATES}], got {max_candidates}")
+        if self.seed_pool_size > MAX_SEED_POOL:
+            raise InvalidArgumentError(
+                f"heavy_hitters.seed_pool_size must be at most {MAX_SEED_POOL}, got {self.seed_pool_size}")
         return replace(self, value_bits=value_bits, bits_per_level=bits_per_level,
                        false_positive_rate=false_positive_rate, max_candidates=max_candidates)
 
@@ -206,10 +223,21 @@ class HeavyHitterEngine(CampaignEngine):
         try:
             self.components = tuple(
                 Component(encoder=GridTreeEncoder(domain=domain, level=self.tree.prefix_bits(level)),
-                          mechanism=level_params(self.tree, level))
+                          mechanism=self._pooled(level_params(self.tree, level)))
                 for level in range(1, self.tree.levels + 1))
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"heavy_hitters: {exc}") from None
+
+    def _pooled(self, mechanism: MechanismParams) -> MechanismParams:
+        """A local-hashing level's mechanism with the campaign's seed pool (round 1's key)."""
+        pool = self.params.seed_pool_size
+        if not pool or not isinstance(mechanism, LocalHashingParams):
+            return mechanism
+        if pool * mechanism.g > MAX_POOL_CELLS:
+            raise InvalidArgumentError(
+                f"heavy_hitters seed pool: seed_pool_size x g must be at most {MAX_POOL_CELLS}, "
+                f"got {pool} x {mechanism.g}")
+        return replace(mechanism, seed_pool_size=pool, seed_pool_key=seed_pool_key(self.config, 1))
 
     def first_round(self) -> RoundPlan:
         """Round 1: group l - 1 reports its level-l prefix, for every level l, all at once."""
@@ -293,6 +321,8 @@ CLI = KindCli(
         CliParam(flag="--false-positive-rate", field="false_positive_rate", type="positive_float",
                  help="family-wise rate"),
         CliParam(flag="--max-candidates", field="max_candidates", type="uint32", help="prefixes kept per level"),
+        CliParam(flag="--seed-pool", field="seed_pool_size", type="uint32", metavar="S",
+                 help="local-hashing levels from a public pool of S seeds (docs/protocol.md §14; 0: per-report seeds)"),
     ),
     default_cells=_simulation_cells, report=_simulation_report)
 

@@ -16,7 +16,11 @@ yields one unbiased count per domain value with its analytic standard error and 
 n: ``HistogramParameters.consistency``), and finishes the campaign.
 
 Cost: GRR and unary encoding are estimated from the per-round count accumulator maintained at
-ingestion (O(D) at close); local hashing needs the raw reports (O(n D) hashes at close).
+ingestion (O(D) at close); local hashing needs the raw reports (O(n D) hashes at close), unless
+its seeds come from a public pool (``HistogramParameters.seed_pool_size``, or the default size from
+``seed_pool_concentration``; ``docs/protocol.md`` §14): then the accumulator keeps the S x g counts
+per (pool seed, bucket) and the supports cost O(S D) at close. Each round has its own pool key
+(:func:`~ldp_collector.kinds.common.seed_pool_key`).
 
 Hamming weights of unary-encoding rounds
 ----------------------------------------
@@ -71,6 +75,7 @@ from ldp_client.mechanisms import (
     oue,
     sue,
 )
+from ldp_client.mechanisms.local_hashing import MAX_SEED_POOL, seed_pool_size_for
 from ldp_client.mechanisms.oracle_choice import FREQUENCY_ORACLES, frequency_oracle_candidates
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
@@ -81,9 +86,16 @@ from ..estimation.accumulators import (
     accumulator_key,
     aggregate_reports,
     component_params_from_spec,
+    keeps_counts,
     make_accumulate_fn,
 )
-from ..estimation.frequency import MAX_DENSE_DOMAIN, FrequencyAggregator, FrequencyEstimate, make_aggregator
+from ..estimation.frequency import (
+    MAX_DENSE_DOMAIN,
+    MAX_POOL_CELLS,
+    FrequencyAggregator,
+    FrequencyEstimate,
+    make_aggregator,
+)
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Estimate, Estimates, Result
 from ..storage.base import AccumulateFn
 from .base import (
@@ -98,7 +110,7 @@ from .base import (
     RoundPlan,
     RoundReports,
 )
-from .common import DEFAULT_CONFIDENCE, ProtoEnum, allowed_oracles, check_report_epsilon
+from .common import DEFAULT_CONFIDENCE, ProtoEnum, allowed_oracles, check_report_epsilon, seed_pool_key
 
 __all__ = [
     "KIND",
@@ -240,7 +252,7 @@ def round_aggregators(spec: RoundSpec, reports: RoundReports) -> dict[str, Frequ
     are read once (local hashing always needs them).
     """
     params_by_group = component_params_from_spec(spec)
-    counting = all(isinstance(p, (GRRParams, UnaryEncodingParams)) for ps in params_by_group.values() for p in ps)
+    counting = all(keeps_counts(p) for ps in params_by_group.values() for p in ps)
     if counting:
         blobs = reports.accumulators()
         cached: dict[str, FrequencyAggregator] = {}
@@ -295,6 +307,13 @@ class HistogramParams(KindParams):
         Successive rounds estimated on their own (0 or 1 = one window; at most 64).
     anomaly_alpha : float
         Family-wise false-flag rate of a window's anomaly flags, in (0, 1) (0 = 0.01).
+    seed_pool_size : int
+        Local hashing from a public pool of this many seeds (``docs/protocol.md`` §14; 0 = off
+        unless ``seed_pool_concentration``); resolved to the size used.
+    seed_pool_concentration : float
+        With ``seed_pool_size`` 0, a bound in (0, 1] on sum_x (n_x / n)^2 turns the pool on with the
+        default size (:func:`~ldp_client.mechanisms.local_hashing.seed_pool_size_for`, 10 % extra
+        variance, n = ``close_after_reports``); 0 = off.
     """
 
     oracle: FrequencyOracle = FrequencyOracle.FREQUENCY_ORACLE_UNSPECIFIED
@@ -303,6 +322,8 @@ class HistogramParams(KindParams):
     consistency: bool = False
     windows: int = 0
     anomaly_alpha: float = 0.0
+    seed_pool_size: int = 0
+    seed_pool_concentration: float = 0.0
 
     def resolve(self, config: CampaignConfig) -> HistogramParams:
         """The parameters with the chosen oracle and grid recorded (see :meth:`KindParams.resolve`).
@@ -333,13 +354,48 @@ class HistogramParams(KindParams):
         if self.windows > 1 and size > MAX_WINDOWED_DOMAIN:
             raise InvalidArgumentError(
                 f"a histogram with windows > 1 needs at most {MAX_WINDOWED_DOMAIN} values or cells, got {size}")
-        mechanism = self.mechanism(config, size)
+        resolved = replace(self, cells_per_dimension=cells, seed_pool_size=self._pool_size(config, size))
+        mechanism = resolved.mechanism(config, size)
         try:
             Component(encoder=encoder, mechanism=mechanism)
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"histogram: {exc}") from None
-        # The oracle actually chosen, so that the stored configuration names it (and gives it back).
-        return replace(self, cells_per_dimension=cells, oracle=_ORACLE_OF_MECHANISM[_mechanism_name(mechanism)])
+        # The oracle and pool actually chosen, so that the stored configuration names them (and gives them back).
+        return replace(resolved, oracle=_ORACLE_OF_MECHANISM[_mechanism_name(mechanism)])
+
+    def _pool_size(self, config: CampaignConfig, size: int) -> int:
+        """The seed pool's size S (0: none): given, or the default rule from the concentration bound."""
+        kappa = self.seed_pool_concentration
+        if not (kappa == 0.0 or 0.0 < kappa <= 1.0):  # NaN fails both
+            raise InvalidArgumentError(f"histogram.seed_pool_concentration must be in (0, 1] (0 = off), got {kappa!r}")
+        pool = self.seed_pool_size
+        if not pool and not kappa:
+            return 0
+        if self.oracle not in (FrequencyOracle.FREQUENCY_ORACLE_UNSPECIFIED, FrequencyOracle.OLH):
+            raise InvalidArgumentError(
+                f"a histogram seed pool needs local hashing (oracle OLH or unspecified), got {FrequencyOracle(self.oracle).name}")
+        if pool > MAX_SEED_POOL:
+            raise InvalidArgumentError(f"histogram.seed_pool_size must be at most {MAX_SEED_POOL}, got {pool}")
+        plain = self._olh(config, size)
+        if not pool:
+            if not config.close_after_reports:
+                raise InvalidArgumentError(
+                    "histogram.seed_pool_concentration sizes the pool for close_after_reports reports: set it, "
+                    "or give seed_pool_size")
+            pool = seed_pool_size_for(plain, float(config.close_after_reports), kappa)
+        if pool * plain.g > MAX_POOL_CELLS:
+            raise InvalidArgumentError(
+                f"histogram seed pool: seed_pool_size x g must be at most {MAX_POOL_CELLS}, got {pool} x {plain.g}")
+        return pool
+
+    def _olh(self, config: CampaignConfig, size: int) -> LocalHashingParams:
+        """Local hashing over ``size`` values at one window's epsilon (the oracle a pool needs)."""
+        params = frequency_oracle(FrequencyOracle.OLH, size, self._window_epsilon(config), self.max_payload_bits)
+        assert isinstance(params, LocalHashingParams)
+        return params
+
+    def _window_epsilon(self, config: CampaignConfig) -> float:
+        return equal_share(config.epsilon, self.window_count) if self.split(config) else config.epsilon
 
     def _grid_cells(self, config: CampaignConfig) -> tuple[int, ...]:
         """The grid's cells per dimension, one entry per dimension (``()`` for a categorical domain)."""
@@ -373,10 +429,12 @@ class HistogramParams(KindParams):
         return self.window_count > 1 and config.budget_policy == BudgetPolicy.SPLIT
 
     def mechanism(self, config: CampaignConfig, size: int) -> MechanismParams:
-        """The oracle of one window over ``size`` values (:func:`frequency_oracle`)."""
-        epsilon = config.epsilon
-        return frequency_oracle(self.oracle, size, equal_share(epsilon, self.window_count) if self.split(config)
-                                else epsilon, self.max_payload_bits, allowed_oracles(config))
+        """The oracle of one window over ``size`` values (:func:`frequency_oracle`); local hashing from a
+        seed pool (key 0: each round sets its own, :meth:`HistogramEngine._spec`) when ``seed_pool_size``."""
+        if self.seed_pool_size:
+            return replace(self._olh(config, size), seed_pool_size=self.seed_pool_size)
+        return frequency_oracle(self.oracle, size, self._window_epsilon(config), self.max_payload_bits,
+                                allowed_oracles(config))
 
 
 def histogram_encoder(config: CampaignConfig, cells: Sequence[int]) -> Encoder:
@@ -414,9 +472,14 @@ class HistogramEngine(CampaignEngine):
         self.component = Component(encoder=encoder, mechanism=params.mechanism(config, encoder.output_size))
 
     def _spec(self, round: int) -> RoundSpec:
+        component = self.component
+        if isinstance(component.mechanism, LocalHashingParams) and component.mechanism.seed_pool_size:
+            # A fresh public pool per round (docs/protocol.md §14.2).
+            component = replace(component, mechanism=replace(
+                component.mechanism, seed_pool_key=seed_pool_key(self.config, round)))
         return RoundSpec(
             campaign_id=self.campaign_id, round=round, group_weights=(1,),
-            tasks=(GroupTask(groups=(0,), components=(self.component,)),),
+            tasks=(GroupTask(groups=(0,), components=(component,)),),
             campaign_epsilon=self.config.epsilon, max_reports_per_device=self._reports_per_device, kind="histogram")
 
     def first_round(self) -> RoundPlan:
@@ -557,6 +620,14 @@ CLI = KindCli(
                  help="successive rounds compared for anomaly flags (default 1)"),
         CliParam(flag="--anomaly-alpha", field="anomaly_alpha", type="positive_float",
                  help=f"family-wise false-flag rate of the anomaly flags, in (0, 1) (default {DEFAULT_ANOMALY_ALPHA:g})"),
+        CliParam(flag="--seed-pool", field="seed_pool_size", type="uint32", metavar="S",
+                 help="local hashing from a public pool of S seeds: support counts cost S x D hashes instead "
+                      "of n x D (docs/protocol.md §14; default 0: per-report seeds)"),
+        CliParam(flag="--seed-pool-concentration", field="seed_pool_concentration", type="positive_float",
+                 metavar="KAPPA",
+                 help="turn the seed pool on with the default size: the smallest S whose extra variance is at "
+                      "most 10%% of the per-report variance, for a bound KAPPA in (0, 1] on sum_x (n_x/n)^2 "
+                      "and n = --close-after"),
     ),
     default_cells=_simulation_cells, report=_simulation_report, plotted=True)
 

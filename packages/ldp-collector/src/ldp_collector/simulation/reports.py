@@ -202,7 +202,8 @@ def draw_bucketized_vector(params: BucketizedVectorParams, buckets: NDArray[np.u
 
 def draw_local_hashing(params: LocalHashingParams, values: NDArray[np.int64],
                        rng: np.random.Generator) -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
-    """Local-hashing reports of ``values``: a uniform 32-bit seed, the SDK's hash, then GRR over g buckets.
+    """Local-hashing reports of ``values``: a uniform 32-bit seed (with a seed pool: a uniform
+    pool seed, ``docs/protocol.md`` §14), the SDK's hash, then GRR over g buckets.
 
     Returns
     -------
@@ -212,7 +213,11 @@ def draw_local_hashing(params: LocalHashingParams, values: NDArray[np.int64],
     """
     g = params.g
     n = values.size
-    seeds = rng.integers(0, 2**SEED_BITS, size=n, dtype=np.uint64)
+    if params.seed_pool_size:
+        pool = np.array(params.pool_seeds, dtype=np.uint64)
+        seeds = pool[rng.integers(0, pool.size, size=n)]
+    else:
+        seeds = rng.integers(0, 2**SEED_BITS, size=n, dtype=np.uint64)
     true_bucket = hash_values(seeds, values.astype(np.uint64), g).astype(np.int64)
     other = rng.integers(0, g - 1, size=n, dtype=np.int64)
     other += other >= true_bucket

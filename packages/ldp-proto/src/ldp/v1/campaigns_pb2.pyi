@@ -154,6 +154,8 @@ class HistogramParameters(_message.Message):
     CONSISTENCY_FIELD_NUMBER: _builtins.int
     WINDOWS_FIELD_NUMBER: _builtins.int
     ANOMALY_ALPHA_FIELD_NUMBER: _builtins.int
+    SEED_POOL_SIZE_FIELD_NUMBER: _builtins.int
+    SEED_POOL_CONCENTRATION_FIELD_NUMBER: _builtins.int
     oracle: Global___FrequencyOracle.ValueType
     max_payload_bits: _builtins.int
     """Bits available per report for the oracle choice (0 = unlimited)."""
@@ -165,6 +167,17 @@ class HistogramParameters(_message.Message):
     """
     anomaly_alpha: _builtins.float
     """Family-wise false-flag rate of a window's anomaly flags, in (0, 1) (0 = 0.01)."""
+    seed_pool_size: _builtins.int
+    """Local hashing from a public pool of this many seeds (fast server-side support counts);
+    0 = per-report seeds, unless seed_pool_concentration asks for the default size.
+    See docs/protocol.md §14.
+    """
+    seed_pool_concentration: _builtins.float
+    """Turns the pool on with the default size when seed_pool_size is 0: a bound in (0, 1] on the
+    population's concentration sum_x (n_x / n)^2, with close_after_reports as n, gives the
+    smallest pool whose extra variance is at most 10 % of the per-report variance
+    (docs/protocol.md §14.6). 0 = off.
+    """
     @_builtins.property
     def cells_per_dimension(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Numeric domains: equal cells per dimension of the histogram grid."""
@@ -178,10 +191,12 @@ class HistogramParameters(_message.Message):
         consistency: _builtins.bool = ...,
         windows: _builtins.int = ...,
         anomaly_alpha: _builtins.float = ...,
+        seed_pool_size: _builtins.int = ...,
+        seed_pool_concentration: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["anomaly_alpha", b"anomaly_alpha", "cells_per_dimension", b"cells_per_dimension", "consistency", b"consistency", "max_payload_bits", b"max_payload_bits", "oracle", b"oracle", "windows", b"windows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anomaly_alpha", b"anomaly_alpha", "cells_per_dimension", b"cells_per_dimension", "consistency", b"consistency", "max_payload_bits", b"max_payload_bits", "oracle", b"oracle", "seed_pool_concentration", b"seed_pool_concentration", "seed_pool_size", b"seed_pool_size", "windows", b"windows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -195,6 +210,7 @@ class HeavyHitterParameters(_message.Message):
     BITS_PER_LEVEL_FIELD_NUMBER: _builtins.int
     FALSE_POSITIVE_RATE_FIELD_NUMBER: _builtins.int
     MAX_CANDIDATES_FIELD_NUMBER: _builtins.int
+    SEED_POOL_SIZE_FIELD_NUMBER: _builtins.int
     value_bits: _builtins.int
     """Values are integers in [0, 2^value_bits)."""
     bits_per_level: _builtins.int
@@ -203,6 +219,10 @@ class HeavyHitterParameters(_message.Message):
     """Family-wise false-positive rate of the thresholds (corrected for the candidates tested)."""
     max_candidates: _builtins.int
     """Largest number of prefixes kept per level."""
+    seed_pool_size: _builtins.int
+    """The local-hashing levels draw their seeds from a public pool of this many seeds (fast
+    server-side support counts); 0 = per-report seeds. See docs/protocol.md §14.
+    """
     def __init__(
         self,
         *,
@@ -210,10 +230,11 @@ class HeavyHitterParameters(_message.Message):
         bits_per_level: _builtins.int = ...,
         false_positive_rate: _builtins.float = ...,
         max_candidates: _builtins.int = ...,
+        seed_pool_size: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "false_positive_rate", b"false_positive_rate", "max_candidates", b"max_candidates", "value_bits", b"value_bits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "false_positive_rate", b"false_positive_rate", "max_candidates", b"max_candidates", "seed_pool_size", b"seed_pool_size", "value_bits", b"value_bits"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

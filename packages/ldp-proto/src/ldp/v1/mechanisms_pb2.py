@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17ldp/v1/mechanisms.proto\x12\x06ldp.v1\"E\n\x1dGeneralizedRandomizedResponse\x12\x13\n\x0b\x64omain_size\x18\x01 \x01(\x04\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\"\xa7\x01\n\rUnaryEncoding\x12\x13\n\x0b\x64omain_size\x18\x01 \x01(\x04\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12.\n\x07variant\x18\x03 \x01(\x0e\x32\x1d.ldp.v1.UnaryEncoding.Variant\"@\n\x07Variant\x12\x17\n\x13VARIANT_UNSPECIFIED\x10\x00\x12\r\n\tSYMMETRIC\x10\x01\x12\r\n\tOPTIMIZED\x10\x02\"H\n\x0cLocalHashing\x12\x13\n\x0b\x64omain_size\x18\x01 \x01(\x04\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\x12\n\nhash_range\x18\x03 \x01(\r\"Q\n\x19\x42itwiseRandomizedResponse\x12\x0e\n\x06length\x18\x01 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\x13\n\x0bsensitivity\x18\x03 \x01(\r\"H\n\x0f\x44iscreteLaplace\x12\x11\n\tdimension\x18\x01 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\x11\n\tgrid_bits\x18\x03 \x01(\r\"2\n\x0cVectorL2Ball\x12\x11\n\tdimension\x18\x01 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\"4\n\x0eVectorPrivUnit\x12\x11\n\tdimension\x18\x01 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\"/\n\tVectorBox\x12\x11\n\tdimension\x18\x01 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\"\xbe\x01\n\x10\x42ucketizedVector\x12\x13\n\x0b\x62ucket_bits\x18\x01 \x01(\r\x12\x11\n\tdimension\x18\x02 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12-\n\x05shape\x18\x04 \x01(\x0e\x32\x1e.ldp.v1.BucketizedVector.Shape\"B\n\x05Shape\x12\x15\n\x11SHAPE_UNSPECIFIED\x10\x00\x12\x0b\n\x07L2_BALL\x10\x01\x12\x07\n\x03\x42OX\x10\x02\x12\x0c\n\x08PRIVUNIT\x10\x03\"\xe3\x03\n\rMechanismSpec\x12\x34\n\x03grr\x18\x01 \x01(\x0b\x32%.ldp.v1.GeneralizedRandomizedResponseH\x00\x12/\n\x0eunary_encoding\x18\x02 \x01(\x0b\x32\x15.ldp.v1.UnaryEncodingH\x00\x12-\n\rlocal_hashing\x18\x03 \x01(\x0b\x32\x14.ldp.v1.LocalHashingH\x00\x12\x37\n\nbitwise_rr\x18\x04 \x01(\x0b\x32!.ldp.v1.BitwiseRandomizedResponseH\x00\x12\x33\n\x10\x64iscrete_laplace\x18\x05 \x01(\x0b\x32\x17.ldp.v1.DiscreteLaplaceH\x00\x12.\n\x0evector_l2_ball\x18\x06 \x01(\x0b\x32\x14.ldp.v1.VectorL2BallH\x00\x12\'\n\nvector_box\x18\x07 \x01(\x0b\x32\x11.ldp.v1.VectorBoxH\x00\x12\x35\n\x11\x62ucketized_vector\x18\x08 \x01(\x0b\x32\x18.ldp.v1.BucketizedVectorH\x00\x12\x31\n\x0fvector_privunit\x18\t \x01(\x0b\x32\x16.ldp.v1.VectorPrivUnitH\x00\x42\x0b\n\tmechanismb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17ldp/v1/mechanisms.proto\x12\x06ldp.v1\"E\n\x1dGeneralizedRandomizedResponse\x12\x13\n\x0b\x64omain_size\x18\x01 \x01(\x04\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\"\xa7\x01\n\rUnaryEncoding\x12\x13\n\x0b\x64omain_size\x18\x01 \x01(\x04\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12.\n\x07variant\x18\x03 \x01(\x0e\x32\x1d.ldp.v1.UnaryEncoding.Variant\"@\n\x07Variant\x12\x17\n\x13VARIANT_UNSPECIFIED\x10\x00\x12\r\n\tSYMMETRIC\x10\x01\x12\r\n\tOPTIMIZED\x10\x02\"w\n\x0cLocalHashing\x12\x13\n\x0b\x64omain_size\x18\x01 \x01(\x04\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\x12\n\nhash_range\x18\x03 \x01(\r\x12\x16\n\x0eseed_pool_size\x18\x04 \x01(\r\x12\x15\n\rseed_pool_key\x18\x05 \x01(\x04\"Q\n\x19\x42itwiseRandomizedResponse\x12\x0e\n\x06length\x18\x01 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\x13\n\x0bsensitivity\x18\x03 \x01(\r\"H\n\x0f\x44iscreteLaplace\x12\x11\n\tdimension\x18\x01 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\x11\n\tgrid_bits\x18\x03 \x01(\r\"2\n\x0cVectorL2Ball\x12\x11\n\tdimension\x18\x01 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\"4\n\x0eVectorPrivUnit\x12\x11\n\tdimension\x18\x01 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\"/\n\tVectorBox\x12\x11\n\tdimension\x18\x01 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\"\xbe\x01\n\x10\x42ucketizedVector\x12\x13\n\x0b\x62ucket_bits\x18\x01 \x01(\r\x12\x11\n\tdimension\x18\x02 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12-\n\x05shape\x18\x04 \x01(\x0e\x32\x1e.ldp.v1.BucketizedVector.Shape\"B\n\x05Shape\x12\x15\n\x11SHAPE_UNSPECIFIED\x10\x00\x12\x0b\n\x07L2_BALL\x10\x01\x12\x07\n\x03\x42OX\x10\x02\x12\x0c\n\x08PRIVUNIT\x10\x03\"\xe3\x03\n\rMechanismSpec\x12\x34\n\x03grr\x18\x01 \x01(\x0b\x32%.ldp.v1.GeneralizedRandomizedResponseH\x00\x12/\n\x0eunary_encoding\x18\x02 \x01(\x0b\x32\x15.ldp.v1.UnaryEncodingH\x00\x12-\n\rlocal_hashing\x18\x03 \x01(\x0b\x32\x14.ldp.v1.LocalHashingH\x00\x12\x37\n\nbitwise_rr\x18\x04 \x01(\x0b\x32!.ldp.v1.BitwiseRandomizedResponseH\x00\x12\x33\n\x10\x64iscrete_laplace\x18\x05 \x01(\x0b\x32\x17.ldp.v1.DiscreteLaplaceH\x00\x12.\n\x0evector_l2_ball\x18\x06 \x01(\x0b\x32\x14.ldp.v1.VectorL2BallH\x00\x12\'\n\nvector_box\x18\x07 \x01(\x0b\x32\x11.ldp.v1.VectorBoxH\x00\x12\x35\n\x11\x62ucketized_vector\x18\x08 \x01(\x0b\x32\x18.ldp.v1.BucketizedVectorH\x00\x12\x31\n\x0fvector_privunit\x18\t \x01(\x0b\x32\x16.ldp.v1.VectorPrivUnitH\x00\x42\x0b\n\tmechanismb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,21 +38,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_UNARYENCODING_VARIANT']._serialized_start=210
   _globals['_UNARYENCODING_VARIANT']._serialized_end=274
   _globals['_LOCALHASHING']._serialized_start=276
-  _globals['_LOCALHASHING']._serialized_end=348
-  _globals['_BITWISERANDOMIZEDRESPONSE']._serialized_start=350
-  _globals['_BITWISERANDOMIZEDRESPONSE']._serialized_end=431
-  _globals['_DISCRETELAPLACE']._serialized_start=433
-  _globals['_DISCRETELAPLACE']._serialized_end=505
-  _globals['_VECTORL2BALL']._serialized_start=507
-  _globals['_VECTORL2BALL']._serialized_end=557
-  _globals['_VECTORPRIVUNIT']._serialized_start=559
-  _globals['_VECTORPRIVUNIT']._serialized_end=611
-  _globals['_VECTORBOX']._serialized_start=613
-  _globals['_VECTORBOX']._serialized_end=660
-  _globals['_BUCKETIZEDVECTOR']._serialized_start=663
-  _globals['_BUCKETIZEDVECTOR']._serialized_end=853
-  _globals['_BUCKETIZEDVECTOR_SHAPE']._serialized_start=787
-  _globals['_BUCKETIZEDVECTOR_SHAPE']._serialized_end=853
-  _globals['_MECHANISMSPEC']._serialized_start=856
-  _globals['_MECHANISMSPEC']._serialized_end=1339
+  _globals['_LOCALHASHING']._serialized_end=395
+  _globals['_BITWISERANDOMIZEDRESPONSE']._serialized_start=397
+  _globals['_BITWISERANDOMIZEDRESPONSE']._serialized_end=478
+  _globals['_DISCRETELAPLACE']._serialized_start=480
+  _globals['_DISCRETELAPLACE']._serialized_end=552
+  _globals['_VECTORL2BALL']._serialized_start=554
+  _globals['_VECTORL2BALL']._serialized_end=604
+  _globals['_VECTORPRIVUNIT']._serialized_start=606
+  _globals['_VECTORPRIVUNIT']._serialized_end=658
+  _globals['_VECTORBOX']._serialized_start=660
+  _globals['_VECTORBOX']._serialized_end=707
+  _globals['_BUCKETIZEDVECTOR']._serialized_start=710
+  _globals['_BUCKETIZEDVECTOR']._serialized_end=900
+  _globals['_BUCKETIZEDVECTOR_SHAPE']._serialized_start=834
+  _globals['_BUCKETIZEDVECTOR_SHAPE']._serialized_end=900
+  _globals['_MECHANISMSPEC']._serialized_start=903
+  _globals['_MECHANISMSPEC']._serialized_end=1386
 # @@protoc_insertion_point(module_scope)

@@ -107,11 +107,22 @@ class LocalHashing(_message.Message):
     DOMAIN_SIZE_FIELD_NUMBER: _builtins.int
     EPSILON_FIELD_NUMBER: _builtins.int
     HASH_RANGE_FIELD_NUMBER: _builtins.int
+    SEED_POOL_SIZE_FIELD_NUMBER: _builtins.int
+    SEED_POOL_KEY_FIELD_NUMBER: _builtins.int
     domain_size: _builtins.int
     epsilon: _builtins.float
     hash_range: _builtins.int
     """Number of hash buckets g; 0 means the variance-optimal floor(r + 1/2) + 1 with r the exact
     stand-in for e^eps (docs/protocol.md §7.4).
+    """
+    seed_pool_size: _builtins.int
+    """Size S of the round's public seed pool, 0 ... 2^24: 0 (the default) draws a fresh 32-bit
+    seed per report; S > 0 takes the seed from the pool (fast local hashing: the collector
+    counts reports per (seed, bucket)). See docs/protocol.md §14.
+    """
+    seed_pool_key: _builtins.int
+    """Public key from which the pool's seeds are derived (SplitMix64); 0 when seed_pool_size is 0.
+    See docs/protocol.md §14.
     """
     def __init__(
         self,
@@ -119,10 +130,12 @@ class LocalHashing(_message.Message):
         domain_size: _builtins.int = ...,
         epsilon: _builtins.float = ...,
         hash_range: _builtins.int = ...,
+        seed_pool_size: _builtins.int = ...,
+        seed_pool_key: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain_size", b"domain_size", "epsilon", b"epsilon", "hash_range", b"hash_range"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain_size", b"domain_size", "epsilon", b"epsilon", "hash_range", b"hash_range", "seed_pool_key", b"seed_pool_key", "seed_pool_size", b"seed_pool_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
