@@ -60,6 +60,9 @@ def _cases() -> list[tuple[str, list[list[Component]]]]:
         ("categorical-oue-and-olh-in-two-tasks", [_one(CategoricalEncoder(domain_size=16), oue(16, 1.0)),
                                                   _one(CategoricalEncoder(domain_size=16),
                                                        LocalHashingParams(domain_size=16, epsilon=1.0))]),
+        ("categorical-olh-seed-pool", [_one(CategoricalEncoder(domain_size=16),
+                                            LocalHashingParams(domain_size=16, epsilon=1.0, seed_pool_size=8,
+                                                               seed_pool_key=5))]),
         ("uniform-grid", [_one(UniformGridEncoder(domain=_BOX, cells_per_dimension=(4, 4)), grr16)]),
         ("grid-tree", [_one(GridTreeEncoder(domain=_BOX, level=2), grr16)]),
         ("cell-list", [_one(CellListEncoder(domain=_BOX, cells=tuple(TreeCell(level=1, morton_index=i)

@@ -113,7 +113,7 @@ def test_union_over_every_task_sorted_once() -> None:
 
 def test_the_sdk_states_every_encoder_and_mechanism_it_runs() -> None:
     expected = ({f"encoder.{k}" for k in ENCODERS.kinds()} | {f"mechanism.{k}" for k in MECHANISMS.kinds()}
-                | {"encoder.random_projection"})
+                | {"encoder.random_projection", "mechanism.local_hashing.seed_pool"})
     assert SDK_CAPABILITIES == expected
     assert supported_capabilities() == SDK_CAPABILITIES
     assert supported_capabilities(["mechanism.grr"]) == {"mechanism.grr"}
@@ -214,3 +214,15 @@ def test_oracle_names() -> None:
     assert [oracle_name(m) for m in (GRRParams(domain_size=4, epsilon=1.0), sue(4, 1.0), oue(4, 1.0),
                                      LocalHashingParams(domain_size=4, epsilon=1.0))] == list(FREQUENCY_ORACLES)
     assert oracle_name(DiscreteLaplaceParams(dimension=2, epsilon=1.0, grid_bits=4)) is None
+
+
+def test_a_pooled_local_hashing_round_requires_the_seed_pool() -> None:
+    from ldp_client.capabilities import SEED_POOL, component_capabilities
+    from ldp_client.encoders.categorical import CategoricalEncoder
+    from ldp_client.mechanisms.local_hashing import LocalHashingParams
+
+    encoder = CategoricalEncoder(domain_size=16)
+    plain = component_capabilities(encoder, LocalHashingParams(domain_size=16, epsilon=1.0))
+    pooled = component_capabilities(encoder, LocalHashingParams(domain_size=16, epsilon=1.0, seed_pool_size=4))
+    assert SEED_POOL not in plain
+    assert pooled == plain | {SEED_POOL}

@@ -61,14 +61,16 @@ _SHAPES = {mechanisms_pb2.BucketizedVector.L2_BALL: "mechanism.vector_l2_ball",
 
 
 def wire_capabilities(message: Message) -> set[str]:
-    """Every encoder, mechanism and projection message present anywhere in ``message``, and a
-    bucketized vector's inner randomizer (its ``shape``)."""
+    """Every encoder, mechanism and projection message present anywhere in ``message``, a
+    bucketized vector's inner randomizer (its ``shape``) and a local-hashing seed pool."""
     found: set[str] = set()
     name = _BY_TYPE.get(message.DESCRIPTOR.full_name)
     if name is not None:
         found.add(name)
     if isinstance(message, mechanisms_pb2.BucketizedVector):
         found.add(_SHAPES[message.shape])
+    if isinstance(message, mechanisms_pb2.LocalHashing) and message.seed_pool_size:
+        found.add("mechanism.local_hashing.seed_pool")
     for field, value in message.ListFields():
         if field.message_type is None:
             continue
@@ -104,6 +106,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     *((name, {}) for name in KINDS),
     ("histogram", {"categorical": True, "oracle": campaigns_pb2.OUE}),
     ("histogram", {"categorical": True, "oracle": campaigns_pb2.OLH}),
+    ("histogram", {"categorical": True, "oracle": campaigns_pb2.OLH, "seed_pool_size": 16}),
     *(("grid", {"variant": v}) for v in (campaigns_pb2.GridParameters.UNIFORM, campaigns_pb2.GridParameters.TREE,
                                          campaigns_pb2.GridParameters.ITERATIVE)),
     ("nettree", {"node_map": campaigns_pb2.NetTreeParameters.SHIFTED_GRID, "refinement_share": 0.3}),

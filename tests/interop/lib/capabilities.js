@@ -45,6 +45,10 @@ export function requiredCapabilities(spec) {
       for (const inner of nested) if (present(inner.projection)) names.add("encoder.random_projection");
       const mechanism = member(component.mechanism, "mechanism");
       names.add(`mechanism.${mechanism}`);
+      // §10.2 rule 5: local hashing from a public seed pool (§14).
+      if (mechanism === "local_hashing" && Number(component.mechanism[mechanism].seed_pool_size ?? 0) > 0) {
+        names.add("mechanism.local_hashing.seed_pool");
+      }
       if (mechanism === "bucketized_vector") {
         const shape = SHAPES[component.mechanism[mechanism].shape];
         if (shape === undefined) throw new Unsupported(`bucketized vector shape ${component.mechanism[mechanism].shape}`);

@@ -5,7 +5,9 @@ round: ``encoder.<name>`` for an encoder and ``mechanism.<name>`` for a local ra
 ``<name>`` is the field name of its member of the ``ldp.v1.EncoderSpec`` or ``ldp.v1.MechanismSpec``
 ``oneof`` (the SDK's ``KIND``), plus ``encoder.random_projection`` for the public projection some
 encoders carry. Nested parts count too: a bucketed vector encoder requires its bucket encoder, a
-bucketized vector mechanism its inner vector randomizer.
+bucketized vector mechanism its inner vector randomizer. A field added to a mechanism later that
+changes what the device computes gets a name of its own, ``mechanism.<name>.<feature>``:
+``mechanism.local_hashing.seed_pool`` for a local-hashing round with a public seed pool (§14).
 
 :func:`required_capabilities` derives a round's list from its content; it is the one rule both
 sides use (the collector to state the list on the wire, the device to check it). A device states
@@ -34,6 +36,7 @@ __all__ = [
     "MISSING_CAPABILITIES_METADATA",
     "MISSING_CAPABILITIES_REASON",
     "RANDOM_PROJECTION",
+    "SEED_POOL",
     "SDK_CAPABILITIES",
     "check_capabilities",
     "check_capability_names",
@@ -48,6 +51,10 @@ MECHANISM_PREFIX = "mechanism."
 #: The public Johnson-Lindenstrauss projection of ``ldp.v1.RandomProjection`` (inside SimHash and
 #: shifted-grid encoders): its generator is a piece of code of its own.
 RANDOM_PROJECTION = ENCODER_PREFIX + "random_projection"
+#: Local hashing from a public seed pool (``LocalHashing.seed_pool_size`` > 0, §14): a device that
+#: predates the field would ignore it, draw a fresh seed and have its report rejected, after
+#: spending its budget, so the round states it.
+SEED_POOL = MECHANISM_PREFIX + "local_hashing.seed_pool"
 #: ``google.rpc.ErrorInfo.reason`` of a collector's answer (``FAILED_PRECONDITION``) to a
 #: ``GetRoundSpec`` whose stated capabilities do not cover the open round.
 MISSING_CAPABILITIES_REASON = "MISSING_CAPABILITIES"
@@ -74,8 +81,11 @@ def _walk_encoder(encoder: Encoder) -> Iterator[str]:
 
 
 def _walk_mechanism(mechanism: MechanismParams) -> Iterator[str]:
-    """The mechanism's own name, then its inner randomizer's (a bucketized vector's shape)."""
+    """The mechanism's own name, its features (:data:`SEED_POOL`), then its inner randomizer's
+    (a bucketized vector's shape)."""
     yield MECHANISM_PREFIX + mechanism.KIND
+    if getattr(mechanism, "seed_pool_size", 0):
+        yield SEED_POOL
     inner = getattr(mechanism, "inner", None)
     if isinstance(inner, MechanismParams):
         yield from _walk_mechanism(inner)
@@ -104,7 +114,8 @@ def _sdk_capabilities() -> frozenset[str]:
     """Every encoder and mechanism this SDK declares, and the projection (no module is imported:
     a device pays the import cost only of the encoders and mechanisms its rounds use)."""
     return frozenset({ENCODER_PREFIX + kind for kind in ENCODERS.declared_kinds()}
-                     | {MECHANISM_PREFIX + kind for kind in MECHANISMS.declared_kinds()} | {RANDOM_PROJECTION})
+                     | {MECHANISM_PREFIX + kind for kind in MECHANISMS.declared_kinds()}
+                     | {RANDOM_PROJECTION, SEED_POOL})
 
 
 #: Everything the Python SDK can run: the default a :class:`~ldp_client.device.Device` and a
