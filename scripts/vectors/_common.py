@@ -73,6 +73,18 @@ def check(name: str, got: Any, want: Any) -> None:
     assert got == want, f"{name}: got {got!r}, want {want!r}"
 
 
+def verify_oracle(vector: dict[str, Any], params_of: Callable[[dict[str, Any]], Any],
+                  output_of: Callable[[Any, dict[str, Any]], Any]) -> None:
+    """An oracle area's ``verify``: an error vector is the rejection of its payload by the
+    parameters ``params_of(input)``; any other vector's output is ``output_of(params, input)``."""
+    inp, out = vector["input"], vector["output"]
+    params = params_of(inp)
+    if "error" in out:
+        check(vector["name"], rejection(params, payload_from_json(inp["payload"])), out["error"])
+        return
+    check(vector["name"], output_of(params, inp), out)
+
+
 def payload_json(payload: Any) -> dict[str, Any]:
     """A payload in its JSON form, keyed by its ``ldp.v1.Payload`` field: ``{"index": 3}``,
     ``{"bits": "<hex>"}``, ``{"hashed": {"seed": s, "value": v}}``, ``{"integers": [...]}``,

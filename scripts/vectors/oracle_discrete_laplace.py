@@ -14,7 +14,7 @@ from typing import Any
 from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.payload import Integers
 
-from ._common import check, json_fraction, payload_from_json, payload_json, randomized, rejection, vector_key
+from ._common import json_fraction, payload_json, randomized, rejection, vector_key, verify_oracle
 
 SECTION = "§7.6"
 
@@ -57,9 +57,5 @@ def generate() -> list[dict[str, Any]]:
 
 
 def verify(vector: dict[str, Any]) -> None:
-    inp, out = vector["input"], vector["output"]
-    params = _params(inp)
-    if "error" in out:
-        check(vector["name"], rejection(params, payload_from_json(inp["payload"])), out["error"])
-        return
-    check(vector["name"], _output(params, [float(x) for x in inp["point"]], bytes.fromhex(inp["key"])), out)
+    verify_oracle(vector, _params, lambda params, inp: _output(
+        params, [float(x) for x in inp["point"]], bytes.fromhex(inp["key"])))

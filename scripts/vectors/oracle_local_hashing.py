@@ -15,7 +15,7 @@ from typing import Any
 from ldp_client.mechanisms.local_hashing import LocalHashingParams, hash_value
 from ldp_client.payload import HashedValue
 
-from ._common import check, json_fraction, json_int, payload_from_json, payload_json, randomized, rejection, vector_key
+from ._common import json_fraction, json_int, payload_json, randomized, rejection, vector_key, verify_oracle
 
 SECTION = "§7.4"
 
@@ -74,10 +74,5 @@ def generate() -> list[dict[str, Any]]:
 
 
 def verify(vector: dict[str, Any]) -> None:
-    inp, out = vector["input"], vector["output"]
-    params = _params(inp)
-    if "error" in out:
-        check(vector["name"], rejection(params, payload_from_json(inp["payload"])), out["error"])
-        return
-    seed = int(inp["seed"]) if "seed" in inp else None
-    check(vector["name"], _output(params, int(inp["value"]), bytes.fromhex(inp["key"]), seed), out)
+    verify_oracle(vector, _params, lambda params, inp: _output(
+        params, int(inp["value"]), bytes.fromhex(inp["key"]), int(inp["seed"]) if "seed" in inp else None))

@@ -13,7 +13,7 @@ from typing import Any
 
 from ldp_client.mechanisms.unary_encoding import UnaryEncodingParams
 
-from ._common import check, json_fraction, payload_from_json, payload_json, randomized, rejection, vector_key
+from ._common import json_fraction, payload_json, randomized, rejection, vector_key, verify_oracle
 
 SECTION = "§7.3"
 
@@ -69,10 +69,5 @@ def generate() -> list[dict[str, Any]]:
 
 
 def verify(vector: dict[str, Any]) -> None:
-    inp, out = vector["input"], vector["output"]
-    params = _params(inp)
-    if "error" in out:
-        check(vector["name"], rejection(params, payload_from_json(inp["payload"])), out["error"])
-        return
-    got = {**_constants(params), **randomized(params, int(inp["value"]), bytes.fromhex(inp["key"]))}
-    check(vector["name"], got, out)
+    verify_oracle(vector, _params, lambda params, inp: {
+        **_constants(params), **randomized(params, int(inp["value"]), bytes.fromhex(inp["key"]))})
