@@ -111,6 +111,17 @@ function gammaRatio(d) {
   return ratio;
 }
 
+/** §13.0's norm-based coin for the ball randomizers: the unit direction the report leans to (x's,
+ * or its opposite), or a uniform direction for x = 0. */
+function ballTarget(x, stream, what) {
+  let norm = exactHypot(x);
+  if (!(norm <= 1 + 1e-9)) throw new Rejected(`${what} must have norm <= 1 (+ 1e-9)`);
+  norm = Math.min(norm, 1);
+  if (norm === 0) return uniformDirection(x.length, stream);
+  const s = doubleCoin(stream, (1 + norm) / 2) ? 1 : -1;
+  return x.map((xj) => (s * xj) / norm);
+}
+
 /** §13.2 the l2-ball randomizer: a unit direction as float32 values. */
 export function vectorL2Ball(x, epsilon, stream) {
   const d = x.length;
@@ -119,15 +130,7 @@ export function vectorL2Ball(x, epsilon, stream) {
   const r = Number(rn) / Number(rd);
   const constants = { r: [rn, rd], nearProbability,
     scale: ((r + 1) / (r - 1)) * Math.sqrt(Math.PI) * gammaRatio(d) };
-  let norm = exactHypot(x);
-  if (!(norm <= 1 + 1e-9)) throw new Rejected("an l2-ball value must have norm <= 1 (+ 1e-9)");
-  norm = Math.min(norm, 1);
-  let target;
-  if (norm === 0) target = uniformDirection(d, stream);
-  else {
-    const s = doubleCoin(stream, (1 + norm) / 2) ? 1 : -1;
-    target = x.map((xj) => (s * xj) / norm);
-  }
+  const target = ballTarget(x, stream, "an l2-ball value");
   let w = uniformDirection(d, stream);
   const h = dot(w, target);
   const firstNonzero = w.find((wj) => wj !== 0);
@@ -245,15 +248,7 @@ function computePrivunitConstants(d, epsilon) {
 export function vectorPrivUnit(x, epsilon, stream) {
   const d = x.length;
   const constants = privunitConstants(d, epsilon);
-  let norm = exactHypot(x);
-  if (!(norm <= 1 + 1e-9)) throw new Rejected("a PrivUnit value must have norm <= 1 (+ 1e-9)");
-  norm = Math.min(norm, 1);
-  let target;
-  if (norm === 0) target = uniformDirection(d, stream);
-  else {
-    const s = doubleCoin(stream, (1 + norm) / 2) ? 1 : -1;
-    target = x.map((xj) => (s * xj) / norm);
-  }
+  const target = ballTarget(x, stream, "a PrivUnit value");
   const members = [];
   for (let i = 0; i < PAIRS; i += 1) {
     const V = uniformDirection(d, stream);
