@@ -281,6 +281,16 @@ def test_center_model_extreme_coordinates_do_not_overflow() -> None:
     assert tiny.label([2e-320]) == 1 and tiny.label([1e-320]) == 0
 
 
+def test_center_model_decides_rounded_ties_exactly_like_the_nearest_candidate_encoder() -> None:
+    # From 1 the centers -2^-60 and 2^-60 are 1 + 2^-60 and 1 - 2^-60 away: equal once rounded to
+    # binary64 (math.dist gives 1.0 for both), but the second is nearer (docs/protocol.md §11.7, §15.3).
+    model = CenterModel(centers=((-(2.0**-60),), (2.0**-60,)))
+    assert math.dist([1.0], model.centers[0]) == math.dist([1.0], model.centers[1])
+    assert model.label([1.0]) == 1 and model.label([-1.0]) == 0
+    # Distances beyond the largest double are still compared exactly.
+    assert CenterModel(centers=((-1.7e308,), (-1e308,))).label([8e307]) == 1
+
+
 @given(st.lists(st.lists(st.integers(-20, 20), min_size=3, max_size=3), min_size=1, max_size=12),
        st.lists(st.integers(-30, 30), min_size=3, max_size=3))
 def test_center_model_matches_brute_force_squared_distances(rows: list[list[int]], point: list[int]) -> None:

@@ -18,10 +18,8 @@ Stdlib only.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import repeat
 from typing import Any, TypeAlias
 
 from ._spec import Spec
@@ -29,6 +27,7 @@ from ._validation import check_int
 from .encoders.base import MAX_DIMENSION, NumericDomain, as_point
 from .encoders.geometry import TreeCell, _float_field, _require_domain, _tuple_field
 from .encoders.grid import CellListEncoder
+from .encoders.nearest import nearest_index
 from .errors import InvalidParameterError, ProtocolError
 
 __all__ = [
@@ -158,7 +157,8 @@ class CenterModel:
     Notes
     -----
     There is no domain and no clamping: the point is compared with the centers as given. Cost:
-    ``k`` calls of :func:`math.dist` (C).
+    ``k`` calls of :func:`math.dist` (C), then exact arithmetic only among near-ties
+    (:func:`~ldp_client.encoders.nearest.nearest_index`).
     """
 
     centers: tuple[tuple[float, ...], ...]
@@ -193,20 +193,18 @@ class CenterModel:
         return len(self.centers)
 
     def label(self, point: Any) -> int:
-        """Index of the center nearest to the point; the lowest index on ties.
+        """Index of the center nearest to the point; the lowest index on exact ties.
 
-        Centers are ranked by Euclidean distance, which orders them as the squared Euclidean
-        distance does (:func:`math.dist` neither overflows nor underflows on extreme coordinates).
-        Purely local: the point is not sent anywhere and no privacy budget is spent.
+        The rule of the nearest-candidate encoder (``docs/protocol.md`` §11.7, §15.3): exact
+        squared Euclidean distances, so two centers whose rounded distances tie are still told
+        apart, but without clamping (a published center result carries no domain). Purely local: the point is not sent anywhere and no privacy budget is spent.
 
         Raises
         ------
         EncodingError
             Wrong dimension or type, NaN or infinite coordinate.
         """
-        x = as_point(point, self.dimension)
-        distances = list(map(math.dist, repeat(x), self.centers))
-        return distances.index(min(distances))
+        return nearest_index(as_point(point, self.dimension), self.centers)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form ``{"centers": [[...], ...]}`` (lists of floats; msgpack-friendly)."""

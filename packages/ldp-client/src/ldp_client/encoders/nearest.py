@@ -15,7 +15,7 @@ from ..errors import InvalidParameterError
 from .base import ENCODERS, INDEX, MAX_DIMENSION, Encoder, NumericDomain, as_point
 from .geometry import _float_field, _require_domain, _tuple_field, clamp_point
 
-__all__ = ["MAX_CANDIDATE_VALUES", "NearestCandidateEncoder"]
+__all__ = ["MAX_CANDIDATE_VALUES", "NearestCandidateEncoder", "nearest_index"]
 
 #: Largest ``len(centers)`` (candidates x dimension).
 MAX_CANDIDATE_VALUES = 2**22
@@ -27,6 +27,22 @@ _NEAR_TIE = 2.0**-40
 def _exact_squared_distance(x: Sequence[float], center: Sequence[float]) -> Fraction:
     """``sum_j (x_j - c_j)^2`` of the binary64 values, in exact rational arithmetic."""
     return sum(((Fraction(a) - Fraction(b)) ** 2 for a, b in zip(x, center)), Fraction(0))
+
+
+def nearest_index(x: Sequence[float], centers: Sequence[Sequence[float]]) -> int:
+    """Index of the center exactly nearest to ``x``, the lowest index on exact ties (``docs/protocol.md`` §11.7).
+
+    Shared by :class:`NearestCandidateEncoder` and the published-center labelling of
+    :class:`ldp_client.clusters.CenterModel` (§15), so both follow one rule.
+    """
+    distances = list(map(math.dist, repeat(x), centers))
+    nearest = min(distances)
+    # Any center exactly as near as the true nearest is within the rounding margin of it.
+    close = [i for i, dist in enumerate(distances) if dist <= nearest * (1.0 + _NEAR_TIE)]
+    if len(close) == 1:
+        return close[0]
+    exact = [_exact_squared_distance(x, centers[i]) for i in close]
+    return close[exact.index(min(exact))]
 
 
 @ENCODERS.register
@@ -100,12 +116,4 @@ class NearestCandidateEncoder(Encoder):
         EncodingError
             Wrong dimension or type, NaN or infinite coordinate.
         """
-        x = clamp_point(as_point(point, self.dimension), self.domain)
-        distances = list(map(math.dist, repeat(x), self.center_rows))
-        nearest = min(distances)
-        # Any candidate exactly as near as the true nearest is within the rounding margin of it.
-        close = [i for i, dist in enumerate(distances) if dist <= nearest * (1.0 + _NEAR_TIE)]
-        if len(close) == 1:
-            return close[0]
-        exact = [_exact_squared_distance(x, self.center_rows[i]) for i in close]
-        return close[exact.index(min(exact))]
+        return nearest_index(clamp_point(as_point(point, self.dimension), self.domain), self.center_rows)
