@@ -89,22 +89,29 @@ def test_operator_calls_and_errors_read_by_the_node_client(node: str, collector:
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\nserver log:\n{collector.log_tail()}"
 
 
-def test_a_node_device_declines_a_round_it_cannot_run(node: str, collector: ServerProcess, tmp_path: Path) -> None:
-    """A device that states every capability but local hashing, in a local-hashing histogram: it
-    declines the round (docs/protocol.md §10) before it draws, charges or sends anything."""
+@pytest.mark.parametrize(("histogram", "lacking"), [
+    ({"oracle": "OLH"}, "mechanism.local_hashing"),
+    # A pooled round (docs/protocol.md §14.7) to a device that runs local hashing without the pool.
+    ({"oracle": "OLH", "seed_pool_size": 16}, "mechanism.local_hashing.seed_pool"),
+])
+def test_a_node_device_declines_a_round_it_cannot_run(node: str, collector: ServerProcess, tmp_path: Path,
+                                                      histogram: dict[str, Any], lacking: str) -> None:
+    """A device that states every capability but one, in a histogram that needs it: it declines the
+    round (docs/protocol.md §10) before it draws, charges or sends anything."""
     supported = json.loads(subprocess.run(
         [node, "--input-type=module", "-e",
          "import { SUPPORTED } from './lib/capabilities.js'; console.log(JSON.stringify(SUPPORTED))"],
         capture_output=True, text=True, cwd=HERE, check=True).stdout)
-    config = {"kind": "HISTOGRAM", "domain": {"categorical_size": "8"}, "epsilon": 1.0, "histogram": {"oracle": "OLH"}}
+    assert lacking in supported
+    config = {"kind": "HISTOGRAM", "domain": {"categorical_size": "8"}, "epsilon": 1.0, "histogram": histogram}
     plan = {"address": collector.address, "operator_token": TOKEN, "config": config, "points": [1] * 10, "seed": 0,
-            "capabilities": [name for name in supported if name != "mechanism.local_hashing"]}
+            "capabilities": [name for name in supported if name != lacking]}
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(plan))
     done = subprocess.run([node, str(HERE / "campaign.js"), str(plan_file)], capture_output=True, text=True,
                           timeout=NODE_TIMEOUT_S)
     assert done.returncode == UNSUPPORTED_EXIT, done.stdout + done.stderr
-    assert "mechanism.local_hashing" in done.stderr, done.stderr
+    assert lacking in done.stderr, done.stderr
 
 
 # -- histograms: estimates within their intervals at the rate the sampling distribution gives ----
@@ -123,19 +130,36 @@ def histogram_truth(seed: int) -> np.ndarray:
     return rng.choice(HISTOGRAM_K, size=HISTOGRAM_N, p=weights / weights.sum())
 
 
-@pytest.mark.parametrize(("oracle", "transports"), [
-    ("GRR", ["reports", "packed"]),
-    ("OUE", ["packed", "reports"]),
-    ("OLH", ["reports", "packed"]),
-    ("SUE", ["packed"]),
+# A public seed pool (docs/protocol.md §14) of this size for the pooled local-hashing campaign: small
+# enough that the pool's extra variance (§14.6) is of the order of the per-report one here (the
+# skewed histogram is concentrated), so a standard error that left it out fails the sum z^2 bound
+# (on 5 of seeds 0-9, sum z^2 85.5 to 139 without the term; with it, median 33.9 and worst 56.8,
+# and 28 to 31 of 32 cells within 2 SE). The pool correlates the cells a little (reports sharing a
+# seed share its collisions); the bounds below keep a wide margin over what the seeds show.
+SEED_POOL = 256
+
+
+@pytest.mark.parametrize(("oracle", "transports", "seed_pool"), [
+    ("GRR", ["reports", "packed"], 0),
+    ("OUE", ["packed", "reports"], 0),
+    ("OLH", ["reports", "packed"], 0),
+    ("OLH", ["packed", "reports"], SEED_POOL),
+    ("SUE", ["packed"], 0),
 ])
 def test_a_histogram_from_the_node_client_is_unbiased(node: str, collector: ServerProcess, tmp_path: Path,
-                                                      oracle: str, transports: list[str]) -> None:
+                                                      oracle: str, transports: list[str], seed_pool: int) -> None:
     values = histogram_truth(seed=19)
     config = {"kind": "HISTOGRAM", "domain": {"categorical_size": str(HISTOGRAM_K)}, "epsilon": HISTOGRAM_EPSILON,
-              "histogram": {"oracle": oracle}, "seed": "19"}
+              "histogram": {"oracle": oracle, "seed_pool_size": seed_pool}, "seed": "19"}
     out = run_campaign(node, collector, tmp_path, {"config": config}, [int(v) for v in values], seed=19,
                        transports=transports)
+    if seed_pool:
+        # The round really is pooled (a public key, §14.1), so every report accepted below carries
+        # one of the pool's seeds (§14.5: a fresh seed would be rejected).
+        [mechanism] = [component["mechanism"]["local_hashing"] for task in out["rounds"][0]["tasks"]
+                       for component in task["components"]]
+        assert mechanism["seed_pool_size"] == seed_pool, mechanism
+        assert int(mechanism["seed_pool_key"]) != 0, mechanism
     assert out["outcomes"] == {"ACCEPTED": HISTOGRAM_N, "DUPLICATE": 0, "REJECTED": 0}, out["rejections"]
     estimates = out["result"]["estimates"] or out["estimates"]
     truth = np.bincount(values, minlength=HISTOGRAM_K)
@@ -148,14 +172,15 @@ def test_a_histogram_from_the_node_client_is_unbiased(node: str, collector: Serv
     # which only narrows the spread of the count), so the count within 2 SE is at least the
     # binomial quantile at FALSE_FAIL.
     within = int(np.sum(np.abs(z) <= 2))
-    print(f"{oracle}: {within}/{HISTOGRAM_K} estimates within 2 SE, sum z^2 = {float(np.sum(z**2)):.1f}")
+    label = f"{oracle} (seed pool {seed_pool})" if seed_pool else oracle
+    print(f"{label}: {within}/{HISTOGRAM_K} estimates within 2 SE, sum z^2 = {float(np.sum(z**2)):.1f}")
     floor = int(stats.binom.ppf(FALSE_FAIL, HISTOGRAM_K, 2 * stats.norm.cdf(2) - 1))
-    assert within >= floor, f"{oracle}: {within}/{HISTOGRAM_K} within 2 SE (floor {floor}); z = {z.round(2)}"
+    assert within >= floor, f"{label}: {within}/{HISTOGRAM_K} within 2 SE (floor {floor}); z = {z.round(2)}"
     # A miscalibrated report (a wrong hash, bit order or p) shows as estimates too far from the
     # truth for their SE: sum z^2 is at most chi^2 with K degrees of freedom (less: the count's total
     # is nearly fixed), so its 1 - FALSE_FAIL quantile bounds it.
     chi2 = float(np.sum(z**2))
-    assert chi2 <= stats.chi2.ppf(1 - FALSE_FAIL, HISTOGRAM_K), f"{oracle}: sum z^2 = {chi2:.1f}; z = {z.round(2)}"
+    assert chi2 <= stats.chi2.ppf(1 - FALSE_FAIL, HISTOGRAM_K), f"{label}: sum z^2 = {chi2:.1f}; z = {z.round(2)}"
 
 
 # -- clustering: the same campaigns run by the Python SDK and by the Node client --------------------

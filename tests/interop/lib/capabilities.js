@@ -13,7 +13,8 @@ export const SUPPORTED = [
   "encoder.categorical", "encoder.uniform_grid", "encoder.grid_tree", "encoder.cell_list", "encoder.simhash",
   "encoder.shifted_grid", "encoder.nearest_candidate", "encoder.bit_vector", "encoder.unit_cube",
   "encoder.symmetric_box", "encoder.unit_ball", "encoder.bucketed_vector", "encoder.random_projection",
-  "mechanism.grr", "mechanism.unary_encoding", "mechanism.local_hashing", "mechanism.bitwise_rr",
+  "mechanism.grr", "mechanism.unary_encoding", "mechanism.local_hashing", "mechanism.local_hashing.seed_pool",
+  "mechanism.bitwise_rr",
   "mechanism.discrete_laplace", "mechanism.vector_l2_ball", "mechanism.vector_box", "mechanism.vector_privunit",
   "mechanism.bucketized_vector",
 ];

@@ -2,7 +2,7 @@
 // payload per component, keeps its own budget, and builds the report (reports.proto).
 import crypto from "node:crypto";
 import { encode, Unsupported } from "./encoders.js";
-import { bitwiseRR, discreteLaplace, grr, localHashing, unaryEncoding } from "./oracles.js";
+import { bitwiseRR, discreteLaplace, grr, localHashing, seedPool, unaryEncoding } from "./oracles.js";
 import { bucketizedVector, vectorBox, vectorL2Ball, vectorPrivUnit } from "./vector_mechanisms.js";
 import { checkedRequirements, missingCapabilities, SUPPORTED } from "./capabilities.js";
 
@@ -25,7 +25,8 @@ export const MECHANISMS = {
     bits: unaryEncoding(value, m.domain_size, m.epsilon, m.variant, stream).bits,
   }),
   local_hashing: (m, value, stream, seed) => {
-    const o = localHashing(value, m.epsilon, m.hash_range, stream, seed);
+    // §14: a round's public seed pool (none when seed_pool_size is 0); an invalid one throws: declined.
+    const o = localHashing(value, m.epsilon, m.hash_range, stream, seed, seedPool(m));
     return { hashed: { seed: o.seed.toString(), value: Number(o.value) } };
   },
   bitwise_rr: (m, bits, stream) => ({ bits: bitwiseRR(bits, m.epsilon, m.sensitivity, stream).bits }),

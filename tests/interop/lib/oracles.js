@@ -3,6 +3,7 @@
 // lowest terms, over r = exp_below(x) (§7.1).
 import { Unsupported } from "./encoders.js";
 import { doubleToRational as rationalOf, expBelow, gcd, reduce } from "./exact.js";
+import { PublicStream } from "./generators.js";
 
 /** Bernoulli(P) of §7.1: the draw bernoulli(a, b) with a / b = P in lowest terms. */
 function coin(stream, [num, den]) {
@@ -137,17 +138,75 @@ export function localHashingParameters(epsilon, hashRange) {
   return { r: [rn, rd], g, p: reduce(rn, rn + (g - 1n) * rd) };
 }
 
-/** §7.4 local hashing: {g, p, seed, bucket, value}. */
-export function localHashing(value, epsilon, hashRange, stream, assignedSeed = null) {
+const SEED_LIMIT = 1n << 32n; // §7.4: seeds are 32-bit
+const POOL_LIMIT = 1n << 24n; // §14.1: the largest pool a device accepts
+const POOL_PURPOSE = "ldp.pool"; // §14.2: the pool's purpose tag
+
+/**
+ * §14.1: the public seed pool {size, key} of a LocalHashing (size 0: no pool, §7's fresh seeds).
+ * Throws (the device declines the round) on S above 2^24, a key outside [0, 2^64), or a key
+ * without a pool.
+ */
+export function seedPool(m) {
+  const size = BigInt(m.seed_pool_size ?? 0);
+  const key = BigInt(m.seed_pool_key ?? 0);
+  if (size < 0n || size > POOL_LIMIT) throw new RangeError(`seed_pool_size must be in [0, 2^24], got ${size}`);
+  if (key < 0n || key >= 1n << 64n) throw new RangeError(`seed_pool_key must be in [0, 2^64), got ${key}`);
+  if (size === 0n && key !== 0n) throw new RangeError(`seed_pool_key must be 0 without a pool, got ${key}`);
+  return { size, key };
+}
+
+/**
+ * §14.2: seed_j of the pool with key K, with the words it comes from: state = mix64(K XOR
+ * "ldp.pool") and word_j are exactly §12's public stream (K, "ldp.pool"), seed_j its top 32 bits.
+ */
+export function poolSeed(key, index) {
+  const stream = new PublicStream(key, POOL_PURPOSE);
+  const word = stream.word(index);
+  return { state: stream.key, word, seed: word >> 32n };
+}
+
+const poolSeedSets = new Map();
+
+/** §14.5: the set of the S seeds of a pool (cached: one pool serves every report of a round). */
+function poolSeeds({ size, key }) {
+  const id = `${size}:${key}`;
+  if (!poolSeedSets.has(id)) {
+    const stream = new PublicStream(key, POOL_PURPOSE);
+    const seeds = new Set();
+    for (let j = 0; j < Number(size); j += 1) seeds.add(stream.word(j) >> 32n);
+    poolSeedSets.set(id, seeds);
+  }
+  return poolSeedSets.get(id);
+}
+
+/**
+ * §7.4 local hashing, and §14.3 with a seed pool {size, key} (size 0: none): {g, p, seed, bucket,
+ * value}, and poolIndex j with a pool. An assigned seed a (enrolment) replaces the seed draw: the
+ * seed itself without a pool, seed_(a mod S) with one.
+ */
+export function localHashing(value, epsilon, hashRange, stream, assignedSeed = null, pool = { size: 0n, key: 0n }) {
   const { r, g, p } = localHashingParameters(epsilon, hashRange);
-  const seed = assignedSeed === null ? stream.randbits(32) : BigInt(assignedSeed);
+  const assigned = assignedSeed === null ? null : BigInt(assignedSeed);
+  if (assigned !== null && (assigned < 0n || assigned >= SEED_LIMIT)) {
+    throw new RangeError(`an assigned hash seed must be in [0, 2^32), got ${assigned}`);
+  }
+  let seed;
+  let poolIndex = null;
+  if (pool.size === 0n) {
+    seed = assigned ?? stream.randbits(32);
+  } else {
+    // §14.3 step 1: randbelow(S) in place of randbits(32); an assignment fixes j without a draw.
+    poolIndex = assigned === null ? stream.randbelow(pool.size) : assigned % pool.size;
+    seed = poolSeed(pool.key, poolIndex).seed;
+  }
   const h = localHash(seed, value, g).bucket;
   let y = h;
   if (!coin(stream, p)) {
     const u = stream.randbelow(g - 1n);
     y = u < h ? u : u + 1n;
   }
-  return { r, g, p, seed, bucket: h, value: y };
+  return { r, g, p, seed, poolIndex, bucket: h, value: y };
 }
 
 /** §7.5 bitwise randomized response on L bits (an array of 0/1): {r_b, p_flip, bits}. */
@@ -228,9 +287,13 @@ export function payloadError(mechanismSpec, payload) {
     case "local_hashing": {
       const h = payload.hashed;
       if (h === undefined || h === null) return "hashed expected";
-      if (BigInt(h.seed) >= 1n << 32n) return "seed must be in [0, 2^32)";
+      if (BigInt(h.seed) >= SEED_LIMIT) return "seed must be in [0, 2^32)";
       const { g } = localHashingParameters(m.epsilon, m.hash_range);
-      return BigInt(h.value) < g ? null : "bucket outside [0, g)";
+      if (BigInt(h.value) >= g) return "bucket outside [0, g)";
+      // §14.5: a pooled round's report carries one of the pool's S seeds.
+      const pool = seedPool(m);
+      if (pool.size > 0n && !poolSeeds(pool).has(BigInt(h.seed))) return "seed is not one of the pool's seeds";
+      return null;
     }
     case "discrete_laplace": {
       const values = Array.isArray(payload.integers) ? payload.integers : payload.integers?.values;

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { compileEncoder } from "./encoders.js";
 import { expBelow } from "./exact.js";
 import {
-  bitwiseRR, discreteLaplace, fmix64, grr, localHash, localHashing, payloadError, unaryEncoding,
+  bitwiseRR, discreteLaplace, fmix64, grr, localHash, localHashing, payloadError, poolSeed, seedPool, unaryEncoding,
 } from "./oracles.js";
 import { packBatch, packPayload, readBatch } from "./packed.js";
 import { ByteStream } from "./random.js";
@@ -255,6 +255,42 @@ function capabilitiesChecker({ input, output }) {
   }
 }
 
+/**
+ * §14: a pool's seeds (with §12's stream state and word), a pooled device's index, seed and report
+ * for a keyed stream (assigned seed or none), and what a device declines or a collector rejects.
+ */
+function localHashingPoolChecker({ input, output, error }) {
+  if (error !== undefined) {
+    const m = input.local_hashing;
+    assert.throws(() => {
+      const pool = seedPool(m);
+      if ("report" in input) {
+        const rejection = payloadError({ local_hashing: m }, { hashed: input.report });
+        if (rejection !== null) throw new Error(rejection);
+      } else if ("assigned_seed" in input) {
+        localHashing(input.value, m.epsilon, m.hash_range, ByteStream.keyed(Buffer.alloc(32)), input.assigned_seed,
+          pool);
+      }
+    }, undefined, `must be rejected: ${error}`);
+    return;
+  }
+  if ("index" in input) {
+    const { state, word, seed } = poolSeed(BigInt(input.seed_pool_key), BigInt(input.index));
+    same({ seed, stream_state: state, word }, output);
+    return;
+  }
+  const m = input.local_hashing;
+  const o = localHashing(input.value, m.epsilon, m.hash_range, ByteStream.keyed(Buffer.from(input.stream_key, "hex")),
+    input.assigned_seed, seedPool(m));
+  same({ g: o.g, pool_index: o.poolIndex, report: { seed: o.seed, value: o.value }, seed: o.seed,
+    true_bucket: o.bucket }, output);
+  // The report is valid for a collector of the same round (§14.5); checked up to 2^16 seeds, as
+  // the set of a 2^24-seed pool costs half a minute of BigInt arithmetic here.
+  if (BigInt(m.seed_pool_size) <= 1n << 16n) {
+    assert.equal(payloadError({ local_hashing: m }, { hashed: { seed: o.seed, value: o.value } }), null);
+  }
+}
+
 export const CHECKERS = {
   capabilities: capabilitiesChecker,
   generator_splitmix: splitmixChecker,
@@ -265,6 +301,7 @@ export const CHECKERS = {
   keyed_rng: keyedRngChecker,
   exact_ratio: exactRatioChecker,
   local_hash: localHashChecker,
+  local_hashing_pool: localHashingPoolChecker,
   oracle_grr: oracleChecker("grr", (i, s) => {
     const o = grr(i.value, i.domain_size, i.epsilon, s);
     return { p: o.p, q: o.q, ratio: expBelow(i.epsilon).r, payload: { index: o.index } };
