@@ -94,18 +94,18 @@ def _errors() -> list[dict[str, Any]]:
     outsider = next(s for s in range(1000) if s not in set(params.pool_seeds))
     return [
         {"name": "error-pool-too-large", "input": {"local_hashing": _message(16, 2.0, 0, MAX_SEED_POOL + 1, 5)},
-         "error": "seed_pool_size above 2^24"},
+         "output": {"error": "seed_pool_size above 2^24"}},
         {"name": "error-key-too-large",
          "input": {"local_hashing": {**good, "seed_pool_key": str(2**64)}},
-         "error": "seed_pool_key not below 2^64"},
+         "output": {"error": "seed_pool_key not below 2^64"}},
         {"name": "error-key-without-pool", "input": {"local_hashing": _message(16, 2.0, 0, 0, 5)},
-         "error": "seed_pool_key != 0 while seed_pool_size = 0"},
+         "output": {"error": "seed_pool_key != 0 while seed_pool_size = 0"}},
         {"name": "error-assigned-seed-too-large",
          "input": {"local_hashing": good, "value": 3, "assigned_seed": str(2**32)},
-         "error": "an assigned seed not below 2^32"},
+         "output": {"error": "an assigned seed not below 2^32"}},
         {"name": "error-report-seed-outside-pool",
          "input": {"local_hashing": good, "report": {"seed": outsider, "value": 0}},
-         "error": "a report whose seed is not one of the pool's seeds"},
+         "output": {"error": "a report whose seed is not one of the pool's seeds"}},
     ]
 
 
@@ -131,7 +131,7 @@ def generate() -> list[dict[str, Any]]:
 
 def verify(vector: dict[str, Any]) -> None:
     name, data = vector["name"], vector["input"]
-    if "error" in vector:
+    if "error" in vector["output"]:
         try:
             params = _params(data["local_hashing"])
             if "assigned_seed" in data:
@@ -140,7 +140,7 @@ def verify(vector: dict[str, Any]) -> None:
                 params.check_payload(HashedValue(data["report"]["seed"], data["report"]["value"]))
         except (InvalidParameterError, ProtocolError):
             return
-        raise AssertionError(f"{name}: accepted what must be rejected ({vector['error']})")
+        raise AssertionError(f"{name}: accepted what must be rejected ({vector['output']['error']})")
     if name.startswith("pool-seed-"):
         got = _pool_seed_output(_int(data["seed_pool_key"]), data["index"])
     else:

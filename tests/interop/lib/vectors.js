@@ -259,7 +259,8 @@ function capabilitiesChecker({ input, output }) {
  * §14: a pool's seeds (with §12's stream state and word), a pooled device's index, seed and report
  * for a keyed stream (assigned seed or none), and what a device declines or a collector rejects.
  */
-function localHashingPoolChecker({ input, output, error }) {
+function localHashingPoolChecker({ input, output }) {
+  const { error } = output;
   if (error !== undefined) {
     const m = input.local_hashing;
     assert.throws(() => {
