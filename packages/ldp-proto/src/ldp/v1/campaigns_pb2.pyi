@@ -903,7 +903,9 @@ Global___HeavyHitter: _TypeAlias = HeavyHitter  # noqa: Y015
 
 @_typing.final
 class CellClusterMap(_message.Message):
-    """Grid clustering result: cluster label of every cell (-1 = noise)."""
+    """Grid clustering result: cluster label of every cell (-1 = noise). How a device labels a point
+    from it: docs/protocol.md §15.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -941,6 +943,8 @@ Global___CellClusterMap: _TypeAlias = CellClusterMap  # noqa: Y015
 
 @_typing.final
 class Clustering(_message.Message):
+    """A clustering result: centers or a cell map. Labelling a point from it: docs/protocol.md §15."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     K_FIELD_NUMBER: _builtins.int
