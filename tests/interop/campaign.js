@@ -6,15 +6,17 @@
 //        label_campaigns (ids of finished clustering campaigns to label the points with, too),
 //        capabilities (what the devices state they run, docs/protocol.md §10; default: all the client has)}
 // A clustering result labels every point as a device labels itself from the published result
-// (its cell map, or its nearest center); "labels" maps each campaign id to the points' labels.
+// (docs/protocol.md §15: its cell map, or its nearest center, unclamped); "labels" maps each
+// campaign id to the points' labels.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import { SUPPORTED } from "./lib/capabilities.js";
 import { Collector } from "./lib/client.js";
 import { Device } from "./lib/device.js";
-import { cellMapLabeller, compileEncoder, Unsupported } from "./lib/encoders.js";
+import { Unsupported } from "./lib/encoders.js";
 import { packBatch } from "./lib/packed.js";
 import { ByteStream } from "./lib/random.js";
+import { resultLabeller } from "./lib/results.js";
 
 // Exit status when a round needs an encoder or mechanism the client does not implement.
 const UNSUPPORTED_EXIT = 3;
@@ -35,22 +37,14 @@ async function submit(requestId, reports, transport) {
   return collector.submitReports(requestId, reports);
 }
 
-/** The cluster label of every point under a finished campaign's result (null: no clustering). */
+/**
+ * The cluster label of every point under a finished campaign's result, as a device labels itself
+ * (docs/protocol.md §15; null: the result gives no labels).
+ */
 async function labelsOf(campaignId) {
-  const [{ result }, campaign] = await Promise.all([collector.getOperatorResult(campaignId),
-    collector.getCampaign(campaignId)]);
-  const clustering = result.clustering;
-  if (clustering === null) return null;
-  let label;
-  if (clustering.cell_map !== null && clustering.cell_map.cells.length > 0) {
-    label = cellMapLabeller(clustering.cell_map);
-  } else if (clustering.centers.length > 0) {
-    label = compileEncoder({ nearest_candidate: { domain: campaign.config.domain.numeric,
-      dimension: clustering.dimension, centers: clustering.centers } });
-  } else {
-    return null;
-  }
-  return plan.points.map((point) => Number(label(point)));
+  const { result } = await collector.getOperatorResult(campaignId);
+  const label = resultLabeller(result);
+  return label === null ? null : plan.points.map((point) => label(point).label);
 }
 
 /** A stored configuration as a new campaign's: the same everything but the id. */

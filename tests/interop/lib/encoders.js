@@ -22,7 +22,7 @@ export function double(value) {
 const TWO64 = 1n << 64n;
 
 /** §11.2: the domain's bounds, checked. */
-function numericDomain(domain) {
+export function numericDomain(domain) {
   check(domain !== null && domain !== undefined, "a numeric encoder needs a domain");
   const lower = domain.lower.map(double);
   const upper = domain.upper.map(double);
@@ -39,7 +39,7 @@ function numericDomain(domain) {
 }
 
 /** §11.2: a point of d finite doubles. */
-function checkPoint(domain, point) {
+export function checkPoint(domain, point) {
   check(Array.isArray(point) && point.length === domain.d, "a point must have the domain's dimension");
   const x = point.map(double);
   for (const value of x) check(Number.isFinite(value), "a NaN or infinite coordinate is rejected, not clamped");
@@ -146,18 +146,11 @@ function cellLocator(domain, cells) {
   return { locate, byLevel, levels, deepest, d };
 }
 
-/** The cluster label of a point under a CellClusterMap (-1: noise, or in no listed cell). */
-export function cellMapLabeller(cellMap) {
-  const { locate } = cellLocator(numericDomain(cellMap.domain), cellMap.cells);
-  return (point) => {
-    const position = locate(point);
-    return position < 0 ? -1 : Number(cellMap.labels[position]);
-  };
-}
-
-function cellList(encoder) {
-  const domain = numericDomain(encoder.domain);
-  const cells = encoder.cells;
+/**
+ * §11.5: the position in `cells` of the listed cell holding a point, after checking that the cells
+ * are 1 to 2^20 valid TreeCells that partition the normalized box (else Rejected).
+ */
+export function cellListLocator(domain, cells) {
   check(cells.length >= 1 && cells.length <= 1 << 20, "a cell list holds 1 to 2^20 cells");
   const { locate, byLevel, levels, deepest, d } = cellLocator(domain, cells);
   // A partition: no cell inside another, and the volumes 2^(-level d) sum to exactly 1.
@@ -172,6 +165,11 @@ function cellList(encoder) {
   const volume = levels.reduce((sum, level) => sum + BigInt(byLevel.get(level).size)
     * (1n << (BigInt(deepest - level) * d)), 0n);
   check(volume === 1n << (BigInt(deepest) * d), "the cells must cover the normalized box");
+  return locate;
+}
+
+function cellList(encoder) {
+  const locate = cellListLocator(numericDomain(encoder.domain), encoder.cells);
   return (point) => BigInt(locate(point));
 }
 
@@ -193,28 +191,44 @@ function bitVector(encoder) {
   };
 }
 
+/**
+ * §11.7's centers: n >= 1 rows of d finite doubles, row-major, at most 2^22 values (else
+ * Rejected); the rows.
+ */
+export function centerRows(values, d) {
+  check(Number.isInteger(d) && d >= 1 && d <= 4096, "a center has 1 to 4096 coordinates");
+  check(values.length > 0, "at least one candidate");
+  check(values.length <= 1 << 22, "at most 2^22 center coordinates");
+  check(values.length % d === 0, "centers must hold a positive multiple of dimension values");
+  const doubles = values.map(double);
+  for (const v of doubles) check(Number.isFinite(v), "centers must be finite");
+  return Array.from({ length: doubles.length / d }, (_, i) => doubles.slice(i * d, i * d + d));
+}
+
+/**
+ * §11.7: the index of the center nearest to x (d doubles) by exact squared Euclidean distance,
+ * the lowest index among exact ties.
+ */
+export function nearestIndex(centers, x) {
+  // Rounded distances first; the candidates within a relative 2^-38 of the nearest (wider than
+  // the rounding error of a d-term sum of squares) are decided exactly, as §11.7 allows.
+  const rounded = centers.map((c) => c.reduce((sum, cj, j) => sum + (x[j] - cj) * (x[j] - cj), 0));
+  // A loop, not Math.min(...rounded): 2^22 arguments overflow the call stack.
+  const nearest = rounded.reduce((a, b) => (b < a ? b : a), Infinity);
+  const close = rounded.flatMap((r, i) => (r <= nearest * (1 + 2 ** -38) || !Number.isFinite(r) ? [i] : []));
+  let best = close[0];
+  for (const i of close.slice(1)) {
+    if (exactSquaredDistanceCompare(x, centers[i], centers[best]) < 0) best = i;
+  }
+  return best;
+}
+
 function nearestCandidate(encoder) {
   const domain = numericDomain(encoder.domain);
   const d = Number(encoder.dimension);
   check(d === domain.d, "dimension must equal the domain's dimension");
-  const values = encoder.centers.map(double);
-  check(values.length > 0, "at least one candidate");
-  check(values.length % d === 0, "centers must hold a positive multiple of dimension values");
-  for (const v of values) check(Number.isFinite(v), "centers must be finite");
-  const centers = Array.from({ length: values.length / d }, (_, i) => values.slice(i * d, i * d + d));
-  return (point) => {
-    const x = clamp(domain, checkPoint(domain, point));
-    // Rounded distances first; the candidates within a relative 2^-38 of the nearest (wider than
-    // the rounding error of a d-term sum of squares) are decided exactly, as §11.7 allows.
-    const rounded = centers.map((c) => c.reduce((sum, cj, j) => sum + (x[j] - cj) * (x[j] - cj), 0));
-    const nearest = Math.min(...rounded);
-    const close = rounded.flatMap((r, i) => (r <= nearest * (1 + 2 ** -38) || !Number.isFinite(r) ? [i] : []));
-    let best = close[0];
-    for (const i of close.slice(1)) {
-      if (exactSquaredDistanceCompare(x, centers[i], centers[best]) < 0) best = i;
-    }
-    return BigInt(best);
-  };
+  const centers = centerRows(encoder.centers, d);
+  return (point) => BigInt(nearestIndex(centers, clamp(domain, checkPoint(domain, point))));
 }
 
 function unitCube(encoder) {

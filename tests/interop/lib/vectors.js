@@ -11,9 +11,10 @@ import { ByteStream } from "./random.js";
 import { encode as msgpack } from "@msgpack/msgpack";
 import { drawGroup } from "./device.js";
 import { mix64, projectionMatrix, PublicStream } from "./generators.js";
-import { Unsupported } from "./encoders.js";
+import { Rejected, Unsupported } from "./encoders.js";
 import { bucketizedVector, vectorBox, vectorL2Ball, vectorPrivUnit } from "./vector_mechanisms.js";
 import { checkedRequirements, missingCapabilities } from "./capabilities.js";
+import { clusteringLabeller } from "./results.js";
 
 /**
  * A vector's value in one representation, applied to both sides: integers (and integer strings,
@@ -292,7 +293,26 @@ function localHashingPoolChecker({ input, output }) {
   }
 }
 
+/**
+ * §15: a published clustering's labels (and, for a cell map, each point's position in the cells),
+ * or the clustering or point a device refuses.
+ */
+function resultLabelsChecker({ input, output }) {
+  if ("error" in output) {
+    assert.throws(() => {
+      const label = clusteringLabeller(input.clustering);
+      if ("point" in input) label(input.point);
+    }, Rejected, `must be refused: ${output.error}`);
+    return;
+  }
+  const got = input.points.map(clusteringLabeller(input.clustering));
+  const actual = { labels: got.map((g) => g.label) };
+  if ("cells" in output) actual.cells = got.map((g) => g.cell);
+  same(actual, output);
+}
+
 export const CHECKERS = {
+  result_labels: resultLabelsChecker,
   capabilities: capabilitiesChecker,
   generator_splitmix: splitmixChecker,
   encoder_lsh: lshChecker,
