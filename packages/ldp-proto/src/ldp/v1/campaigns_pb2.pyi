@@ -959,7 +959,9 @@ class Clustering(_message.Message):
     """Fuzzy clusterings: the fuzzifier used to assign memberships."""
     @_builtins.property
     def centers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
-        """Row-major k x dimension centers in the original units."""
+        """Row-major centers in the original units, `dimension` values a row (len(centers) / k when
+        `dimension` is 0); the number of rows is what counts, `k` informs (docs/protocol.md §15.3).
+        """
 
     @_builtins.property
     def weights(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
