@@ -86,8 +86,9 @@ from ..estimation.accumulators import (
     make_accumulate_fn,
 )
 from ..estimation.frequency import MAX_DENSE_DOMAIN, FrequencyAggregator, FrequencyEstimate, make_aggregator
+from ..estimation.report_accumulator import ReportAccumulator
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Estimate, Estimates, Result
-from ..storage.base import AccumulateFn
+from ..storage.base import AccumulateFn, StoredReport
 from .base import (
     CATEGORICAL,
     NUMERIC,
@@ -258,6 +259,39 @@ def round_aggregators(spec: RoundSpec, reports: RoundReports) -> dict[str, Frequ
         elif (aggregator := acc.finalize()) is not None:
             out[key] = aggregator
     return out
+
+
+class HammingWeights(ReportAccumulator[NDArray[np.int64]]):
+    """How many unary-encoding reports of a round have each Hamming weight (``domain_size + 1`` counts).
+
+    Reads the stored rows' bytes (msgpack ``[bin(width)]`` with a fixed header: the bits are the
+    last bytes), without decoding them; integers, so any order gives the same counts.
+    """
+
+    def __init__(self, mechanism: UnaryEncodingParams) -> None:
+        self._mechanism = mechanism
+        self._counts = np.zeros(mechanism.domain_size + 1, dtype=np.int64)
+
+    def zero(self) -> HammingWeights:
+        return HammingWeights(self._mechanism)
+
+    def add(self, reports: Sequence[StoredReport]) -> None:
+        if not reports:
+            return
+        width = self._mechanism.payload_bytes
+        bits = np.frombuffer(b"".join([row.payloads[-width:] for row in reports]), dtype=np.uint8)
+        weights = _POPCOUNT[bits.reshape(len(reports), width)].sum(axis=1)
+        self._counts += np.bincount(weights, minlength=self._mechanism.domain_size + 1)
+
+    def merge(self, other: HammingWeights) -> None:
+        self._counts += other._counts
+
+    def finalize(self) -> NDArray[np.int64]:
+        return self._counts.copy()
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._counts.nbytes)
 
 
 class RoundSupportAggregator(FrequencyAggregator):
@@ -530,13 +564,7 @@ class HistogramEngine(CampaignEngine):
         mechanism = spec.tasks[0].components[0].mechanism
         if not isinstance(mechanism, UnaryEncodingParams) or not 0 < reports.count <= MAX_WEIGHT_CHECK_REPORTS:
             return []
-        width = mechanism.payload_bytes
-        counts = np.zeros(mechanism.domain_size + 1, dtype=np.int64)
-        for batch in reports.batches():
-            # Stored rows are msgpack [bin(width)] with a fixed header: the bits are the last bytes.
-            bits = np.frombuffer(b"".join([row.payloads[-width:] for row in batch]), dtype=np.uint8)
-            weights = _POPCOUNT[bits.reshape(len(batch), width)].sum(axis=1)
-            counts += np.bincount(weights, minlength=mechanism.domain_size + 1)
+        counts = reports.combine(HammingWeights(mechanism)).finalize()
         found = weight_excess(counts.tolist(), mechanism.domain_size, mechanism.p, mechanism.q)
         if found:
             log.warning("implausible Hamming weights in a unary-encoding round", extra={

@@ -85,7 +85,7 @@ from ..estimation.net_tree import (
     shifted_cell_centres,
     signal_to_noise,
 )
-from ..estimation.vector_sum import bucket_sums, lloyd_move
+from ..estimation.vector_sum import BucketSumAccumulator, bucket_sums, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
 from ._lsh import (
     VECTOR_SHAPE_PARAM,
@@ -418,19 +418,18 @@ class NetTreeEngine(CampaignEngine):
         params = component.mechanism
         if not isinstance(params, BucketizedVectorParams):
             raise ProtocolError(f"a nettree refinement round must use bucketized_vector, got {params.KIND}")
-        payloads: list[Any] = []
-        for batch in reports.batches():
-            payloads.extend(decode_report_payloads(batch, component_params_from_spec(spec)).get(
-                f"{self.layout.levels}:0", []))
-        diagnostics["refinement_reports"] = float(len(payloads))
+        # One pass over the reports into the previous centers' sums: the round is never held in memory.
+        sums = reports.combine(BucketSumAccumulator(params, np.arange(len(previous), dtype=np.uint64),
+                                                    component_params_from_spec(spec),
+                                                    (f"{self.layout.levels}:0",))).finalize()
+        diagnostics["refinement_reports"] = float(sums.reports)
         for key in (FLOOR_CENTER_ERROR, FLOOR_EXCESS_COST):
             diagnostics.pop(key, None)  # round 1's floor; the published centers get their own below
-        if not payloads:
+        if not sums.reports:
             warnings.append("the refinement round received no reports: round 1's centers published")
             centers_unit = 2.0 * (previous - lower) / (upper - lower) - 1.0
             variances = np.full(len(previous), np.inf)
         else:
-            sums = bucket_sums(params, payloads, np.arange(len(previous), dtype=np.uint64))
             start = 2.0 * (previous - lower) / (upper - lower) - 1.0
             move = lloyd_move(start, np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound))
             centers_unit = np.clip(move.centers, -1.0, 1.0)
