@@ -77,7 +77,7 @@ from ..estimation.frequency import FrequencyAggregator, make_aggregator
 from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
-from ..estimation.vector_sum import bucket_sums, lloyd_move
+from ..estimation.vector_sum import BucketSumAccumulator, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
 from ._lsh import (
     VECTOR_SHAPE_PARAM,
@@ -384,17 +384,17 @@ class StemmerEngine(CampaignEngine):
         return heavy
 
     def _close_means(self, spec: RoundSpec, reports: RoundReports, state: dict[str, Any]) -> RoundOutcome:
-        columns = self._columns(spec, reports)
         groups = self._groups("means")
+        by_group = component_params_from_spec(spec)
 
         def sums_for(i: int, nodes: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float, int] | None:
-            payloads = columns.get(groups[i], [[]])[0]
-            if not payloads:
-                return None
             params = self.vector_components[i].mechanism
             assert isinstance(params, BucketizedVectorParams)
-            sums = bucket_sums(params, payloads, nodes)
-            return np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound), len(payloads)
+            # A pass over the reports into the subgroup's key sums: the round is never held in memory.
+            sums = reports.combine(BucketSumAccumulator(params, nodes, by_group, (f"{groups[i]}:0",))).finalize()
+            if not sums.reports:
+                return None
+            return np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound), sums.reports
 
         return self.means_step(spec.round, state, sums_for)
 
@@ -525,13 +525,13 @@ class StemmerEngine(CampaignEngine):
         params = component.mechanism
         if not isinstance(params, BucketizedVectorParams):
             raise ProtocolError("the Lloyd round's component must be bucketized_vector")
-        columns = self._columns(spec, reports)
-        payloads = [p for g in self._groups("lloyd") if columns.get(g) for p in columns[g][0]]
-        if not payloads:
+        keys = tuple(f"{g}:0" for g in self._groups("lloyd"))
+        sums = reports.combine(BucketSumAccumulator(params, np.arange(kk, dtype=np.uint64),
+                                                    component_params_from_spec(spec), keys)).finalize()
+        if not sums.reports:
             return self.lloyd_step(state, None, 0.0, 0)
-        sums = bucket_sums(params, payloads, np.arange(kk, dtype=np.uint64))
         return self.lloyd_step(state, np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound),
-                               len(payloads))
+                               sums.reports)
 
     def lloyd_step(self, state: dict[str, Any], sums: NDArray[np.float64] | None, variance: float,
                    reporters: int) -> RoundOutcome:
