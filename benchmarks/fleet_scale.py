@@ -22,8 +22,8 @@ Two commands, run one configuration per process so each peak memory is that conf
     reads them (``RoundReports.combine`` streams the store the same way); ``beam`` runs each pass as a pipeline
     (``combine_rounds``) on the DirectRunner in multi-process mode with W workers.
 
-Printed and written (``--json``) per case: reports, wall time and reports/s of each pass and of
-the step, peak RSS of the step's process (``ru_maxrss``) and, for Beam, of every worker process
+Printed and written (``--json``) per case: reports, wall time, reports/s and CPU time (this
+process and its finished children: Beam's workers) of each pass and of the step, peak RSS of the step's process (``ru_maxrss``) and, for Beam, of every worker process
 (sampled every 0.2 s with psutil), and the accumulator's size in bytes.
 
 Usage::
@@ -199,6 +199,13 @@ def _file_batches(path: Path) -> Iterator[list[StoredReport]]:
         yield [row.report for row in rows]
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU of this process and its finished children (Beam's workers): on a shared
+    machine the wall time mostly measures the other jobs, this does not."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def _peak_rss() -> int:
     """This process's peak RSS in bytes (``ru_maxrss`` is KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -227,19 +234,21 @@ def run_case(case: str, root: Path, engine: str, workers: int, work_dir: Path) -
 
         def combine(acc: ReportAccumulator[Any]) -> ReportAccumulator[Any]:
             return combine_rounds({"round": (directories, acc)}, args, work_dir=work_dir)["round"]
-    total = 0.0
+    total = total_cpu = 0.0
     with _WorkerPeaks() as peaks:
         for name, prototype in step_accumulators(spec):
-            started = time.perf_counter()
+            started, cpu_before = time.perf_counter(), _cpu_seconds()
             acc = combine(prototype)
-            wall = time.perf_counter() - started
+            wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_before
             total += wall
-            passes.append({"pass": name, "wall_s": wall, "reports_per_s": reports / wall,
-                           "accumulator_bytes": acc.nbytes})
+            total_cpu += cpu
+            passes.append({"pass": name, "wall_s": wall, "reports_per_s": reports / wall, "cpu_s": cpu,
+                           "cpu_us_per_report": 1e6 * cpu / reports, "accumulator_bytes": acc.nbytes})
     worker_peaks = sorted(peaks.peaks.values(), reverse=True)
     return {"case": case, "engine": engine, "workers": workers if engine == "beam" else None,
             "reports": reports, "files": files, "passes": passes, "step_wall_s": total,
-            "step_reports_per_s": reports / total,
+            "step_reports_per_s": reports / total, "step_cpu_s": total_cpu,
+            "step_cpu_us_per_report": 1e6 * total_cpu / reports,
             "accumulator_bytes": sum(p["accumulator_bytes"] for p in passes),
             "driver_peak_rss_bytes": _peak_rss(),
             "worker_peak_rss_bytes": worker_peaks[:8], "worker_processes": len(worker_peaks)}
