@@ -32,6 +32,7 @@ Usage::
     nice python benchmarks/fleet_scale.py run --dir /data/fleet --engine in-process --json in.json
     nice python benchmarks/fleet_scale.py run --dir /data/fleet --engine beam --workers 1 --json beam1.json
     nice python benchmarks/fleet_scale.py run --dir /data/fleet --engine beam --workers 2 --json beam2.json
+    python benchmarks/fleet_scale.py table in.json beam1.json beam2.json
 """
 
 from __future__ import annotations
@@ -254,6 +255,27 @@ def run_case(case: str, root: Path, engine: str, workers: int, work_dir: Path) -
             "worker_peak_rss_bytes": worker_peaks[:8], "worker_processes": len(worker_peaks)}
 
 
+def table(paths: list[Path]) -> str:
+    """The README table of result files (``run --json`` outputs, or their ``rows`` merged)."""
+    rows = [row for path in paths for row in json.loads(path.read_text())["rows"]]
+    order = {case: i for i, case in enumerate(CASES)}
+    rows.sort(key=lambda r: (order.get(r["case"], 99), r["engine"] != "in-process", r["workers"] or 0))
+    mib = 1 << 20
+    lines = ["| case | engine | passes | wall s | reports/s | CPU µs/report | step process peak RSS MiB | "
+             "worker peak RSS MiB | accumulator bytes | load avg (1 min) |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        engine = "in-process" if r["engine"] == "in-process" else f"Beam, {r['workers']} worker(s)"
+        cpu = r.get("step_cpu_us_per_report")
+        workers = max((b for b in r["worker_peak_rss_bytes"]), default=0)
+        lines.append(" | ".join([
+            f"| {r['case']}", engine, " + ".join(p["pass"] for p in r["passes"]), f"{r['step_wall_s']:.0f}",
+            f"{r['step_reports_per_s']:,.0f}", "not measured" if cpu is None else f"{cpu:.1f}",
+            f"{r['driver_peak_rss_bytes'] / mib:.0f}", f"{workers / mib:.0f}" if workers else "-",
+            f"{r['accumulator_bytes']:,}", f"{r['load_avg_before'][0]:.1f} |"]))
+    return "\n".join(lines)
+
+
 def _machine() -> dict[str, Any]:
     return {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
             "memory_bytes": psutil.virtual_memory().total}
@@ -269,12 +291,17 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="the step over the landed round")
     run.add_argument("--engine", choices=("in-process", "beam"), required=True)
     run.add_argument("--workers", type=int, default=2)
+    tab = sub.add_parser("table", help="the README table of result files")
+    tab.add_argument("results", type=Path, nargs="+")
     for p in (gen, run):
         p.add_argument("--dir", type=Path, required=True)
         p.add_argument("--cases", default=",".join(CASES))
         p.add_argument("--json", type=Path, help="write the rows here")
     args = sys.argv[1:] if argv is None else list(argv)
     ns = parser.parse_args(args)
+    if ns.command == "table":
+        print(table(ns.results))
+        return 0
     cases = [c for c in ns.cases.split(",") if c]
     rows = []
     for case in cases:

@@ -57,3 +57,7 @@ def test_fleet_scale_runs_both_engines_with_bounded_accumulators(tmp_path: Path)
         assert small[case]["accumulator_bytes"] == large[case]["accumulator_bytes"] == beam[case]["accumulator_bytes"]
         assert 0 < int(small[case]["accumulator_bytes"]) < 64 * 1024  # type: ignore[call-overload]
     assert int(beam["nettree"]["worker_processes"]) > 0  # type: ignore[call-overload]
+    lines = fleet.table([tmp_path / "small-in.json", tmp_path / "small-beam.json"]).splitlines()
+    assert len(lines) == 2 + 2 * len(_CASES.split(","))
+    assert lines[2].startswith("| histogram-grr | in-process | counts |")
+    assert any(line.startswith("| nettree | Beam, 2 worker(s) | counts + vector sums |") for line in lines)
