@@ -1,13 +1,14 @@
 """A round's server step with its accumulators computed on Apache Beam.
 
-The pipeline reads a round's report files (an export, :func:`ldp_collector.columnar.export_round`,
-or a landing, :class:`ldp_collector.columnar.ParquetLanding`), decodes each file's payloads,
-combines them per component with :class:`~ldp_collector.beam.combine.ComponentCombineFn`, and
-writes the accumulator blobs; the engine's existing ``close_round`` then runs on
-:class:`BeamRoundReports` exactly as on the store's reports, so the next round spec or the result
-is the in-process one. Steps that read the raw reports (local-hashing support counts, vector
-sums) hand their report accumulator to :meth:`BeamRoundReports.combine`, which runs it as a
-pipeline of its own over the files.
+A pipeline reads a round's report files (an export, :func:`ldp_collector.columnar.export_round`,
+or a landing, :class:`ldp_collector.columnar.ParquetLanding`) and combines them into a report
+accumulator with :class:`~ldp_collector.beam.combine.ReportCombineFn` (:func:`combine_rounds`):
+first every component's count accumulators (:func:`accumulate_rounds`, the blobs the store would
+keep); the engine's existing ``close_round`` then runs on :class:`BeamRoundReports` as on the
+store's reports, and each pass its step makes over the raw reports (local-hashing support
+counts, vector sums) is a pipeline of its own (:meth:`BeamRoundReports.combine`). So the next
+round spec or the result is the in-process one (docs/beam.md: exactly, or within the stated
+tolerance where the step sums floats).
 
 The pipeline's files (reports in, accumulators out) must be where every worker can read and
 write them: a local directory for the DirectRunner, a shared file system for a cluster.
