@@ -172,6 +172,9 @@ class _WorkerPeaks:
 
     def __init__(self, interval: float = 0.2) -> None:
         self.peaks: dict[int, int] = {}
+        #: CPU seconds (user + system) of each descendant at its last sample: a check on
+        #: RUSAGE_CHILDREN, which counts only the children that were waited for.
+        self.cpu: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, args=(interval,), daemon=True)
 
@@ -181,9 +184,11 @@ class _WorkerPeaks:
             for child in me.children(recursive=True):
                 try:
                     rss = child.memory_info().rss
+                    times = child.cpu_times()
                 except psutil.Error:
                     continue
                 self.peaks[child.pid] = max(self.peaks.get(child.pid, 0), rss)
+                self.cpu[child.pid] = times.user + times.system
             self._stop.wait(interval)
 
     def __enter__(self) -> _WorkerPeaks:
@@ -252,7 +257,8 @@ def run_case(case: str, root: Path, engine: str, workers: int, work_dir: Path) -
             "step_cpu_us_per_report": 1e6 * total_cpu / reports,
             "accumulator_bytes": sum(p["accumulator_bytes"] for p in passes),
             "driver_peak_rss_bytes": _peak_rss(),
-            "worker_peak_rss_bytes": worker_peaks[:8], "worker_processes": len(worker_peaks)}
+            "worker_peak_rss_bytes": worker_peaks[:8], "worker_processes": len(worker_peaks),
+            "worker_cpu_s_sampled": sum(peaks.cpu.values())}
 
 
 def table(paths: list[Path]) -> str:
