@@ -73,7 +73,7 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
 from ..estimation.center_floor import floor_diagnostics, unit_to_data_variance
-from ..estimation.frequency import FrequencyAggregator, make_aggregator
+from ..estimation.frequency import FrequencyAggregator, estimate_from_support, make_aggregator
 from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
@@ -104,6 +104,7 @@ from .base import (
     pack_state,
 )
 from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, campaign_seed
+from .histogram import round_aggregators
 
 __all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "StemmerEngine", "StemmerParams", "noiseless_outcome"]
 
@@ -444,17 +445,21 @@ class StemmerEngine(CampaignEngine):
 
     def _close_weights(self, spec: RoundSpec, reports: RoundReports, state: dict[str, Any]) -> RoundOutcome:
         m = len(state["candidates"]) // self.dimension
-        columns = self._columns(spec, reports)
         component = spec.tasks[0].components[0]
-        agg = make_aggregator(component.mechanism)  # type: ignore[arg-type]
-        for g in self._groups("weights"):
-            if columns.get(g) and columns[g][0]:
-                agg.add(columns[g][0])
-        if agg.n == 0:
+        # The weight groups' count accumulators (local hashing: a support pass per group), pooled by
+        # adding their integer supports: what one aggregator over all their reports would estimate.
+        found = round_aggregators(spec, reports)
+        parts = [found[key] for g in self._groups("weights") if (key := f"{g}:0") in found]
+        n = sum(part.n for part in parts)
+        if n == 0:
             return self.weights_step(spec.round, state, np.zeros(m), 0.0, 0)
-        est = agg.estimate(DEFAULT_CONFIDENCE, candidates=np.arange(m))
+        values = np.arange(m, dtype=np.int64)
+        support = np.zeros(m, dtype=np.int64)
+        for part in parts:
+            support += part.support(values)
+        est = estimate_from_support(component.mechanism, values, support, n, DEFAULT_CONFIDENCE)  # type: ignore[arg-type]
         return self.weights_step(spec.round, state, np.asarray(est.counts, dtype=np.float64)[:m],
-                                 float(est.zero_std_error), agg.n)
+                                 float(est.zero_std_error), n)
 
     def weights_step(self, round_: int, state: dict[str, Any], weights: NDArray[np.float64], zero_se: float,
                      reporters: int) -> RoundOutcome:
