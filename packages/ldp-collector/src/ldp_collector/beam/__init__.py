@@ -13,15 +13,16 @@ except ImportError as exc:
     raise ImportError("the Beam step needs Apache Beam: pip install 'apache-beam==2.77.0' and then "
                       "'ldp-collector[export]' (README, \"Beyond one database\")") from exc
 
-from .combine import ComponentCombineFn
+from .combine import ReportCombineFn
 from .step import (
     DEFAULT_RUNNER,
     BeamRoundReports,
     accumulate_rounds,
     beam_round_reports,
     close_round_on_beam,
+    combine_rounds,
     pipeline_args,
 )
 
-__all__ = ["DEFAULT_RUNNER", "BeamRoundReports", "ComponentCombineFn", "accumulate_rounds", "beam_round_reports",
-           "close_round_on_beam", "pipeline_args"]
+__all__ = ["DEFAULT_RUNNER", "BeamRoundReports", "ReportCombineFn", "accumulate_rounds", "beam_round_reports",
+           "close_round_on_beam", "combine_rounds", "pipeline_args"]

@@ -1,89 +1,66 @@
 """A round's accumulators as an Apache Beam ``CombineFn`` (DESIGN §9).
 
-:class:`ComponentCombineFn` runs the collector's own mergeable accumulator,
-:class:`~ldp_collector.estimation.accumulators.CountAccumulator`, on Beam: its verbs map one to one,
+:class:`ReportCombineFn` runs any of the collector's report accumulators
+(:class:`~ldp_collector.estimation.report_accumulator.ReportAccumulator`: the count accumulators
+of every component, :class:`~ldp_collector.estimation.accumulators.RoundCounts`; local-hashing
+support counts; per-bucket vector sums; ...) on Beam. Its verbs map one to one:
 
 =====================  ===========================================================
 Beam                   accumulator
 =====================  ===========================================================
-``create_accumulator`` ``zero`` (no component yet: the element names it, see below)
-``add_input``          ``add`` of a batch of decoded payloads
+``create_accumulator`` ``zero``
+``add_input``          ``add``, batch by batch, of the reports of one file
 ``merge_accumulators`` ``merge``
-``extract_output``     the blob (``to_bytes``) that the store keeps and the engine's
-                       step reads through ``RoundReports.accumulators()``
+``extract_output``     the accumulator itself (the step calls ``finalize``)
 =====================  ===========================================================
 
-so the blobs are byte for byte those the ingestion path keeps (and ``rebuild`` recomputes): every
-accumulator holds integer counts (GRR and unary-encoding counts, the report count of the other
-mechanisms), whose sums do not depend on the order Beam adds and merges them in.
-
-Elements are ``(key, (key, payloads))``: Beam's ``CombinePerKey`` hands ``add_input`` the value
-only, and the value's own key tells the combiner which component's mechanism a fresh accumulator
-takes.
+Elements are report files (one Parquet file of an export or a landing): a worker reads one file
+at a time, in batches, into its accumulator, so its memory is the accumulator plus one batch,
+whatever the round's size. The in-process step runs the same accumulator over the store's
+batches (:meth:`~ldp_collector.kinds.base.RoundReports.combine`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import apache_beam as beam
 
-from ldp_client.errors import ProtocolError
-from ldp_client.mechanisms import MechanismParams
+from ..columnar import read_file
+from ..estimation.report_accumulator import ReportAccumulator
 
-from ..estimation.accumulators import ComponentParams, CountAccumulator
+__all__ = ["READ_BATCH_ROWS", "ReportCombineFn"]
 
-__all__ = ["ComponentCombineFn", "KeyedPayloads"]
-
-#: ``(accumulator key, decoded payloads of that component)``: one batch of one component.
-KeyedPayloads = tuple[str, Sequence[Any]]
-#: A combiner's state: nothing yet, or the component's key and accumulator.
-_State = tuple[str, CountAccumulator] | None
+#: Rows of a file read and added at once: bounds a worker's scratch besides its accumulator.
+READ_BATCH_ROWS = 65536
 
 
-class ComponentCombineFn(beam.CombineFn):  # type: ignore[misc]  # beam.CombineFn is Any to mypy
-    """Per-component :class:`CountAccumulator` of one round as a ``CombineFn`` (for ``CombinePerKey``).
+class ReportCombineFn(beam.CombineFn):  # type: ignore[misc]  # beam.CombineFn is Any to mypy
+    """A :class:`ReportAccumulator` over report files, as a ``CombineFn`` (for ``CombineGlobally``).
 
     Parameters
     ----------
-    component_params_by_group : Mapping[int, Sequence[MechanismParams]]
-        The mechanism of every component of every reporting group
-        (:func:`~ldp_collector.estimation.accumulators.component_params_from_spec`).
+    prototype : ReportAccumulator
+        An empty accumulator with the step's parameters; every partial result is a ``zero()`` of it.
     """
 
-    def __init__(self, component_params_by_group: ComponentParams) -> None:
+    def __init__(self, prototype: ReportAccumulator[Any]) -> None:
         super().__init__()
-        self._params = {int(g): tuple(p) for g, p in component_params_by_group.items()}
+        self._prototype = prototype.zero()
 
-    def _mechanism(self, key: str) -> MechanismParams:
-        group, index = (int(part) for part in key.split(":"))
-        try:
-            return self._params[group][index]
-        except (KeyError, IndexError):
-            raise ProtocolError(f"accumulator {key}: no such component in this round") from None
+    def create_accumulator(self) -> ReportAccumulator[Any]:
+        return self._prototype.zero()
 
-    def create_accumulator(self) -> _State:
-        return None
+    def add_input(self, accumulator: ReportAccumulator[Any], path: str) -> ReportAccumulator[Any]:
+        for rows in read_file(path, READ_BATCH_ROWS):
+            accumulator.add([row.report for row in rows])
+        return accumulator
 
-    def add_input(self, state: _State, element: KeyedPayloads) -> _State:
-        key, payloads = element
-        if state is None:
-            state = (key, CountAccumulator(self._mechanism(key)))
-        state[1].add(payloads)
-        return state
-
-    def merge_accumulators(self, states: Any) -> _State:
-        merged: _State = None
-        for state in states:
-            if state is None:
-                continue
-            if merged is None:
-                merged = (state[0], state[1].zero())
-            merged[1].merge(state[1])
+    def merge_accumulators(self, accumulators: Any) -> ReportAccumulator[Any]:
+        merged = self._prototype.zero()
+        for accumulator in accumulators:
+            merged.merge(accumulator)
         return merged
 
-    def extract_output(self, state: _State) -> bytes | None:
-        return state[1].to_bytes() if state is not None else None
-
-
+    def extract_output(self, accumulator: ReportAccumulator[Any]) -> ReportAccumulator[Any]:
+        return accumulator

@@ -13,8 +13,9 @@ What an accumulator holds
     * local hashing with a public seed pool (``docs/protocol.md`` §14): n and the count of every
       (pool seed, bucket), which is all its support counts need;
     * local hashing without a pool and every other mechanism: n only. Such a local-hashing report
-      supports every value hashing to its bucket, so candidate support counts need the raw reports
-      (:func:`aggregate_reports` builds the aggregators from them).
+      supports every value hashing to its bucket, so candidate support counts need the raw reports:
+      a step streams them through :class:`SupportCounts` for the candidates it asks about (bounded
+      by the candidates, not by n); :func:`aggregate_reports` builds whole aggregators from them.
 
 Blob format (little-endian int64 words)
     ``[FORMAT_VERSION, kind, n, ...]`` then, by kind: ``KIND_DENSE`` -- one count per domain value
@@ -45,6 +46,7 @@ from .frequency import (
     LocalHashingAggregator,
     UnaryEncodingAggregator,
 )
+from .report_accumulator import ReportAccumulator, combine_batches
 
 __all__ = [
     "FORMAT_VERSION",
@@ -54,6 +56,8 @@ __all__ = [
     "ComponentParams",
     "CountAccumulator",
     "DecodedReports",
+    "RoundCounts",
+    "SupportCounts",
     "accumulator_key",
     "aggregate_reports",
     "component_params_from_spec",
@@ -366,14 +370,108 @@ def rebuild(reports: Iterable[StoredReport] | Iterable[Sequence[StoredReport]],
     dict of str to bytes
         Equal to what :func:`make_accumulate_fn` produced incrementally for the same reports.
     """
-    frozen = {int(g): tuple(p) for g, p in component_params_by_group.items()}
-    accumulators: dict[str, CountAccumulator] = {}
-    for batch in _batches(reports):
-        for key, payloads in decode_report_payloads(batch, frozen).items():
-            if key not in accumulators:
-                accumulators[key] = CountAccumulator(_params_for(key, frozen))
-            accumulators[key].add(payloads)
-    return {key: acc.to_bytes() for key, acc in accumulators.items()}
+    return combine_batches(RoundCounts(component_params_by_group), _batches(reports)).finalize()
+
+
+class RoundCounts(ReportAccumulator[dict[str, bytes]]):
+    """Every component's :class:`CountAccumulator` of a round, as one report accumulator.
+
+    What :func:`rebuild` computes, for a step whose ingestion-time blobs are missing or behind
+    the raw reports; integers only, so any order of adding and merging gives the same blobs.
+
+    Parameters
+    ----------
+    component_params_by_group : Mapping[int, Sequence[MechanismParams]]
+        (:func:`component_params_from_spec`).
+    """
+
+    def __init__(self, component_params_by_group: ComponentParams) -> None:
+        self._params = {int(g): tuple(p) for g, p in component_params_by_group.items()}
+        self._accumulators: dict[str, CountAccumulator] = {}
+
+    def zero(self) -> RoundCounts:
+        return RoundCounts(self._params)
+
+    def add(self, reports: Sequence[StoredReport]) -> None:
+        for key, payloads in decode_report_payloads(reports, self._params).items():
+            if key not in self._accumulators:
+                self._accumulators[key] = CountAccumulator(_params_for(key, self._params))
+            self._accumulators[key].add(payloads)
+
+    def merge(self, other: RoundCounts) -> None:
+        for key, acc in other._accumulators.items():
+            if key not in self._accumulators:
+                self._accumulators[key] = acc.zero()
+            self._accumulators[key].merge(acc)
+
+    def finalize(self) -> dict[str, bytes]:
+        """The blobs, keyed ``"<group>:<component>"`` (groups without reports are absent)."""
+        return {key: acc.to_bytes() for key, acc in sorted(self._accumulators.items())}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(blob) for blob in self.finalize().values())
+
+
+class SupportCounts(ReportAccumulator[NDArray[np.int64]]):
+    """Local-hashing support counts of one component over candidates fixed beforehand.
+
+    ``finalize()[j]`` is the number of the component's reports ``(s, y)`` with ``H(s, v_j) = y``
+    (:meth:`LocalHashingAggregator.support`), for the candidates ``v`` the step asked for; with
+    :attr:`n` that is all the estimator needs (:func:`~.frequency.estimate_from_support`). The state
+    is ``m + 1`` integers, so any order of adding and merging gives the same counts.
+
+    Parameters
+    ----------
+    component_params_by_group : Mapping[int, Sequence[MechanismParams]]
+        (:func:`component_params_from_spec`).
+    key : str
+        The component, ``"<group>:<component>"``; its mechanism must be local hashing.
+    candidates : numpy.ndarray of int64, shape (m,)
+        Validated domain values.
+    """
+
+    def __init__(self, component_params_by_group: ComponentParams, key: str, candidates: NDArray[np.int64]) -> None:
+        self._params = {int(g): tuple(p) for g, p in component_params_by_group.items()}
+        mechanism = _params_for(key, self._params)
+        if not isinstance(mechanism, LocalHashingParams):
+            raise TypeError(f"{key}: support counts need local hashing, got {mechanism.KIND}")
+        self._mechanism = mechanism
+        self._key = key
+        self._candidates = np.asarray(candidates, dtype=np.int64)
+        self._support = np.zeros(self._candidates.shape[0], dtype=np.int64)
+        self._n = 0
+
+    @property
+    def n(self) -> int:
+        """Number of the component's reports added."""
+        return self._n
+
+    def zero(self) -> SupportCounts:
+        return SupportCounts(self._params, self._key, self._candidates)
+
+    def add(self, reports: Sequence[StoredReport]) -> None:
+        payloads = decode_report_payloads(reports, self._params).get(self._key)
+        if not payloads:
+            return
+        batch = LocalHashingAggregator(self._mechanism)
+        batch.add(payloads)  # validates the payloads; the batch's reports are dropped after counting
+        self._support += batch.support(self._candidates)
+        self._n += batch.n
+
+    def merge(self, other: SupportCounts) -> None:
+        if other._key != self._key or not np.array_equal(other._candidates, self._candidates):
+            raise ProtocolError("cannot merge support counts of different components or candidates")
+        self._support += other._support
+        self._n += other._n
+
+    def finalize(self) -> NDArray[np.int64]:
+        """The support count of every candidate (a copy)."""
+        return self._support.copy()
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._support.nbytes + self._candidates.nbytes) + 8
 
 
 def aggregate_reports(reports: Iterable[StoredReport] | Iterable[Sequence[StoredReport]],

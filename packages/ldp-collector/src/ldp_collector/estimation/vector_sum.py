@@ -45,9 +45,12 @@ from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, Vect
 from ldp_client.mechanisms.local_hashing import SEED_BITS
 from ldp_client.payload import Floats, SignedVector
 
+from ..storage.base import StoredReport
+from .accumulators import ComponentParams, decode_report_payloads
 from .olh_hash import hash_values
+from .report_accumulator import ReportAccumulator
 
-__all__ = ["LLOYD_MIN_COUNT_Z", "BucketSums", "LloydMove", "analytic_variance", "bucket_sums", "decode_signed",
+__all__ = ["LLOYD_MIN_COUNT_Z", "BucketSumAccumulator", "BucketSums", "LloydMove", "analytic_variance", "bucket_sums", "decode_signed",
            "lloyd_move"]
 
 #: (reports x buckets) pairs per sign block: about 256 KiB of uint64, so a block stays in cache.
@@ -228,23 +231,95 @@ def bucket_sums(params: BucketizedVectorParams, payloads: Sequence[SignedVector]
     Memory: the decoded floats of one chunk of reports and a few (report, bucket) blocks of about
     2^15 entries (module docstring), besides the output.
     """
-    params = _check_params(params)
-    cells = _bucket_array(params, buckets)
-    payloads = list(payloads)
-    d = params.dimension
-    m = cells.shape[0]
-    n = len(payloads)
-    sums = np.zeros((m, d))
-    squares = np.zeros(d)
-    chunk = max(1, min(_CHUNK_REPORTS, _CHUNK_FLOATS // d))
-    for r0 in range(0, n, chunk):
-        seeds, z = decode_signed(params, payloads[r0:r0 + chunk])
-        squares += np.einsum("ij,ij->j", z, z)
-        if m:
-            _add_signed_sums(seeds, z, cells, sums)
-    variances = np.broadcast_to(squares, (m, d)).copy()
-    return BucketSums(buckets=cells, sums=sums, variances=variances,
-                      variance_bound=n * params.report_second_moment, reports=n)
+    accumulator = BucketSumAccumulator(params, buckets)
+    accumulator.add_payloads(payloads)
+    return accumulator.finalize()
+
+
+class BucketSumAccumulator(ReportAccumulator[BucketSums]):
+    """Per-bucket vector sums of a round's bucketized vector reports, as a mergeable accumulator.
+
+    The state of :func:`bucket_sums`: the ``(m, D)`` signed sums, the ``D`` sums of squares and of
+    absolute values of the decoded ``z_ij``, and n, so its size is ``(m + 2) D`` floats whatever n.
+    :meth:`add` reads the components ``keys`` of stored reports; :meth:`add_payloads` takes decoded
+    payloads.
+
+    Float order: adding and merging in another order changes each sum by at most
+    ``2 (n - 1) u sum_i |z_ij|`` (:func:`~.report_accumulator.summation_error_bound`, with
+    :attr:`abs_sums`); every ``|sigma z_ij|`` is ``|z_ij|``, so one bound per coordinate holds
+    for every bucket.
+
+    Parameters
+    ----------
+    params : BucketizedVectorParams
+        The reports' mechanism.
+    buckets : array_like of int, shape (m,)
+        Buckets in ``[0, 2^params.bucket_bits)``; repeats are allowed.
+    component_params_by_group : Mapping[int, Sequence[MechanismParams]], optional
+        The round's components (needed by :meth:`add`).
+    keys : sequence of str, optional
+        The components ``"<group>:<component>"`` whose reports :meth:`add` sums (all of ``params``).
+    """
+
+    def __init__(self, params: BucketizedVectorParams, buckets: ArrayLike,
+                 component_params_by_group: ComponentParams | None = None, keys: Sequence[str] = ()) -> None:
+        self._params = _check_params(params)
+        self._cells = _bucket_array(self._params, buckets)
+        self._by_group = {int(g): tuple(p) for g, p in (component_params_by_group or {}).items()}
+        self._keys = tuple(keys)
+        d = self._params.dimension
+        self._sums = np.zeros((self._cells.shape[0], d))
+        self._squares = np.zeros(d)
+        self._abs = np.zeros(d)
+        self._n = 0
+
+    @property
+    def n(self) -> int:
+        """Number of reports added."""
+        return self._n
+
+    @property
+    def abs_sums(self) -> NDArray[np.float64]:
+        """``sum_i |z_ij|`` per coordinate: with n, the bound on the order's effect (class docstring)."""
+        return self._abs.copy()
+
+    def zero(self) -> BucketSumAccumulator:
+        return BucketSumAccumulator(self._params, self._cells, self._by_group, self._keys)
+
+    def add(self, reports: Sequence[StoredReport]) -> None:
+        decoded = decode_report_payloads(reports, self._by_group)
+        for key in self._keys:
+            self.add_payloads(decoded.get(key, ()))
+
+    def add_payloads(self, payloads: Sequence[SignedVector]) -> None:
+        """Add decoded payloads, in chunks (module docstring, "Cost")."""
+        payloads = list(payloads)
+        chunk = max(1, min(_CHUNK_REPORTS, _CHUNK_FLOATS // self._params.dimension))
+        for r0 in range(0, len(payloads), chunk):
+            seeds, z = decode_signed(self._params, payloads[r0:r0 + chunk])
+            self._squares += np.einsum("ij,ij->j", z, z)
+            self._abs += np.abs(z).sum(axis=0)
+            if self._cells.shape[0]:
+                _add_signed_sums(seeds, z, self._cells, self._sums)
+            self._n += len(seeds)
+
+    def merge(self, other: BucketSumAccumulator) -> None:
+        if other._params != self._params or not np.array_equal(other._cells, self._cells):
+            raise ProtocolError("cannot merge vector sums of different mechanisms or buckets")
+        self._sums += other._sums
+        self._squares += other._squares
+        self._abs += other._abs
+        self._n += other._n
+
+    def finalize(self) -> BucketSums:
+        m, d = self._sums.shape
+        return BucketSums(buckets=self._cells.copy(), sums=self._sums.copy(),
+                          variances=np.broadcast_to(self._squares, (m, d)).copy(),
+                          variance_bound=self._n * self._params.report_second_moment, reports=self._n)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._sums.nbytes + self._squares.nbytes + self._abs.nbytes + self._cells.nbytes) + 8
 
 
 def _add_signed_sums(seeds: NDArray[np.uint64], z: NDArray[np.float64], cells: NDArray[np.uint64],

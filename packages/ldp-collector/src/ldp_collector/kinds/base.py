@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar
 
 import msgpack
 
@@ -22,11 +22,14 @@ from ldp_client.errors import ProtocolError
 from ldp_client.spec import RoundSpec, Spec
 
 from ..errors import InvalidArgumentError
+from ..estimation.report_accumulator import ReportAccumulator, combine_batches
 from ..model import CampaignConfig, Estimates, Result
 from ..storage.base import AccumulateFn, StoredReport
 
 __all__ = ["CATEGORICAL", "NUMERIC", "CampaignEngine", "CliParam", "K_PARAM", "Kind", "KindCli", "KindParams", "RoundOutcome",
            "RoundPlan", "RoundReports", "load_state", "numeric_domain", "pack_state"]
+
+_A = TypeVar("_A", bound=ReportAccumulator[object])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +75,15 @@ class RoundReports(abc.ABC):
     @abc.abstractmethod
     def accumulators(self) -> dict[str, bytes]:
         """The round's accumulator blobs (as kept by the engine's ``accumulate_fn``)."""
+
+    def combine(self, accumulator: _A) -> _A:
+        """``accumulator`` with every report of the round added (:mod:`~ldp_collector.estimation.report_accumulator`).
+
+        The steps that read raw reports do it through here, so the round never sits in memory:
+        in-process the batches stream through the accumulator; other readers (the Beam step)
+        override this to combine the accumulator where the reports are.
+        """
+        return combine_batches(accumulator, self.batches())
 
 
 class KindParams(Spec, abc.ABC):

@@ -82,9 +82,11 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 from ..defences import DEFAULT_ANOMALY_ALPHA, anomaly_flags, weight_excess
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import (
+    ComponentParams,
     CountAccumulator,
+    RoundCounts,
+    SupportCounts,
     accumulator_key,
-    aggregate_reports,
     component_params_from_spec,
     keeps_counts,
     make_accumulate_fn,
@@ -96,8 +98,9 @@ from ..estimation.frequency import (
     FrequencyEstimate,
     make_aggregator,
 )
+from ..estimation.report_accumulator import ReportAccumulator
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Estimate, Estimates, Result
-from ..storage.base import AccumulateFn
+from ..storage.base import AccumulateFn, StoredReport
 from .base import (
     CATEGORICAL,
     NUMERIC,
@@ -119,6 +122,7 @@ __all__ = [
     "FrequencyOracle",
     "HistogramEngine",
     "HistogramParams",
+    "RoundSupportAggregator",
     "aggregator_for",
     "default_cells_per_dimension",
     "frequency_estimates",
@@ -246,32 +250,122 @@ def round_aggregators(spec: RoundSpec, reports: RoundReports) -> dict[str, Frequ
     """Frequency aggregators of every component of every group of a closed round.
 
     Keyed like the accumulators (``"<group>:<component>"``; components that are not frequency
-    oracles are left out, groups without reports are absent). When every component is GRR or unary
-    encoding and the count accumulators kept at ingestion cover every stored report, they are
-    used as they are (O(D) at close); otherwise the raw reports, which are the source of truth,
-    are read once (local hashing always needs them).
+    oracles are left out, groups without reports are absent). The count accumulators kept at
+    ingestion give GRR, unary encoding and pooled local hashing (§14: counts per pool seed and
+    bucket) their counts, and per-report local hashing its n (O(D) at close);
+    where they are missing or do not cover every stored report, one pass over the raw reports,
+    the source of truth, recomputes them (:class:`RoundCounts`). A local-hashing aggregator counts
+    the support of the candidates a step asks about in a pass of its own
+    (:class:`RoundSupportAggregator`), so the round's reports are never held in memory.
     """
     params_by_group = component_params_from_spec(spec)
-    counting = all(keeps_counts(p) for ps in params_by_group.values() for p in ps)
-    if counting:
-        blobs = reports.accumulators()
-        cached: dict[str, FrequencyAggregator] = {}
-        try:
-            for group, mechanisms in params_by_group.items():
-                for index, params in enumerate(mechanisms):
-                    key = accumulator_key(group, index)
-                    if key in blobs:
-                        aggregator = CountAccumulator.from_bytes(params, blobs[key], key=key).finalize()
-                        if aggregator is not None:
-                            cached[key] = aggregator
-        except ProtocolError:
-            log.warning("unreadable accumulator; estimating from the raw reports",
-                        extra={"campaign_id": spec.campaign_id, "round": spec.round})
-        else:
-            # Every report adds exactly one payload to its group's component 0.
-            if sum(a.n for k, a in cached.items() if k.endswith(":0")) == reports.count:
-                return cached
-    return aggregate_reports(reports.batches(), params_by_group)
+    keys = {accumulator_key(g, i): p for g, ps in params_by_group.items() for i, p in enumerate(ps)}
+    counts: dict[str, CountAccumulator] = {}
+    blobs = reports.accumulators()
+    try:
+        for key, params in keys.items():
+            if key in blobs:
+                counts[key] = CountAccumulator.from_bytes(params, blobs[key], key=key)
+    except ProtocolError:
+        log.warning("unreadable accumulator; counting the raw reports",
+                    extra={"campaign_id": spec.campaign_id, "round": spec.round})
+        counts = {}
+    # Every report adds exactly one payload to its group's component 0.
+    if sum(a.n for k, a in counts.items() if k.endswith(":0")) != reports.count:
+        blobs = reports.combine(RoundCounts(params_by_group)).finalize()
+        counts = {key: CountAccumulator.from_bytes(keys[key], blob, key=key) for key, blob in blobs.items()}
+    out: dict[str, FrequencyAggregator] = {}
+    for key, acc in counts.items():
+        params = acc.params
+        if isinstance(params, LocalHashingParams) and not keeps_counts(params):  # pooled: counts suffice
+            out[key] = RoundSupportAggregator(params, key, params_by_group, reports, acc.n)
+        elif (aggregator := acc.finalize()) is not None:
+            out[key] = aggregator
+    return out
+
+
+class HammingWeights(ReportAccumulator[NDArray[np.int64]]):
+    """How many unary-encoding reports of a round have each Hamming weight (``domain_size + 1`` counts).
+
+    Reads the stored rows' bytes (msgpack ``[bin(width)]`` with a fixed header: the bits are the
+    last bytes), without decoding them; integers, so any order gives the same counts.
+    """
+
+    def __init__(self, mechanism: UnaryEncodingParams) -> None:
+        self._mechanism = mechanism
+        self._counts = np.zeros(mechanism.domain_size + 1, dtype=np.int64)
+
+    def zero(self) -> HammingWeights:
+        return HammingWeights(self._mechanism)
+
+    def add(self, reports: Sequence[StoredReport]) -> None:
+        if not reports:
+            return
+        width = self._mechanism.payload_bytes
+        bits = np.frombuffer(b"".join([row.payloads[-width:] for row in reports]), dtype=np.uint8)
+        weights = _POPCOUNT[bits.reshape(len(reports), width)].sum(axis=1)
+        self._counts += np.bincount(weights, minlength=self._mechanism.domain_size + 1)
+
+    def merge(self, other: HammingWeights) -> None:
+        self._counts += other._counts
+
+    def finalize(self) -> NDArray[np.int64]:
+        return self._counts.copy()
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._counts.nbytes)
+
+
+class RoundSupportAggregator(FrequencyAggregator):
+    """A local-hashing component of a closed round whose support counts come from a pass over its reports.
+
+    Each :meth:`support` (so each ``estimate``) streams the round through
+    :class:`~ldp_collector.estimation.accumulators.SupportCounts` for the candidates asked
+    (:meth:`RoundReports.combine`: in-process batch by batch, on Beam on its workers): memory is
+    the candidates' counts, not the reports. Read-only: it cannot be added to or merged.
+
+    Parameters
+    ----------
+    params : LocalHashingParams
+    key : str
+        The component, ``"<group>:<component>"``.
+    component_params_by_group : Mapping[int, Sequence[MechanismParams]]
+    reports : RoundReports
+    n : int
+        The component's report count (its count accumulator).
+    """
+
+    def __init__(self, params: LocalHashingParams, key: str, component_params_by_group: ComponentParams,
+                 reports: RoundReports, n: int) -> None:
+        self._params = params
+        self._key = key
+        self._by_group = component_params_by_group
+        self._reports = reports
+        self._n = n
+
+    @property
+    def params(self) -> LocalHashingParams:
+        return self._params
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+    def zero(self) -> RoundSupportAggregator:
+        raise TypeError("a round's support aggregator is read-only")
+
+    def add(self, payloads: Sequence[Any]) -> None:
+        raise TypeError("a round's support aggregator is read-only")
+
+    def merge(self, other: RoundSupportAggregator) -> None:
+        raise TypeError("a round's support aggregator is read-only")
+
+    def support(self, values: NDArray[np.int64]) -> NDArray[np.int64]:
+        counted = self._reports.combine(SupportCounts(self._by_group, self._key, values))
+        if counted.n != self._n:
+            raise ProtocolError(f"{self._key}: {counted.n} reports, but its accumulator counted {self._n}")
+        return counted.finalize()
 
 
 def aggregator_for(aggregators: dict[str, FrequencyAggregator], spec: RoundSpec, group: int,
@@ -544,13 +638,7 @@ class HistogramEngine(CampaignEngine):
         mechanism = spec.tasks[0].components[0].mechanism
         if not isinstance(mechanism, UnaryEncodingParams) or not 0 < reports.count <= MAX_WEIGHT_CHECK_REPORTS:
             return []
-        width = mechanism.payload_bytes
-        counts = np.zeros(mechanism.domain_size + 1, dtype=np.int64)
-        for batch in reports.batches():
-            # Stored rows are msgpack [bin(width)] with a fixed header: the bits are the last bytes.
-            bits = np.frombuffer(b"".join([row.payloads[-width:] for row in batch]), dtype=np.uint8)
-            weights = _POPCOUNT[bits.reshape(len(batch), width)].sum(axis=1)
-            counts += np.bincount(weights, minlength=mechanism.domain_size + 1)
+        counts = reports.combine(HammingWeights(mechanism)).finalize()
         found = weight_excess(counts.tolist(), mechanism.domain_size, mechanism.p, mechanism.q)
         if found:
             log.warning("implausible Hamming weights in a unary-encoding round", extra={

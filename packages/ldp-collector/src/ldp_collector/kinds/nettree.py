@@ -68,9 +68,8 @@ from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
-from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
+from ..estimation.accumulators import component_params_from_spec
 from ..estimation.center_floor import FLOOR_CENTER_ERROR, FLOOR_EXCESS_COST, floor_diagnostics, unit_to_data_variance
-from ..estimation.frequency import make_aggregator
 from ..estimation.net_tree import (
     LevelEstimator,
     NetTreeLayout,
@@ -85,7 +84,7 @@ from ..estimation.net_tree import (
     shifted_cell_centres,
     signal_to_noise,
 )
-from ..estimation.vector_sum import bucket_sums, lloyd_move
+from ..estimation.vector_sum import BucketSumAccumulator, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
 from ._lsh import (
     VECTOR_SHAPE_PARAM,
@@ -122,6 +121,7 @@ from .common import (
     campaign_seed,
     check_report_epsilon,
 )
+from .histogram import aggregator_for, round_aggregators
 
 __all__ = [
     "KIND",
@@ -427,19 +427,18 @@ class NetTreeEngine(CampaignEngine):
         params = component.mechanism
         if not isinstance(params, BucketizedVectorParams):
             raise ProtocolError(f"a nettree refinement round must use bucketized_vector, got {params.KIND}")
-        payloads: list[Any] = []
-        for batch in reports.batches():
-            payloads.extend(decode_report_payloads(batch, component_params_from_spec(spec)).get(
-                f"{self.layout.levels}:0", []))
-        diagnostics["refinement_reports"] = float(len(payloads))
+        # One pass over the reports into the previous centers' sums: the round is never held in memory.
+        sums = reports.combine(BucketSumAccumulator(params, np.arange(len(previous), dtype=np.uint64),
+                                                    component_params_from_spec(spec),
+                                                    (f"{self.layout.levels}:0",))).finalize()
+        diagnostics["refinement_reports"] = float(sums.reports)
         for key in (FLOOR_CENTER_ERROR, FLOOR_EXCESS_COST):
             diagnostics.pop(key, None)  # round 1's floor; the published centers get their own below
-        if not payloads:
+        if not sums.reports:
             warnings.append("the refinement round received no reports: round 1's centers published")
             centers_unit = 2.0 * (previous - lower) / (upper - lower) - 1.0
             variances = np.full(len(previous), np.inf)
         else:
-            sums = bucket_sums(params, payloads, np.arange(len(previous), dtype=np.uint64))
             start = 2.0 * (previous - lower) / (upper - lower) - 1.0
             move = lloyd_move(start, np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound))
             centers_unit = np.clip(move.centers, -1.0, 1.0)
@@ -465,16 +464,12 @@ class NetTreeEngine(CampaignEngine):
         vector_params = spec.tasks[0].components[1].mechanism
         if not isinstance(vector_params, BucketizedVectorParams):
             raise ProtocolError(f"a nettree round's second component must be bucketized_vector, got {vector_params.KIND}")
-        aggregators = {g: make_aggregator(params_by_group[g][0]) for g in range(layout.levels)}  # type: ignore[arg-type]
-        vectors: list[Any] = []
-        for batch in reports.batches():
-            decoded = decode_report_payloads(batch, params_by_group)
-            for g in range(layout.levels):
-                nodes = decoded.get(f"{g}:0")
-                if nodes:
-                    aggregators[g].add(nodes)
-                    vectors.extend(decoded[f"{g}:1"])
-        n = len(vectors)
+        # The node counts come from the count accumulators (local hashing: a support pass per level)
+        # and the leaf sums from a pass of their own: the round's reports are never held in memory.
+        found = round_aggregators(spec, reports)
+        aggregators = {g: aggregator_for(found, spec, group=g) for g in range(layout.levels)}
+        n = sum(agg.n for agg in aggregators.values())  # every report carries a node and a vector
+        vector_keys = tuple(f"{g}:1" for g in range(layout.levels))
 
         def estimate(level: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float] | None:
             agg = aggregators[level - 1]
@@ -485,8 +480,8 @@ class NetTreeEngine(CampaignEngine):
             return np.asarray(est.counts, dtype=np.float64) * scale, est.zero_std_error * scale
 
         def leaf_sums(nodes: NDArray[np.uint64]) -> NDArray[np.float64]:
-            out: NDArray[np.float64] = np.asarray(bucket_sums(vector_params, vectors, nodes).sums,
-                                                  dtype=np.float64)[:, :d]
+            sums = reports.combine(BucketSumAccumulator(vector_params, nodes, params_by_group, vector_keys)).finalize()
+            out: NDArray[np.float64] = np.asarray(sums.sums, dtype=np.float64)[:, :d]
             return out
 
         outcome = self.server_step(n, estimate, leaf_sums, vector_variance=float(vector_params.report_second_moment),

@@ -73,11 +73,11 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
 from ..estimation.center_floor import floor_diagnostics, unit_to_data_variance
-from ..estimation.frequency import FrequencyAggregator, make_aggregator
+from ..estimation.frequency import FrequencyAggregator, estimate_from_support, make_aggregator
 from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
-from ..estimation.vector_sum import bucket_sums, lloyd_move
+from ..estimation.vector_sum import BucketSumAccumulator, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
 from ._lsh import (
     VECTOR_SHAPE_PARAM,
@@ -104,6 +104,7 @@ from .base import (
     pack_state,
 )
 from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, allowed_oracles, campaign_seed
+from .histogram import round_aggregators
 
 __all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "StemmerEngine", "StemmerParams", "noiseless_outcome"]
 
@@ -385,17 +386,17 @@ class StemmerEngine(CampaignEngine):
         return heavy
 
     def _close_means(self, spec: RoundSpec, reports: RoundReports, state: dict[str, Any]) -> RoundOutcome:
-        columns = self._columns(spec, reports)
         groups = self._groups("means")
+        by_group = component_params_from_spec(spec)
 
         def sums_for(i: int, nodes: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float, int] | None:
-            payloads = columns.get(groups[i], [[]])[0]
-            if not payloads:
-                return None
             params = self.vector_components[i].mechanism
             assert isinstance(params, BucketizedVectorParams)
-            sums = bucket_sums(params, payloads, nodes)
-            return np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound), len(payloads)
+            # A pass over the reports into the subgroup's key sums: the round is never held in memory.
+            sums = reports.combine(BucketSumAccumulator(params, nodes, by_group, (f"{groups[i]}:0",))).finalize()
+            if not sums.reports:
+                return None
+            return np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound), sums.reports
 
         return self.means_step(spec.round, state, sums_for)
 
@@ -446,17 +447,21 @@ class StemmerEngine(CampaignEngine):
 
     def _close_weights(self, spec: RoundSpec, reports: RoundReports, state: dict[str, Any]) -> RoundOutcome:
         m = len(state["candidates"]) // self.dimension
-        columns = self._columns(spec, reports)
         component = spec.tasks[0].components[0]
-        agg = make_aggregator(component.mechanism)  # type: ignore[arg-type]
-        for g in self._groups("weights"):
-            if columns.get(g) and columns[g][0]:
-                agg.add(columns[g][0])
-        if agg.n == 0:
+        # The weight groups' count accumulators (local hashing: a support pass per group), pooled by
+        # adding their integer supports: what one aggregator over all their reports would estimate.
+        found = round_aggregators(spec, reports)
+        parts = [found[key] for g in self._groups("weights") if (key := f"{g}:0") in found]
+        n = sum(part.n for part in parts)
+        if n == 0:
             return self.weights_step(spec.round, state, np.zeros(m), 0.0, 0)
-        est = agg.estimate(DEFAULT_CONFIDENCE, candidates=np.arange(m))
+        values = np.arange(m, dtype=np.int64)
+        support = np.zeros(m, dtype=np.int64)
+        for part in parts:
+            support += part.support(values)
+        est = estimate_from_support(component.mechanism, values, support, n, DEFAULT_CONFIDENCE)  # type: ignore[arg-type]
         return self.weights_step(spec.round, state, np.asarray(est.counts, dtype=np.float64)[:m],
-                                 float(est.zero_std_error), agg.n)
+                                 float(est.zero_std_error), n)
 
     def weights_step(self, round_: int, state: dict[str, Any], weights: NDArray[np.float64], zero_se: float,
                      reporters: int) -> RoundOutcome:
@@ -527,13 +532,13 @@ class StemmerEngine(CampaignEngine):
         params = component.mechanism
         if not isinstance(params, BucketizedVectorParams):
             raise ProtocolError("the Lloyd round's component must be bucketized_vector")
-        columns = self._columns(spec, reports)
-        payloads = [p for g in self._groups("lloyd") if columns.get(g) for p in columns[g][0]]
-        if not payloads:
+        keys = tuple(f"{g}:0" for g in self._groups("lloyd"))
+        sums = reports.combine(BucketSumAccumulator(params, np.arange(kk, dtype=np.uint64),
+                                                    component_params_from_spec(spec), keys)).finalize()
+        if not sums.reports:
             return self.lloyd_step(state, None, 0.0, 0)
-        sums = bucket_sums(params, payloads, np.arange(kk, dtype=np.uint64))
         return self.lloyd_step(state, np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound),
-                               len(payloads))
+                               sums.reports)
 
     def lloyd_step(self, state: dict[str, Any], sums: NDArray[np.float64] | None, variance: float,
                    reporters: int) -> RoundOutcome:
