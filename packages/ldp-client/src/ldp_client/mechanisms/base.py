@@ -9,7 +9,7 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar
 
-from .._exact import exp_below
+from .._exact import exp_below, log_fraction
 from .._spec import Spec, SpecRegistry
 from .._validation import check_epsilon, check_int
 from ..encoders.base import MAX_DIMENSION
@@ -114,3 +114,12 @@ class VectorParams(MechanismParams):
     def ratio(self) -> Fraction:
         """r: the exact rational stand-in for e^epsilon (r <= e^epsilon)."""
         return exp_below(self.epsilon)
+
+    @property
+    def realized_epsilon(self) -> float:
+        """ln r: every vector randomizer's likelihood ratio is at most r, and reaches it."""
+        return log_fraction(self.ratio)
+
+    @property
+    def input_size(self) -> int:
+        return self.dimension

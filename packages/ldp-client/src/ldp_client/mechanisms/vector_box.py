@@ -46,7 +46,6 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar
 
-from .._exact import log_fraction
 from .._validation import check_vector, describe
 from ..encoders.base import BOX
 from ..errors import EncodingError, ProtocolError
@@ -122,14 +121,6 @@ class VectorBoxParams(VectorParams):
     @cached_property
     def _mask(self) -> int:
         return (1 << self.dimension) - 1
-
-    @property
-    def realized_epsilon(self) -> float:
-        return log_fraction(self.ratio)
-
-    @property
-    def input_size(self) -> int:
-        return self.dimension
 
     @property
     def payload_bits(self) -> int:

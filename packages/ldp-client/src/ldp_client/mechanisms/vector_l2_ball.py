@@ -42,6 +42,7 @@ Reference
 
 from __future__ import annotations
 
+import abc
 import math
 import struct
 from dataclasses import dataclass
@@ -49,7 +50,6 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar
 
-from .._exact import log_fraction
 from .._validation import check_vector, describe
 from ..encoders.base import BALL
 from ..encoders.projection import dot
@@ -58,7 +58,8 @@ from ..payload import Floats
 from ..rng import Rng, resolve_rng
 from .base import MECHANISMS, VectorParams
 
-__all__ = ["NORM_SLACK", "VectorL2BallParams", "check_unit_payload", "randomize", "uniform_direction"]
+__all__ = ["NORM_SLACK", "UnitDirectionParams", "VectorL2BallParams", "check_unit_payload", "randomize",
+           "uniform_direction"]
 
 #: Inputs with norm up to 1 + NORM_SLACK are accepted (float noise) and scaled onto the sphere.
 NORM_SLACK = 1e-9
@@ -66,17 +67,40 @@ NORM_SLACK = 1e-9
 _PAYLOAD_NORM_TOLERANCE = 1e-5
 
 
+class UnitDirectionParams(VectorParams):
+    """Shared part of the randomizers that report a unit direction w as d float32 values and
+    estimate the vector as B w (this one and PrivUnit): the payload, its check and the estimate."""
+
+    PAYLOAD_FIELD: ClassVar[str] = "floats"
+    INPUT_KIND: ClassVar[str] = BALL
+
+    @property
+    @abc.abstractmethod
+    def scale(self) -> float:
+        """B: the estimate of the device's vector is B w."""
+
+    @property
+    def payload_bits(self) -> int:
+        return 32 * self.dimension
+
+    def check_payload(self, payload: Any) -> Floats:
+        return check_unit_payload(self.KIND, payload, self.dimension)
+
+    def estimate(self, payload: Any) -> list[float]:
+        """Unbiased estimate B w of the device's vector from its report w."""
+        b = self.scale
+        return [b * v for v in self.check_payload(payload).values]
+
+
 @MECHANISMS.register
 @dataclass(frozen=True, kw_only=True)
-class VectorL2BallParams(VectorParams):
+class VectorL2BallParams(UnitDirectionParams):
     """Parameters of the l2-ball vector randomizer (``ldp.v1.VectorL2Ball``).
 
     See the module docstring for the privacy argument, utility and cost.
     """
 
     KIND: ClassVar[str] = "vector_l2_ball"
-    PAYLOAD_FIELD: ClassVar[str] = "floats"
-    INPUT_KIND: ClassVar[str] = BALL
 
     @cached_property
     def near_probability(self) -> Fraction:
@@ -100,28 +124,8 @@ class VectorL2BallParams(VectorParams):
         """Exact variance B^2 / d - x_j^2 of one coordinate of one estimate whose truth is ``true_value``."""
         return self.variance_bound - true_value * true_value
 
-    @property
-    def realized_epsilon(self) -> float:
-        return log_fraction(self.ratio)
-
-    @property
-    def input_size(self) -> int:
-        return self.dimension
-
-    @property
-    def payload_bits(self) -> int:
-        return 32 * self.dimension
-
     def randomize(self, value: Any, *, rng: Rng | None = None) -> Floats:
         return randomize(value, self, rng=rng)
-
-    def check_payload(self, payload: Any) -> Floats:
-        return check_unit_payload(self.KIND, payload, self.dimension)
-
-    def estimate(self, payload: Any) -> list[float]:
-        """Unbiased estimate B w of the device's vector from its report w."""
-        b = self.scale
-        return [b * v for v in self.check_payload(payload).values]
 
 
 def check_unit_payload(kind: str, payload: Any, dimension: int) -> Floats:

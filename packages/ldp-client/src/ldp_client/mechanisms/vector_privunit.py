@@ -79,15 +79,13 @@ from fractions import Fraction
 from functools import cached_property, lru_cache
 from typing import Any, ClassVar
 
-from .._exact import log_fraction
 from .._validation import check_vector
-from ..encoders.base import BALL
 from ..encoders.projection import dot
 from ..errors import EncodingError
 from ..payload import Floats
 from ..rng import Rng, resolve_rng
-from .base import MECHANISMS, VectorParams
-from .vector_l2_ball import NORM_SLACK, check_unit_payload, uniform_direction
+from .base import MECHANISMS
+from .vector_l2_ball import NORM_SLACK, UnitDirectionParams, uniform_direction
 
 __all__ = ["PAIRS", "VectorPrivUnitParams", "cap_sums", "randomize"]
 
@@ -147,15 +145,13 @@ def cap_sums(dimension: int, pairs: int = PAIRS) -> tuple[tuple[float, ...], tup
 
 @MECHANISMS.register
 @dataclass(frozen=True, kw_only=True)
-class VectorPrivUnitParams(VectorParams):
+class VectorPrivUnitParams(UnitDirectionParams):
     """Parameters of the PrivUnit vector randomizer (``ldp.v1.VectorPrivUnit``).
 
     See the module docstring for the privacy argument, utility and cost.
     """
 
     KIND: ClassVar[str] = "vector_privunit"
-    PAYLOAD_FIELD: ClassVar[str] = "floats"
-    INPUT_KIND: ClassVar[str] = BALL
     #: P, the antipodal pairs of the random set (a class constant; the tests' enumeration lowers it).
     pairs: ClassVar[int] = PAIRS
 
@@ -213,28 +209,8 @@ class VectorPrivUnitParams(VectorParams):
         """Variance bound ``variance_bound - x_j^2`` of one coordinate whose truth is ``true_value``."""
         return self.variance_bound - true_value * true_value
 
-    @property
-    def realized_epsilon(self) -> float:
-        return log_fraction(self.ratio)
-
-    @property
-    def input_size(self) -> int:
-        return self.dimension
-
-    @property
-    def payload_bits(self) -> int:
-        return 32 * self.dimension
-
     def randomize(self, value: Any, *, rng: Rng | None = None) -> Floats:
         return randomize(value, self, rng=rng)
-
-    def check_payload(self, payload: Any) -> Floats:
-        return check_unit_payload(self.KIND, payload, self.dimension)
-
-    def estimate(self, payload: Any) -> list[float]:
-        """Unbiased estimate B w of the device's vector from its report w."""
-        b = self.scale
-        return [b * v for v in self.check_payload(payload).values]
 
 
 def randomize(value: Any, params: VectorPrivUnitParams, *, rng: Rng | None = None) -> Floats:
