@@ -58,7 +58,7 @@ from ..payload import Floats
 from ..rng import Rng, resolve_rng
 from .base import MECHANISMS, VectorParams
 
-__all__ = ["NORM_SLACK", "UnitDirectionParams", "VectorL2BallParams", "check_unit_payload", "randomize",
+__all__ = ["NORM_SLACK", "UnitDirectionParams", "ball_target", "VectorL2BallParams", "check_unit_payload", "randomize",
            "uniform_direction"]
 
 #: Inputs with norm up to 1 + NORM_SLACK are accepted (float noise) and scaled onto the sphere.
@@ -171,6 +171,20 @@ def _positive_first(w: list[float]) -> bool:
     return True  # unreachable for a unit vector
 
 
+def ball_target(kind: str, x: list[float], rng: Rng) -> list[float]:
+    """The unit direction a ball randomizer's report leans to (docs/protocol.md §13.0): x / ||x||
+    with probability (1 + ||x||) / 2 and its opposite otherwise (an exact coin on the float), or a
+    uniform direction for x = 0. ``EncodingError`` naming ``kind`` when ||x|| > 1 + NORM_SLACK."""
+    norm = math.hypot(*x)
+    if norm > 1.0 + NORM_SLACK:
+        raise EncodingError(f"{kind} value must have l2 norm <= 1, got {norm:.17g}")
+    if norm == 0.0:
+        return uniform_direction(len(x), rng)
+    num, den = ((1.0 + min(norm, 1.0)) / 2.0).as_integer_ratio()
+    sign = 1.0 if rng.bernoulli(num, den) else -1.0
+    return [sign * v / norm for v in x]
+
+
 def randomize(value: Any, params: VectorL2BallParams, *, rng: Rng | None = None) -> Floats:
     """Report a unit direction whose hemisphere relative to ``value`` is chosen by an exact coin.
 
@@ -184,17 +198,8 @@ def randomize(value: Any, params: VectorL2BallParams, *, rng: Rng | None = None)
     """
     d = params.dimension
     x = check_vector("vector_l2_ball value", value, d)
-    norm = math.hypot(*x)
-    if norm > 1.0 + NORM_SLACK:
-        raise EncodingError(f"vector_l2_ball value must have l2 norm <= 1, got {norm:.17g}")
     rng = resolve_rng(rng)
-    if norm == 0.0:
-        target = uniform_direction(d, rng)
-    else:
-        # P[x~ = x / ||x||] = (1 + ||x||) / 2, an exact coin on the float (a dyadic rational).
-        num, den = ((1.0 + min(norm, 1.0)) / 2.0).as_integer_ratio()
-        sign = 1.0 if rng.bernoulli(num, den) else -1.0
-        target = [sign * v / norm for v in x]
+    target = ball_target("vector_l2_ball", x, rng)
     w = uniform_direction(d, rng)
     side = dot(w, target)  # left to right, one rounding per step (docs/protocol.md §12.5)
     if side < 0.0 or (side == 0.0 and not _positive_first(w)):

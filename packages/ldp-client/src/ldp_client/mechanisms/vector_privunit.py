@@ -81,11 +81,10 @@ from typing import Any, ClassVar
 
 from .._validation import check_vector
 from ..encoders.projection import dot
-from ..errors import EncodingError
 from ..payload import Floats
 from ..rng import Rng, resolve_rng
 from .base import MECHANISMS
-from .vector_l2_ball import NORM_SLACK, UnitDirectionParams, uniform_direction
+from .vector_l2_ball import UnitDirectionParams, ball_target, uniform_direction
 
 __all__ = ["PAIRS", "VectorPrivUnitParams", "cap_sums", "randomize"]
 
@@ -226,17 +225,8 @@ def randomize(value: Any, params: VectorPrivUnitParams, *, rng: Rng | None = Non
     """
     d = params.dimension
     x = check_vector("vector_privunit value", value, d)
-    norm = math.hypot(*x)
-    if norm > 1.0 + NORM_SLACK:
-        raise EncodingError(f"vector_privunit value must have l2 norm <= 1, got {norm:.17g}")
     rng = resolve_rng(rng)
-    if norm == 0.0:
-        target = uniform_direction(d, rng)
-    else:
-        # P[x~ = x / ||x||] = (1 + ||x||) / 2, an exact coin on the float (a dyadic rational).
-        num, den = ((1.0 + min(norm, 1.0)) / 2.0).as_integer_ratio()
-        sign = 1.0 if rng.bernoulli(num, den) else -1.0
-        target = [sign * v / norm for v in x]
+    target = ball_target("vector_privunit", x, rng)
     directions = [uniform_direction(d, rng) for _ in range(params.pairs)]
     # Members 2i and 2i + 1 are V_i and -V_i; their dots are exact negatives of each other.
     dots = [dot(w, target) for w in directions]  # left to right (docs/protocol.md §12.5)
