@@ -72,6 +72,15 @@ def test_bad_pool_parameters(fields: dict[str, Any], message: str) -> None:
         engine_for(pooled_config(**fields))
 
 
+def test_a_pool_is_refused_where_the_campaign_oracles_leave_out_local_hashing() -> None:
+    config = pooled_config(seed_pool_size=8)
+    config.oracles.extend([campaigns_pb2.GRR, campaigns_pb2.OUE])
+    with pytest.raises(InvalidArgumentError, match="leave out"):
+        engine_for(config)
+    config.oracles.append(campaigns_pb2.OLH)
+    assert engine_for(config).params.seed_pool_size == 8
+
+
 def test_pooled_round_estimates_from_the_accumulator() -> None:
     engine = engine_for(pooled_config(size=16, seed_pool_size=256))
     spec = engine.first_round().spec

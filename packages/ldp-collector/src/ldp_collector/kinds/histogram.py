@@ -468,6 +468,11 @@ class HistogramParams(KindParams):
         if self.oracle not in (FrequencyOracle.FREQUENCY_ORACLE_UNSPECIFIED, FrequencyOracle.OLH):
             raise InvalidArgumentError(
                 f"a histogram seed pool needs local hashing (oracle OLH or unspecified), got {FrequencyOracle(self.oracle).name}")
+        allowed = allowed_oracles(config)
+        if allowed is not None and "olh" not in allowed:
+            raise InvalidArgumentError(
+                f"a histogram seed pool needs local hashing, which the campaign's oracles leave out "
+                f"({','.join(sorted(allowed))}); add olh to --oracles or drop the seed pool")
         if pool > MAX_SEED_POOL:
             raise InvalidArgumentError(f"histogram.seed_pool_size must be at most {MAX_SEED_POOL}, got {pool}")
         plain = self._olh(config, size)
