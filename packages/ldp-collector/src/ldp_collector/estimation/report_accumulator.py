@@ -17,12 +17,15 @@ bound (two orders of summing the same n terms differ by at most ``2 (n - 1) u su
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
-from typing import Generic, Self, TypeVar
+import hashlib
+import heapq
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any, Generic, Self, TypeVar
 
 from ..storage.base import StoredReport
 
-__all__ = ["UNIT_ROUNDOFF", "ReportAccumulator", "combine_batches", "summation_error_bound"]
+__all__ = ["UNIT_ROUNDOFF", "DecodedPass", "ReportAccumulator", "ReportSample", "combine_batches",
+           "summation_error_bound"]
 
 #: u = 2^-53, the unit roundoff of float64.
 UNIT_ROUNDOFF = 2.0**-53
@@ -57,6 +60,98 @@ class ReportAccumulator(abc.ABC, Generic[_T_co]):
     @abc.abstractmethod
     def nbytes(self) -> int:
         """Size of the state in bytes (its arrays), independent of the number of reports."""
+
+
+class DecodedPass(ReportAccumulator[_T_co]):
+    """A pass of an iterative step over the round's reports, each batch decoded before it is added.
+
+    An iterative step (a Lloyd or EM iteration over every report, a level of a tree) makes one
+    such pass per iteration, each holding only its own state (the centers it was given and its
+    sums), so the step's memory is bounded by its parameters on any engine. Every pass of one step
+    decodes the reports the same way: passes with equal :attr:`decoding` keys produce equal
+    :meth:`decode` output for the same batch, so a reader that can afford it keeps the decoded
+    batches of the first pass and replays them to the next ones
+    (:meth:`~ldp_collector.kinds.base.RoundReports.combine`) instead of reading and decoding the
+    round again; the sums are the same, batch for batch.
+    """
+
+    @property
+    @abc.abstractmethod
+    def decoding(self) -> Hashable:
+        """Key of the decoding: equal keys decode the same batch to the same rows."""
+
+    @abc.abstractmethod
+    def decode(self, reports: Sequence[StoredReport]) -> Any:
+        """A batch of reports decoded (e.g. a numpy array of their points; its ``nbytes`` is its size)."""
+
+    @abc.abstractmethod
+    def add_decoded(self, decoded: Any) -> None:
+        """Add a batch that :meth:`decode` produced."""
+
+    def add(self, reports: Sequence[StoredReport]) -> None:
+        self.add_decoded(self.decode(reports))
+
+
+#: Reports a :class:`ReportSample` keeps unless told otherwise.
+DEFAULT_SAMPLE_SIZE = 1 << 16
+
+
+def _sample_key(salt: bytes, report_id: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(report_id, digest_size=8, key=salt).digest(), "big")
+
+
+class ReportSample(ReportAccumulator[list[StoredReport]]):
+    """A uniform sample of a round's reports, the same whatever order they come in (bottom-m).
+
+    Keeps the ``size`` reports of smallest keyed hash ``BLAKE2b-64(report_id, key=salt)`` (ties by
+    report id), so the sample depends only on the set of reports and the salt: the in-process and
+    the Beam path draw the same one, exactly, and merging two samples keeps the bottom ``size`` of
+    their union. Report ids are random (the devices draw them), so for a fixed salt the sample is a
+    uniform draw without replacement; a step derives the salt from its campaign seed. Used where an
+    iterative step needs a starting point drawn from the data (k-means++ seeding) without holding
+    the round. Memory: ``size`` stored reports.
+    """
+
+    def __init__(self, salt: bytes, size: int = DEFAULT_SAMPLE_SIZE) -> None:
+        if not 1 <= size <= 1 << 24:
+            raise ValueError(f"a report sample holds between 1 and 2^24 reports, got {size}")
+        if not 1 <= len(salt) <= 64:
+            raise ValueError(f"a report sample's salt is 1 to 64 bytes, got {len(salt)}")
+        self.salt = bytes(salt)
+        self.size = int(size)
+        # A max-heap of the kept keys (negated): its top is the largest kept, the next to evict.
+        self._heap: list[tuple[int, bytes, StoredReport]] = []
+
+    def zero(self) -> ReportSample:
+        return ReportSample(self.salt, self.size)
+
+    def _offer(self, key: int, report: StoredReport) -> None:
+        item = (-key, _negated(report.report_id), report)
+        if len(self._heap) < self.size:
+            heapq.heappush(self._heap, item)
+        elif item[:2] > self._heap[0][:2]:
+            heapq.heapreplace(self._heap, item)
+
+    def add(self, reports: Sequence[StoredReport]) -> None:
+        for r in reports:
+            self._offer(_sample_key(self.salt, r.report_id), r)
+
+    def merge(self, other: ReportSample) -> None:
+        for neg_key, _, report in other._heap:
+            self._offer(-neg_key, report)
+
+    def finalize(self) -> list[StoredReport]:
+        """The kept reports in increasing key order (a fixed order whatever the engine)."""
+        return [r for _, _, r in sorted(self._heap, key=lambda item: (-item[0], _negated(item[1])))]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(r.report_id) + len(r.payloads) + 64 for _, _, r in self._heap)
+
+
+def _negated(report_id: bytes) -> bytes:
+    # Orders report ids in reverse, so a larger id is evicted first on a key tie (an involution).
+    return bytes(255 - b for b in report_id)
 
 
 _A = TypeVar("_A", bound=ReportAccumulator[object])

@@ -11,7 +11,7 @@ the database directly, so it is unit-testable with the in-process simulator.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self, TypeVar
 
@@ -22,7 +22,7 @@ from ldp_client.errors import ProtocolError
 from ldp_client.spec import RoundSpec, Spec
 
 from ..errors import InvalidArgumentError
-from ..estimation.report_accumulator import ReportAccumulator, combine_batches
+from ..estimation.report_accumulator import DecodedPass, ReportAccumulator, combine_batches
 from ..model import CampaignConfig, Estimates, Result
 from ..storage.base import AccumulateFn, StoredReport
 
@@ -76,14 +76,46 @@ class RoundReports(abc.ABC):
     def accumulators(self) -> dict[str, bytes]:
         """The round's accumulator blobs (as kept by the engine's ``accumulate_fn``)."""
 
+    #: Decoded batches a reader keeps for the next passes of an iterative step (:class:`DecodedPass`):
+    #: up to this many bytes; a round whose decoded reports are larger is read again for each pass.
+    decoded_cache_bytes: int = 1 << 30
+
     def combine(self, accumulator: _A) -> _A:
         """``accumulator`` with every report of the round added (:mod:`~ldp_collector.estimation.report_accumulator`).
 
         The steps that read raw reports do it through here, so the round never sits in memory:
         in-process the batches stream through the accumulator; other readers (the Beam step)
         override this to combine the accumulator where the reports are.
+
+        A :class:`DecodedPass` (one iteration of an iterative step) gets the decoded batches of
+        the pass before it with the same decoding, kept while they fit in
+        :attr:`decoded_cache_bytes` (one pass over the round is then read and decoded once);
+        beyond that each pass reads the round again. The batches and their order are the same
+        either way, so the pass's sums are too.
         """
-        return combine_batches(accumulator, self.batches())
+        if not isinstance(accumulator, DecodedPass):
+            return combine_batches(accumulator, self.batches())
+        cache: dict[Hashable, list[Any]] = self.__dict__.setdefault("_decoded_cache", {})
+        key = accumulator.decoding
+        if key in cache:
+            for decoded in cache[key]:
+                accumulator.add_decoded(decoded)
+            return accumulator
+        kept: list[Any] | None = []
+        size = 0
+        for batch in self.batches():
+            decoded = accumulator.decode(batch)
+            accumulator.add_decoded(decoded)
+            if kept is not None:
+                size += int(getattr(decoded, "nbytes", 0))
+                if size <= self.decoded_cache_bytes:
+                    kept.append(decoded)
+                else:
+                    kept = None
+        if kept is not None:
+            cache.clear()  # one step's decoding at a time
+            cache[key] = kept
+        return accumulator
 
 
 class KindParams(Spec, abc.ABC):
