@@ -42,16 +42,14 @@ from ldp_collector.estimation.accumulators import SupportCounts, accumulator_key
 from ldp_collector.estimation.report_accumulator import summation_error_bound
 from ldp_collector.estimation.vector_sum import BucketSumAccumulator
 from ldp_collector.kinds import KINDS, RoundOutcome, RoundReports
-from ldp_collector.kinds.base import CATEGORICAL, NUMERIC
 from ldp_collector.kinds.histogram import HammingWeights
-from ldp_collector.serde import config_from_bytes, config_from_proto, estimates_to_proto, kind_number, result_to_proto
+from ldp_collector.serde import config_from_bytes, config_from_proto, estimates_to_proto, result_to_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.runner import run_campaign
 from ldp_collector.storage import ReportStore, open_store
+from support.kind_configs import CATEGORIES, K, small_campaign, small_population
 
 _N = 3000
-_K = 3
-_CATEGORIES = 64
 #: Beam's local runner spread over two processes, as a cluster spreads it over workers.
 MULTI_PROCESS = ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
 _ORACLES = {"grr": campaigns_pb2.GRR, "sue": campaigns_pb2.SUE, "oue": campaigns_pb2.OUE, "olh": campaigns_pb2.OLH}
@@ -82,33 +80,14 @@ class _Played:
     exports: dict[int, Path]
 
 
-def _config(case: str, x: np.ndarray) -> campaigns_pb2.CampaignConfig:
-    name, _, oracle = case.partition("-")
-    kind = KINDS[name]
-    config = campaigns_pb2.CampaignConfig(kind=kind_number(name), epsilon=4.0, campaign_id=f"beam-{case}")
-    if NUMERIC in kind.domains:
-        config.domain.numeric.lower.extend(x.min(axis=0).tolist())
-        config.domain.numeric.upper.extend(x.max(axis=0).tolist())
-    else:
-        config.domain.categorical_size = _CATEGORIES
-    params = getattr(config, name)
-    params.SetInParent()
-    if "k" in params.DESCRIPTOR.fields_by_name:
-        params.k = _K
-    if oracle:
-        params.oracle = _ORACLES[oracle]
-    return config
-
-
 def play(case: str, directory: Path) -> _Played:
     """A whole campaign of ``case`` on an in-process collector, every closed round exported."""
-    x, labels = make_dataset("blobs", _N, d=2, k=_K, seed=7)
-    name = case.partition("-")[0]
-    points: object = x if NUMERIC in KINDS[name].domains else [(int(v),) for v in np.asarray(labels) * 7 % _CATEGORIES]
-    assert NUMERIC in KINDS[name].domains or CATEGORICAL in KINDS[name].domains
+    x, labels = make_dataset("blobs", _N, d=2, k=K, seed=7)
+    name, _, oracle = case.partition("-")
+    config = small_campaign(name, x, campaign_id=f"beam-{case}", oracle=_ORACLES[oracle] if oracle else None)
     store = open_store(directory / "ldp-data")
-    run = run_campaign(Collector(store), config_from_proto(_config(case, x)), points, seed=3, mode="direct",
-                       quiet=True)
+    run = run_campaign(Collector(store), config_from_proto(config), small_population(name, x, labels), seed=3,
+                       mode="direct", quiet=True)
     assert run.result.state == campaigns_pb2.FINISHED
     rounds = [r.round for r in store.list_rounds(run.campaign_id) if not r.open]
     exports = {r: directory / f"round-{r}" for r in rounds}
@@ -249,7 +228,7 @@ def test_support_counts_and_weights_on_beam_equal_the_in_process_ones(played: di
     """Integer report accumulators: exactly the in-process state, whatever Beam's order."""
     olh = played["histogram-olh"]
     r, spec, (key,) = _round_with(olh, LocalHashingParams)
-    candidates = np.arange(_CATEGORIES, dtype=np.int64)
+    candidates = np.arange(CATEGORIES, dtype=np.int64)
     support = SupportCounts(component_params_from_spec(spec), key, candidates)
     oue = played["histogram-oue"]
     r2, spec2, _ = _round_with(oue, UnaryEncodingParams)

@@ -12,23 +12,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from ldp.v1 import campaigns_pb2
 from ldp_collector.core import Collector
 from ldp_collector.estimation.report_accumulator import ReportAccumulator
 from ldp_collector.kinds import KINDS, RoundReports
-from ldp_collector.kinds.base import NUMERIC
-from ldp_collector.serde import config_from_proto, kind_number
+from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.runner import InProcessCollector, run_campaign
 from ldp_collector.storage import ReportStore, open_store
 from ldp_collector.storage.base import StoredReport
+from support.kind_configs import K, small_campaign, small_population
 
 _N = 3000
-_K = 3
-_CATEGORIES = 64
 #: Kinds whose step still reads its whole round (docs/beam.md); each leaves this set when it stops.
 WHOLE_ROUND: frozenset[str] = frozenset({"laplace", "bitvector", "ldp_kmeans", "stemmer"})
 
@@ -67,25 +64,11 @@ class _Backend(InProcessCollector):
                                           reports=lambda cid, r: _CombineOnly(store, cid, r))
 
 
-def _config(name: str, x: np.ndarray) -> campaigns_pb2.CampaignConfig:
-    config = campaigns_pb2.CampaignConfig(kind=kind_number(name), epsilon=4.0, campaign_id=f"bounded-{name}")
-    if NUMERIC in KINDS[name].domains:
-        config.domain.numeric.lower.extend(x.min(axis=0).tolist())
-        config.domain.numeric.upper.extend(x.max(axis=0).tolist())
-    else:
-        config.domain.categorical_size = _CATEGORIES
-    params = getattr(config, name)
-    params.SetInParent()
-    if "k" in params.DESCRIPTOR.fields_by_name:
-        params.k = _K
-    return config
-
-
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(
     name in WHOLE_ROUND, reason="still reads its whole round", strict=True)) for name in KINDS])
 def test_step_reads_reports_only_through_accumulators(name: str, tmp_path: Path) -> None:
-    x, labels = make_dataset("blobs", _N, d=2, k=_K, seed=7)
-    points: object = x if NUMERIC in KINDS[name].domains else [(int(v),) for v in np.asarray(labels) * 7 % _CATEGORIES]
+    x, labels = make_dataset("blobs", _N, d=2, k=K, seed=7)
     backend = _Backend(Collector(open_store(tmp_path / "ldp-data")))
-    run = run_campaign(backend, config_from_proto(_config(name, x)), points, seed=3, mode="direct", quiet=True)
+    run = run_campaign(backend, config_from_proto(small_campaign(name, x, campaign_id=f"bounded-{name}")),
+                       small_population(name, x, labels), seed=3, mode="direct", quiet=True)
     assert run.result.state == campaigns_pb2.FINISHED

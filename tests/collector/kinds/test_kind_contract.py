@@ -13,23 +13,20 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
-from numpy.typing import NDArray
 
 from ldp.v1 import campaigns_pb2
 from ldp_collector.core import Collector
-from ldp_collector.kinds import KINDS, Kind, kind_for
+from ldp_collector.kinds import KINDS, kind_for
 from ldp_collector.kinds.base import CATEGORICAL, NUMERIC
 from ldp_collector.serde import config_from_proto, config_to_proto, kind_name, kind_number
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.runner import InProcessCollector, run_campaign
 from ldp_collector.storage import open_store
+from support.kind_configs import K, small_campaign, small_population
 
 _N = 6000
-_K = 3
-_CATEGORIES = 64
 
 
 def test_registry_agrees_with_the_wire() -> None:
@@ -41,20 +38,6 @@ def test_registry_agrees_with_the_wire() -> None:
         assert kind.name == name
         assert kind_for(name) is kind
         assert campaigns_pb2.CampaignKind.Name(kind_number(name)).lower() == kind_name(kind_number(name)) == name
-
-
-def _config(kind: Kind, x: NDArray[np.float64]) -> campaigns_pb2.CampaignConfig:
-    config = campaigns_pb2.CampaignConfig(kind=kind_number(kind.name), epsilon=4.0, campaign_id=f"contract-{kind.name}")
-    if NUMERIC in kind.domains:
-        config.domain.numeric.lower.extend(x.min(axis=0).tolist())
-        config.domain.numeric.upper.extend(x.max(axis=0).tolist())
-    else:
-        config.domain.categorical_size = _CATEGORIES
-    params = getattr(config, kind.name)
-    params.SetInParent()
-    if "k" in params.DESCRIPTOR.fields_by_name:
-        params.k = _K
-    return config
 
 
 class _RestartingCollector(InProcessCollector):
@@ -78,14 +61,11 @@ class _RestartingCollector(InProcessCollector):
 @pytest.mark.parametrize("name", list(KINDS))
 def test_life_cycle(name: str, tmp_path: Path) -> None:
     kind = KINDS[name]
-    data = make_dataset("blobs", _N, d=2, k=_K, seed=7)
-    x, labels = data
-    points: object = x
-    if NUMERIC not in kind.domains:
-        assert CATEGORICAL in kind.domains
-        points = [(int(v),) for v in np.asarray(labels) * 7 % _CATEGORIES]
+    assert NUMERIC in kind.domains or CATEGORICAL in kind.domains
+    x, labels = make_dataset("blobs", _N, d=2, k=K, seed=7)
     backend = _RestartingCollector(tmp_path / "ldp-data")
-    run = run_campaign(backend, config_from_proto(_config(kind, x)), points, seed=3, mode="direct", quiet=True)
+    run = run_campaign(backend, config_from_proto(small_campaign(name, x, campaign_id=f"contract-{name}")),
+                       small_population(name, x, labels), seed=3, mode="direct", quiet=True)
 
     assert run.result.state == campaigns_pb2.FINISHED
     stored = backend.collector.get_campaign(run.campaign_id)
@@ -95,7 +75,7 @@ def test_life_cycle(name: str, tmp_path: Path) -> None:
         assert backend.restarts == 1, "a multi-round campaign restarts between its first two rounds"
     if kind.clustering:
         assert run.result.clustering is not None
-        scores = evaluate_clustering(run.result, x, labels, k=_K, seed=0)
+        scores = evaluate_clustering(run.result, x, labels, k=K, seed=0)
         assert scores["clusters"] >= 1
         assert all(math.isfinite(v) or math.isnan(v) for v in scores.values())
     else:
