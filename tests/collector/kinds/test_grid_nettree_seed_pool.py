@@ -12,6 +12,7 @@ variance of a pooled grid round's counts is the derived one (§14.6).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from statistics import NormalDist
 
@@ -41,6 +42,8 @@ from support.round_reports import ListRoundReports
 
 from .test_grid_engine import TREE, blob_points, grid_config, play
 from .test_grid_engine import engine_for as grid_engine
+from .test_heavy_hitter_engine import config as hh_config
+from .test_heavy_hitter_engine import engine_for as hh_engine
 from .test_nettree_engine import engine_for as nettree_engine
 from .test_nettree_engine import nettree_config
 
@@ -154,11 +157,14 @@ def test_grid_refuses_a_pool_it_cannot_use(fields: dict[str, int], message: str)
         grid_engine(grid_config(**fields))
 
 
-@pytest.mark.parametrize("kind", ["grid", "nettree"])
+@pytest.mark.parametrize("kind", ["grid", "nettree", "heavy_hitters"])
 def test_a_pool_is_refused_where_the_campaign_oracles_leave_out_local_hashing(kind: str) -> None:
-    config = grid_config(seed_pool_size=64) if kind == "grid" else nettree_4d(64)
+    """The one check the kinds with a ``seed_pool_size`` share (heavy hitters too)."""
+    config = {"grid": lambda: grid_config(seed_pool_size=64), "nettree": lambda: nettree_4d(64),
+              "heavy_hitters": lambda: hh_config(seed_pool_size=64)}[kind]()
     config.oracles.extend([campaigns_pb2.GRR, campaigns_pb2.OUE])
-    make = grid_engine if kind == "grid" else nettree_engine
+    make: Callable[[campaigns_pb2.CampaignConfig], CampaignEngine] = {
+        "grid": grid_engine, "nettree": nettree_engine, "heavy_hitters": hh_engine}[kind]
     with pytest.raises(InvalidArgumentError, match=f"{kind}.seed_pool_size: a seed pool needs local hashing, "
                                                    r"which the campaign's oracles leave out \(grr,oue\)"):
         make(config)
