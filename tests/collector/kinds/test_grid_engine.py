@@ -30,7 +30,7 @@ from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.grid_clustering import level_for_side
 from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.kinds import KINDS
-from ldp_collector.kinds.base import RoundOutcome
+from ldp_collector.kinds.base import CampaignEngine, RoundOutcome
 from ldp_collector.kinds.grid import (
     DEFAULT_CALIBRATION_SHARE,
     DEFAULT_CORE_Z,
@@ -86,7 +86,7 @@ def engine_for(config: campaigns_pb2.CampaignConfig) -> GridEngine:
 # -- driving the engine directly -------------------------------------------------------------------
 
 
-def play(engine: GridEngine, spec: RoundSpec, population: Population) -> ListRoundReports:
+def play(engine: CampaignEngine, spec: RoundSpec, population: Population) -> ListRoundReports:
     """The population's reports for ``spec``, validated like ingestion, with the engine's accumulators."""
     context = RoundContext(campaign_id=spec.campaign_id, round=spec.round, spec=spec)
     rows = [validate_report(r, context) for r in population.participate(spec)]

@@ -12,17 +12,20 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ldp_client.budget import MAX_MECHANISM_EPSILON
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.projection import splitmix64, stream_key
 from ldp_client.errors import InvalidParameterError
-from ldp_client.mechanisms.local_hashing import PURPOSE_SEED_POOL
+from ldp_client.mechanisms import LocalHashingParams, MechanismParams
+from ldp_client.mechanisms.local_hashing import MAX_SEED_POOL, PURPOSE_SEED_POOL
 from ldp_client.mechanisms.oracle_choice import FREQUENCY_ORACLES, oracle_name
 from ldp_client.spec import RoundSpec
 
 from ..errors import InvalidArgumentError
+from ..estimation.frequency import MAX_POOL_CELLS
 from ..model import CampaignConfig
 
 __all__ = [
@@ -35,7 +38,9 @@ __all__ = [
     "campaign_seed",
     "check_allowed_oracles",
     "check_report_epsilon",
+    "check_seed_pool_size",
     "seed_pool_key",
+    "with_seed_pool",
     "numeric_domain",
 ]
 
@@ -116,6 +121,48 @@ def seed_pool_key(config: CampaignConfig, round: int) -> int:
     fixed before the round's reports exist, different in every round and campaign.
     """
     return splitmix64(stream_key(campaign_seed(config), PURPOSE_SEED_POOL), round)
+
+
+def check_seed_pool_size(size: int, config: CampaignConfig, field: str) -> None:
+    """Refuse a kind's ``seed_pool_size`` (``field`` names it) that no round of the campaign can use.
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``size`` above :data:`~ldp_client.mechanisms.local_hashing.MAX_SEED_POOL`, or a pool in a
+        campaign whose oracles leave out local hashing (no round could draw from it: refused at
+        creation, with one line saying why, rather than ignored).
+    """
+    if not size:
+        return
+    if size > MAX_SEED_POOL:
+        raise InvalidArgumentError(f"{field} must be at most {MAX_SEED_POOL}, got {size}")
+    allowed = allowed_oracles(config)
+    if allowed is not None and "olh" not in allowed:
+        raise InvalidArgumentError(
+            f"{field}: a seed pool needs local hashing, which the campaign's oracles leave out "
+            f"({','.join(sorted(allowed))}); add olh to --oracles or drop the seed pool")
+
+
+def with_seed_pool(mechanism: MechanismParams, config: CampaignConfig, round: int, size: int,
+                   who: str) -> MechanismParams:
+    """``mechanism`` drawing its seeds from the campaign's public pool of ``size`` seeds in ``round``.
+
+    Only local hashing takes a pool (``docs/protocol.md`` §14); any other mechanism, or ``size`` 0,
+    comes back unchanged. The key is :func:`seed_pool_key`, a fresh pool every round.
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``size x g`` above :data:`~ldp_collector.estimation.frequency.MAX_POOL_CELLS` (the counts
+        the collector keeps per component); ``who`` names the kind.
+    """
+    if not size or not isinstance(mechanism, LocalHashingParams):
+        return mechanism
+    if size * mechanism.g > MAX_POOL_CELLS:
+        raise InvalidArgumentError(
+            f"{who} seed pool: seed_pool_size x g must be at most {MAX_POOL_CELLS}, got {size} x {mechanism.g}")
+    return replace(mechanism, seed_pool_size=size, seed_pool_key=seed_pool_key(config, round))
 
 
 def check_report_epsilon(epsilon: float, who: str) -> None:

@@ -50,6 +50,19 @@ Oracles
     Every round uses the variance-optimal frequency oracle for its grid that fits
     :data:`MAX_PAYLOAD_BITS` per report (GRR on small grids, OUE up to 1024 cells, local hashing
     beyond), so a device's cost per round stays within the SDK's per-report budget.
+
+A public seed pool
+    With ``seed_pool_size`` S > 0 every local-hashing round takes its seeds from a public pool of S
+    seeds, a fresh pool each round (``docs/protocol.md`` §14; the key is the round's,
+    :func:`~ldp_collector.kinds.common.seed_pool_key`). Its accumulators keep S x g counts at
+    ingestion, and the round's step reads no report at close: every tree level's candidates, or
+    the cell list's cells, cost S x D hashes from the counts instead of a support pass of
+    n x D hashes per level. The standard errors the dense tests use include the pool's extra
+    variance (§14.6), estimated from the same counts. Choose S with
+    :func:`ldp_client.mechanisms.local_hashing.seed_pool_size_for` for a round's group size and the
+    concentration of its cells (about the largest share of one cell). A campaign whose rounds
+    never use local hashing (its finest grid fits OUE, or its oracles leave local hashing out)
+    refuses a pool at creation.
 """
 
 from __future__ import annotations
@@ -70,7 +83,7 @@ from ldp_client.clusters import CellClusterModel
 from ldp_client.encoders.geometry import TreeCell, max_tree_level, tree_coordinates
 from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
-from ldp_client.mechanisms import MechanismParams, choose_frequency_oracle
+from ldp_client.mechanisms import LocalHashingParams, MechanismParams, choose_frequency_oracle
 from ldp_client.spec import MAX_GROUPS, Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
@@ -106,7 +119,14 @@ from .base import (
     numeric_domain,
     pack_state,
 )
-from .common import DEFAULT_CONFIDENCE, MAX_PAYLOAD_BITS, ProtoEnum, allowed_oracles
+from .common import (
+    DEFAULT_CONFIDENCE,
+    MAX_PAYLOAD_BITS,
+    ProtoEnum,
+    allowed_oracles,
+    check_seed_pool_size,
+    with_seed_pool,
+)
 from .histogram import aggregator_for, frequency_estimates, round_aggregators
 
 __all__ = [
@@ -226,6 +246,9 @@ class GridParams(KindParams):
         Leave cells next to exactly one cluster as noise.
     granularity_level : int
         Fixed dyadic level of the aggregation grid (0 = from the granularity rule).
+    seed_pool_size : int
+        The local-hashing rounds' public seed pool, a fresh one each round (``docs/protocol.md`` §14;
+        0 = per-report seeds).
     """
 
     variant: GridVariant = GridVariant.VARIANT_UNSPECIFIED
@@ -240,6 +263,7 @@ class GridParams(KindParams):
     max_cells: int = 0
     no_border_cells: bool = False
     granularity_level: int = 0
+    seed_pool_size: int = 0
 
     def top_level(self, dimension: int) -> int:
         """The finest dyadic level whose grid fits ``max_cells`` (and the SDK's deepest tree level)."""
@@ -293,6 +317,7 @@ class GridParams(KindParams):
             raise InvalidArgumentError(
                 f"grid.tree_height must be in [1, {top_level}] (max_cells {max_cells} in dimension {d}), "
                 f"got {self.tree_height}")
+        check_seed_pool_size(self.seed_pool_size, config, "grid.seed_pool_size")
         core_threshold, dense_threshold = (
             self._threshold(name, value, default) for name, value, default in (
                 ("core_threshold", self.core_threshold, DEFAULT_CORE_Z),
@@ -358,8 +383,13 @@ class GridEngine(CampaignEngine):
         self.plan = self._plan(config)
         # No round reports over more cells than the finest grid, and an oracle that serves it serves
         # every smaller one (payloads only shrink): campaign oracles no round could use fail here, at
-        # creation, not in a later round.
-        self._oracle(1 << (self.dimension * self.top_level))
+        # creation, not in a later round. The same holds for a seed pool: local hashing is the
+        # oracle of the largest grids only, so a pool the finest grid cannot use no round can.
+        finest = self._oracle(1 << (self.dimension * self.top_level), 1)
+        if params.seed_pool_size and not isinstance(finest, LocalHashingParams):
+            raise InvalidArgumentError(
+                f"grid.seed_pool_size: no round of this campaign uses local hashing (its finest grid, "
+                f"{1 << (self.dimension * self.top_level)} cells, takes {finest.KIND}); drop the seed pool")
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -407,20 +437,22 @@ class GridEngine(CampaignEngine):
                 f"(0, {MAX_MECHANISM_EPSILON:g}]")
         return plan
 
-    def _oracle(self, cells: int) -> MechanismParams:
+    def _oracle(self, cells: int, round_: int) -> MechanismParams:
+        """The round's oracle for ``cells`` cells; local hashing with the round's seed pool, if any."""
         try:
-            return choose_frequency_oracle(max(2, cells), self.plan.round_epsilon, MAX_PAYLOAD_BITS,
-                                           oracles=allowed_oracles(self.config))
+            mechanism = choose_frequency_oracle(max(2, cells), self.plan.round_epsilon, MAX_PAYLOAD_BITS,
+                                                oracles=allowed_oracles(self.config))
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"grid: {exc}") from None
+        return with_seed_pool(mechanism, self.config, round_, self.params.seed_pool_size, "grid")
 
-    def _tree_component(self, level: int) -> Component:
+    def _tree_component(self, level: int, round_: int) -> Component:
         encoder = GridTreeEncoder(domain=self.domain, level=level)
-        return Component(encoder=encoder, mechanism=self._oracle(encoder.output_size))
+        return Component(encoder=encoder, mechanism=self._oracle(encoder.output_size, round_))
 
-    def _list_component(self, cells: Sequence[TreeCell]) -> Component:
+    def _list_component(self, cells: Sequence[TreeCell], round_: int) -> Component:
         encoder = CellListEncoder(domain=self.domain, cells=tuple(cells))
-        return Component(encoder=encoder, mechanism=self._oracle(encoder.output_size))
+        return Component(encoder=encoder, mechanism=self._oracle(encoder.output_size, round_))
 
     def _spec(self, round_: int, tasks: Sequence[GroupTask]) -> RoundSpec:
         return RoundSpec(campaign_id=self.campaign_id, round=round_, group_weights=self.plan.weights,
@@ -445,12 +477,13 @@ class GridEngine(CampaignEngine):
 
     def first_round(self) -> RoundPlan:
         """Round 1: the calibration group reports its cell in the coarse uniform grid."""
-        component = self._tree_component(self.calibration_level)
+        component = self._tree_component(self.calibration_level, 1)
         spec = self._spec(1, [GroupTask(groups=self.plan.calibrate, components=(component,))])
         return RoundPlan(spec=spec, engine_state=self._state(_PHASE_CALIBRATE, leftover=[]))
 
     def accumulate_fn(self, spec: RoundSpec) -> AccumulateFn | None:
-        """Count accumulators of the GRR and OUE rounds (local hashing rounds read the raw reports)."""
+        """Count accumulators of the GRR, OUE and pooled local-hashing rounds (a round of local hashing
+        with per-report seeds counts its reports here and its candidates' supports at close)."""
         return make_accumulate_fn(component_params_from_spec(spec))
 
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
@@ -564,7 +597,7 @@ class GridEngine(CampaignEngine):
             for i, groups in enumerate(slots):
                 lv = levels[min(i, len(levels) - 1)]
                 assignment.append(lv)
-                tasks.append(GroupTask(groups=groups, components=(self._tree_component(lv),)))
+                tasks.append(GroupTask(groups=groups, components=(self._tree_component(lv, spec.round + 1),)))
             next_spec = self._spec(spec.round + 1, tasks)
             outcome_state = self._state(_PHASE_TREE, levels=levels, assignment=assignment)
             return RoundOutcome(estimates=frequency_estimates(estimate, spec.tasks[0].components[0]),
@@ -586,7 +619,7 @@ class GridEngine(CampaignEngine):
                        diagnostics: dict[str, float], estimate: FrequencyEstimate, component: Component,
                        max_level: int) -> RoundOutcome:
         groups = self.plan.refine[iteration]
-        spec = self._spec(round_, [GroupTask(groups=groups, components=(self._list_component(cells),))])
+        spec = self._spec(round_, [GroupTask(groups=groups, components=(self._list_component(cells, round_),))])
         state = self._state(_PHASE_ITERATE, iteration=iteration, cells=[[c.level, c.morton_index] for c in cells],
                             history=history, max_level=max_level, level0=level0)
         return RoundOutcome(estimates=frequency_estimates(estimate, component),
@@ -602,7 +635,7 @@ class GridEngine(CampaignEngine):
             groups = plan.aggregate
         else:
             groups = tuple(sorted({*plan.aggregate, *leftover}))
-        component = self._list_component(cells)
+        component = self._list_component(cells, round_)
         spec = self._spec(round_, [GroupTask(groups=groups, components=(component,))])
         diagnostics["final_cells"] = float(len(cells))
         diagnostics["final_levels_min"] = float(min(c.level for c in cells))
@@ -864,6 +897,9 @@ CLI = KindCli(
                  help="deepest tree level the refinement may reach (tree and iterative variants)"),
         CliParam(flag="--max-iterations", field="max_iterations", type="uint32",
                  help=f"most merge/split rounds (iterative variant; default {DEFAULT_MAX_ITERATIONS})"),
+        CliParam(flag="--seed-pool", field="seed_pool_size", type="uint32", metavar="S",
+                 help="local-hashing rounds (grids above 1024 cells) from a public pool of S seeds, a fresh pool "
+                      "each round (docs/protocol.md §14; 0: per-report seeds)"),
     ),
     check=_check_cli, report=_simulation_report, plotted=True)
 

@@ -38,6 +38,21 @@ The refinement round (optional)
     pooled with a large one) at the cost of the round-1 devices it takes: the center noise is
     about ``k^2 M(eps) / (s n)`` against ``k^2 M(eps_vector) / n`` for the one-round vector.
 
+A public seed pool
+    With ``seed_pool_size`` S > 0 the node levels whose oracle is local hashing (more than 1024
+    nodes at that level) take their seeds from one public pool of S seeds (``docs/protocol.md``
+    §14; round 1's key, :func:`~ldp_collector.kinds.common.seed_pool_key`). Their accumulators keep
+    S x g counts at ingestion, so growing the tree reads no report: each level's candidate set
+    costs S x candidates hashes from the counts instead of a support pass of n_l x candidates
+    hashes, and the round's only pass over the reports is the leaf sums'. The pool adds
+    ``sum_x n_x (n_x - 1) / ((g - 1) S)`` to a node count's variance (§14.6, x over the level's
+    other nodes); the node thresholds use the level's zero-count standard error, which includes it
+    (estimated from the same counts), so a small pool costs detection power, never false
+    positives. The extra term is at most 10 % of the per-report variance for S from
+    :func:`ldp_client.mechanisms.local_hashing.seed_pool_size_for` (the level's reports, and the
+    concentration of its nodes: about the largest cluster's share). A campaign none of whose
+    levels uses local hashing refuses a pool at creation.
+
 Diagnostics
     Nodes tested / kept / threshold per level, the detection signal-to-noise ratio (DESIGN §7.4),
     the leaves (coreset size), the coverage (leaf mass / n), the vector randomizer's variance and
@@ -63,12 +78,12 @@ from ldp_client.encoders.lsh import ShiftedGridEncoder, SimHashEncoder
 from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.encoders.projection import RandomProjection
 from ldp_client.errors import InvalidParameterError, ProtocolError
-from ldp_client.mechanisms import choose_frequency_oracle
+from ldp_client.mechanisms import LocalHashingParams, choose_frequency_oracle
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
-from ..estimation.accumulators import component_params_from_spec
+from ..estimation.accumulators import component_params_from_spec, make_accumulate_fn
 from ..estimation.center_floor import FLOOR_CENTER_ERROR, FLOOR_EXCESS_COST, floor_diagnostics, unit_to_data_variance
 from ..estimation.net_tree import (
     LevelEstimator,
@@ -86,6 +101,7 @@ from ..estimation.net_tree import (
 )
 from ..estimation.vector_sum import BucketSumAccumulator, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
+from ..storage.base import AccumulateFn
 from ._lsh import (
     VECTOR_SHAPE_PARAM,
     VectorShapeParam,
@@ -120,6 +136,8 @@ from .common import (
     allowed_oracles,
     campaign_seed,
     check_report_epsilon,
+    check_seed_pool_size,
+    with_seed_pool,
 )
 from .histogram import aggregator_for, round_aggregators
 
@@ -217,6 +235,8 @@ class NetTreeParams(KindParams):
     vector_shape : VectorShapeParam
         The bucketized vector's randomizer: L2_BALL, BOX or PRIVUNIT (UNSPECIFIED: the one of least
         worst-case per-coordinate variance among L2_BALL and BOX, left unspecified by :meth:`resolve`).
+    seed_pool_size : int
+        The local-hashing node levels' public seed pool (``docs/protocol.md`` §14; 0 = per-report seeds).
     """
 
     k: int = 0
@@ -231,6 +251,7 @@ class NetTreeParams(KindParams):
     expected_reports: int = 0
     refinement_share: float = 0.0
     vector_shape: VectorShapeParam = VectorShapeParam.SHAPE_UNSPECIFIED
+    seed_pool_size: int = 0
 
     def resolve(self, config: CampaignConfig) -> NetTreeParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
@@ -292,6 +313,7 @@ class NetTreeParams(KindParams):
         if not (math.isfinite(node_share) and 0.0 < node_share < 1.0):
             raise InvalidArgumentError(f"nettree.node_share must be in (0, 1), got {node_share:g}")
         check_vector_shape(self.vector_shape, "nettree")
+        check_seed_pool_size(self.seed_pool_size, config, "nettree.seed_pool_size")
         return replace(self, depth=depth, node_map=node_map, projection_dimension=projection_dimension,
                        bits_per_level=bits_per_level, max_nodes_per_level=max_nodes_per_level,
                        node_share=node_share, false_positive_rate=false_positive_rate)
@@ -350,12 +372,17 @@ class NetTreeEngine(CampaignEngine):
                 mechanism=BucketizedVectorParams(bucket_bits=self.layout.bits(self.layout.levels), dimension=d + 1,
                                                  epsilon=self.vector_epsilon, shape=shape))
             self.node_components = tuple(
-                Component(encoder=enc,
-                          mechanism=choose_frequency_oracle(1 << self.layout.bits(level), self.node_epsilon,
-                                                            MAX_PAYLOAD_BITS, oracles=allowed_oracles(config)))
+                Component(encoder=enc, mechanism=with_seed_pool(
+                    choose_frequency_oracle(1 << self.layout.bits(level), self.node_epsilon, MAX_PAYLOAD_BITS,
+                                            oracles=allowed_oracles(config)),
+                    config, 1, p.seed_pool_size, "nettree"))
                 for level, enc in enumerate(self.node_encoders, start=1))
         except InvalidParameterError as exc:
             raise InvalidArgumentError(f"nettree: {exc}") from None
+        if p.seed_pool_size and not any(isinstance(c.mechanism, LocalHashingParams) for c in self.node_components):
+            raise InvalidArgumentError(
+                f"nettree.seed_pool_size: no node level uses local hashing (the deepest has "
+                f"{1 << self.layout.bits(self.layout.levels)} nodes, within the unary payload cap); drop the seed pool")
 
     def _seed(self) -> int:
         return campaign_seed(self.config, "nettree:")
@@ -383,6 +410,11 @@ class NetTreeEngine(CampaignEngine):
                         for g in range(levels)),
             campaign_epsilon=self.config.epsilon, max_reports_per_device=1, kind="nettree")
         return RoundPlan(spec=spec, engine_state=pack_state("tree") if self.params.refinement_share else b"")
+
+    def accumulate_fn(self, spec: RoundSpec) -> AccumulateFn | None:
+        """Count accumulators of the node levels (GRR, unary encoding and pooled local hashing: their
+        counts; per-report local hashing and the vectors: their report counts)."""
+        return make_accumulate_fn(component_params_from_spec(spec))
 
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
         """Round 1: grow the tree, build the coreset, cluster it and publish the centers (or, with a
@@ -464,8 +496,9 @@ class NetTreeEngine(CampaignEngine):
         vector_params = spec.tasks[0].components[1].mechanism
         if not isinstance(vector_params, BucketizedVectorParams):
             raise ProtocolError(f"a nettree round's second component must be bucketized_vector, got {vector_params.KIND}")
-        # The node counts come from the count accumulators (local hashing: a support pass per level)
-        # and the leaf sums from a pass of their own: the round's reports are never held in memory.
+        # The node counts come from the count accumulators (local hashing with per-report seeds: a
+        # support pass per level; with a seed pool: the pool's counts) and the leaf sums from a pass
+        # of their own: the round's reports are never held in memory.
         found = round_aggregators(spec, reports)
         aggregators = {g: aggregator_for(found, spec, group=g) for g in range(layout.levels)}
         n = sum(agg.n for agg in aggregators.values())  # every report carries a node and a vector
@@ -704,6 +737,9 @@ CLI = KindCli(result="clustering", params=(
     CliParam(flag="--refinement-share", field="refinement_share", type="positive_float", metavar="SHARE",
              help="share of the devices held back for a Lloyd refinement round (nettree; default none)"),
     VECTOR_SHAPE_PARAM,
+    CliParam(flag="--seed-pool", field="seed_pool_size", type="uint32", metavar="S",
+             help="local-hashing node levels (above 1024 nodes) from a public pool of S seeds (docs/protocol.md §14; "
+                  "0: per-report seeds)"),
 ))
 
 #: The NETTREE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).

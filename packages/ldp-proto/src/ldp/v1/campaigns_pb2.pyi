@@ -308,6 +308,7 @@ class GridParameters(_message.Message):
     MAX_CELLS_FIELD_NUMBER: _builtins.int
     NO_BORDER_CELLS_FIELD_NUMBER: _builtins.int
     GRANULARITY_LEVEL_FIELD_NUMBER: _builtins.int
+    SEED_POOL_SIZE_FIELD_NUMBER: _builtins.int
     variant: Global___GridParameters.Variant.ValueType
     granularity: Global___GridParameters.Granularity.ValueType
     initial_cells_per_dimension: _builtins.int
@@ -327,6 +328,11 @@ class GridParameters(_message.Message):
     """Leave cells next to exactly one cluster as noise instead of attaching them to it."""
     granularity_level: _builtins.int
     """Fixed granularity: the dyadic level of the aggregation grid (0 = from the granularity rule)."""
+    seed_pool_size: _builtins.int
+    """The rounds whose oracle is local hashing (grids above the unary payload cap) draw their seeds
+    from a public pool of this many seeds, a fresh pool each round (fast server-side support
+    counts); 0 = per-report seeds. See docs/protocol.md §14.
+    """
     def __init__(
         self,
         *,
@@ -342,10 +348,11 @@ class GridParameters(_message.Message):
         max_cells: _builtins.int = ...,
         no_border_cells: _builtins.bool = ...,
         granularity_level: _builtins.int = ...,
+        seed_pool_size: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["calibration_share", b"calibration_share", "core_threshold", b"core_threshold", "dense_threshold", b"dense_threshold", "granularity", b"granularity", "granularity_level", b"granularity_level", "initial_cells_per_dimension", b"initial_cells_per_dimension", "max_cells", b"max_cells", "max_iterations", b"max_iterations", "no_border_cells", b"no_border_cells", "refinement_share", b"refinement_share", "tree_height", b"tree_height", "variant", b"variant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calibration_share", b"calibration_share", "core_threshold", b"core_threshold", "dense_threshold", b"dense_threshold", "granularity", b"granularity", "granularity_level", b"granularity_level", "initial_cells_per_dimension", b"initial_cells_per_dimension", "max_cells", b"max_cells", "max_iterations", b"max_iterations", "no_border_cells", b"no_border_cells", "refinement_share", b"refinement_share", "seed_pool_size", b"seed_pool_size", "tree_height", b"tree_height", "variant", b"variant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -425,6 +432,7 @@ class NetTreeParameters(_message.Message):
     EXPECTED_REPORTS_FIELD_NUMBER: _builtins.int
     REFINEMENT_SHARE_FIELD_NUMBER: _builtins.int
     VECTOR_SHAPE_FIELD_NUMBER: _builtins.int
+    SEED_POOL_SIZE_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     projection_dimension: _builtins.int
     depth: _builtins.int
@@ -453,6 +461,10 @@ class NetTreeParameters(_message.Message):
     """The bucketized vector's randomizer (SHAPE_UNSPECIFIED = the one of least worst-case
     per-coordinate variance at d + 1 dimensions among L2_BALL and BOX).
     """
+    seed_pool_size: _builtins.int
+    """The node levels whose oracle is local hashing draw their seeds from a public pool of this many
+    seeds (fast server-side support counts); 0 = per-report seeds. See docs/protocol.md §14.
+    """
     def __init__(
         self,
         *,
@@ -468,10 +480,11 @@ class NetTreeParameters(_message.Message):
         expected_reports: _builtins.int = ...,
         refinement_share: _builtins.float = ...,
         vector_shape: _mechanisms_pb2.BucketizedVector.Shape.ValueType = ...,
+        seed_pool_size: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "cluster_in_projected_space", b"cluster_in_projected_space", "depth", b"depth", "expected_reports", b"expected_reports", "false_positive_rate", b"false_positive_rate", "k", b"k", "max_nodes_per_level", b"max_nodes_per_level", "node_map", b"node_map", "node_share", b"node_share", "projection_dimension", b"projection_dimension", "refinement_share", b"refinement_share", "vector_shape", b"vector_shape"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bits_per_level", b"bits_per_level", "cluster_in_projected_space", b"cluster_in_projected_space", "depth", b"depth", "expected_reports", b"expected_reports", "false_positive_rate", b"false_positive_rate", "k", b"k", "max_nodes_per_level", b"max_nodes_per_level", "node_map", b"node_map", "node_share", b"node_share", "projection_dimension", b"projection_dimension", "refinement_share", b"refinement_share", "seed_pool_size", b"seed_pool_size", "vector_shape", b"vector_shape"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
