@@ -71,14 +71,15 @@ from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
-from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
+from ..estimation.accumulators import component_params_from_spec, make_accumulate_fn
 from ..estimation.center_floor import floor_diagnostics, unit_to_data_variance
-from ..estimation.frequency import FrequencyAggregator, estimate_from_support, make_aggregator
+from ..estimation.frequency import estimate_from_support
 from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
 from ..estimation.vector_sum import BucketSumAccumulator, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
+from ..storage.base import AccumulateFn
 from ._lsh import (
     VECTOR_SHAPE_PARAM,
     VectorShapeParam,
@@ -104,7 +105,7 @@ from .base import (
     pack_state,
 )
 from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, allowed_oracles, campaign_seed
-from .histogram import round_aggregators
+from .histogram import aggregator_for, round_aggregators
 
 __all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "StemmerEngine", "StemmerParams", "noiseless_outcome"]
 
@@ -303,26 +304,17 @@ class StemmerEngine(CampaignEngine):
             return self._close_weights(spec, reports, state)
         return self._close_lloyd(spec, reports, state)
 
-    def _columns(self, spec: RoundSpec, reports: RoundReports) -> dict[int, list[list[Any]]]:
-        """Decoded payloads per reporting group, one list per component."""
-        params = component_params_from_spec(spec)
-        out: dict[int, list[list[Any]]] = {g: [[] for _ in params[g]] for g in params}
-        for batch in reports.batches():
-            for key, payloads in decode_report_payloads(batch, params).items():
-                group, index = (int(part) for part in key.split(":"))
-                out[group][index].extend(payloads)
-        return out
+    def accumulate_fn(self, spec: RoundSpec) -> AccumulateFn | None:
+        """Count accumulators at ingestion: the key and weight rounds' GRR, unary-encoding and pooled
+        local-hashing counts, every other component's report count."""
+        return make_accumulate_fn(component_params_from_spec(spec))
 
     def _close_keys(self, spec: RoundSpec, reports: RoundReports) -> RoundOutcome:
         p = self.params
-        columns = self._columns(spec, reports)
-        groups = self._groups("keys")
-        aggregators: dict[int, FrequencyAggregator] = {}
-        for i, g in enumerate(groups):
-            agg = make_aggregator(self.key_components[i].mechanism)  # type: ignore[arg-type]
-            if columns.get(g) and columns[g][0]:
-                agg.add(columns[g][0])
-            aggregators[i] = agg
+        # Count accumulators (GRR, unary encoding, pooled local hashing) or one support pass per
+        # (repetition, scale) asked (per-report local hashing): the round is never held in memory.
+        found = round_aggregators(spec, reports)
+        aggregators = {i: aggregator_for(found, spec, group=g) for i, g in enumerate(self._groups("keys"))}
         n = sum(a.n for a in aggregators.values())
 
         def estimate(r: int, level: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float] | None:
