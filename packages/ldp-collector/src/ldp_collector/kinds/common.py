@@ -12,17 +12,20 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ldp_client.budget import MAX_MECHANISM_EPSILON
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.projection import splitmix64, stream_key
 from ldp_client.errors import InvalidParameterError
+from ldp_client.mechanisms import LocalHashingParams, MechanismParams
 from ldp_client.mechanisms.local_hashing import PURPOSE_SEED_POOL
 from ldp_client.mechanisms.oracle_choice import FREQUENCY_ORACLES, oracle_name
 from ldp_client.spec import RoundSpec
 
 from ..errors import InvalidArgumentError
+from ..estimation.frequency import MAX_POOL_CELLS
 from ..model import CampaignConfig
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "check_report_epsilon",
     "seed_pool_key",
     "numeric_domain",
+    "with_seed_pool",
 ]
 
 #: Range of the number of clusters of the clustering kinds (LAPLACE also takes k = 1).
@@ -116,6 +120,25 @@ def seed_pool_key(config: CampaignConfig, round: int) -> int:
     fixed before the round's reports exist, different in every round and campaign.
     """
     return splitmix64(stream_key(campaign_seed(config), PURPOSE_SEED_POOL), round)
+
+
+def with_seed_pool(mechanism: MechanismParams, pool: int, config: CampaignConfig, who: str) -> MechanismParams:
+    """A local-hashing ``mechanism`` with the campaign's public pool of ``pool`` seeds (``docs/protocol.md`` §14).
+
+    The pool's key is round 1's (:func:`seed_pool_key`): the kinds that pool one round report in
+    their first. Any other mechanism, or ``pool`` 0, is returned as is.
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``pool`` x g above :data:`~ldp_collector.estimation.frequency.MAX_POOL_CELLS` (``who`` names the kind).
+    """
+    if not pool or not isinstance(mechanism, LocalHashingParams):
+        return mechanism
+    if pool * mechanism.g > MAX_POOL_CELLS:
+        raise InvalidArgumentError(
+            f"{who} seed pool: seed_pool_size x g must be at most {MAX_POOL_CELLS}, got {pool} x {mechanism.g}")
+    return replace(mechanism, seed_pool_size=pool, seed_pool_key=seed_pool_key(config, 1))
 
 
 def check_report_epsilon(epsilon: float, who: str) -> None:

@@ -52,13 +52,12 @@ from numpy.typing import NDArray
 from ldp_client.encoders.base import NumericDomain
 from ldp_client.encoders.grid import GridTreeEncoder
 from ldp_client.errors import InvalidParameterError
-from ldp_client.mechanisms import LocalHashingParams, MechanismParams
+from ldp_client.mechanisms import MechanismParams
 from ldp_client.mechanisms.local_hashing import MAX_SEED_POOL
 from ldp_client.spec import MAX_GROUPS, Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, make_accumulate_fn
-from ..estimation.frequency import MAX_POOL_CELLS
 from ..estimation.heavy_hitters import (
     MAX_BITS_PER_LEVEL,
     MAX_CANDIDATES,
@@ -81,7 +80,7 @@ from .base import (
     RoundPlan,
     RoundReports,
 )
-from .common import DEFAULT_CONFIDENCE, allowed_oracles, check_report_epsilon, seed_pool_key
+from .common import DEFAULT_CONFIDENCE, allowed_oracles, check_report_epsilon, with_seed_pool
 from .histogram import aggregator_for, round_aggregators
 
 __all__ = [
@@ -230,14 +229,7 @@ class HeavyHitterEngine(CampaignEngine):
 
     def _pooled(self, mechanism: MechanismParams) -> MechanismParams:
         """A local-hashing level's mechanism with the campaign's seed pool (round 1's key)."""
-        pool = self.params.seed_pool_size
-        if not pool or not isinstance(mechanism, LocalHashingParams):
-            return mechanism
-        if pool * mechanism.g > MAX_POOL_CELLS:
-            raise InvalidArgumentError(
-                f"heavy_hitters seed pool: seed_pool_size x g must be at most {MAX_POOL_CELLS}, "
-                f"got {pool} x {mechanism.g}")
-        return replace(mechanism, seed_pool_size=pool, seed_pool_key=seed_pool_key(self.config, 1))
+        return with_seed_pool(mechanism, self.params.seed_pool_size, self.config, "heavy_hitters")
 
     def first_round(self) -> RoundPlan:
         """Round 1: group l - 1 reports its level-l prefix, for every level l, all at once."""

@@ -42,6 +42,25 @@ Budget policies
     Every device reports once with the whole epsilon. ``SPLIT``: ``S`` groups, every device reports
     in every round with ``epsilon / rounds`` (its group is its subgroup in rounds A and B).
 
+Memory of the server steps
+    No step holds its round. Round A's subgroups on GRR or unary encoding (the coarse scales) are
+    counted at ingestion (``accumulate_fn``: ``2^(j d')`` int64 counts per subgroup); each local-
+    hashing subgroup's candidates are counted by a support pass (``SupportCounts``: ``m + 1`` int64
+    for the ``m <= 2^d' MAX_KEYS_PER_LEVEL`` children tested at a level), one pass per (repetition,
+    scale) grown; all of them share one decoding, so in-process the round is decoded once and later
+    passes replay it (``DecodedPass``, within ``RoundReports.decoded_cache_bytes``). Rounds B and D
+    sum bucketized vectors per key or center (``(m + 2)(d + 1)`` float64, ``BucketSumAccumulator``),
+    round C counts like round A.
+
+A public seed pool
+    With ``seed_pool_size`` S > 0, round A's local-hashing scales take their seeds from one public
+    pool of S seeds (``docs/protocol.md`` §14; round 1's key,
+    :func:`~ldp_collector.kinds.common.seed_pool_key`): their accumulators keep S x g counts at
+    ingestion, so round A reads no raw report at close and each level's supports cost S x m hashes
+    instead of n_(r, j) x m. The pool adds variance (§14.6): choose S with
+    :func:`ldp_client.mechanisms.local_hashing.seed_pool_size_for` for a subgroup's size and the
+    concentration of its cells.
+
 Thresholds and the multiple-testing correction
     With ``m`` keys tested at a level and family-wise rate ``alpha = 0.05``, ``z = Phi^-1(1 - alpha /
     (2 m))`` (Bonferroni, per level and repetition); ``threshold_z`` replaces it by a fixed value.
@@ -66,8 +85,9 @@ from ldp_client.encoders.lsh import ShiftedGridEncoder
 from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.encoders.projection import RandomProjection
 from ldp_client.errors import InvalidParameterError, ProtocolError
-from ldp_client.mechanisms import choose_frequency_oracle
+from ldp_client.mechanisms import LocalHashingParams, choose_frequency_oracle
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
+from ldp_client.mechanisms.local_hashing import MAX_SEED_POOL
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
@@ -94,6 +114,7 @@ from .base import (
     K_PARAM,
     NUMERIC,
     CampaignEngine,
+    CliParam,
     Kind,
     KindCli,
     KindParams,
@@ -104,7 +125,15 @@ from .base import (
     numeric_domain,
     pack_state,
 )
-from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, allowed_oracles, campaign_seed
+from .common import (
+    DEFAULT_CONFIDENCE,
+    MAX_K,
+    MAX_PAYLOAD_BITS,
+    MIN_K,
+    allowed_oracles,
+    campaign_seed,
+    with_seed_pool,
+)
 from .histogram import aggregator_for, round_aggregators
 
 __all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "StemmerEngine", "StemmerParams", "noiseless_outcome"]
@@ -146,6 +175,9 @@ class StemmerParams(KindParams):
     vector_shape : VectorShapeParam
         The bucketized vectors' randomizer: L2_BALL, BOX or PRIVUNIT (UNSPECIFIED: the one of least
         worst-case per-coordinate variance among L2_BALL and BOX, left unspecified by :meth:`resolve`).
+    seed_pool_size : int
+        The key round's local-hashing scales draw their seeds from a public pool of this many seeds
+        (``docs/protocol.md`` §14), at most ``MAX_SEED_POOL``; 0 = per-report seeds.
     """
 
     k: int = 0
@@ -155,6 +187,7 @@ class StemmerParams(KindParams):
     threshold_z: float = 0.0
     lloyd_refinement: bool | None = None
     vector_shape: VectorShapeParam = VectorShapeParam.SHAPE_UNSPECIFIED
+    seed_pool_size: int = 0
 
     def resolve(self, config: CampaignConfig) -> StemmerParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
@@ -182,6 +215,8 @@ class StemmerParams(KindParams):
         if z != 0 and not (math.isfinite(z) and 0 < z <= 20):
             raise InvalidArgumentError(f"stemmer.threshold_z must be in (0, 20] (0 = Bonferroni), got {z:g}")
         check_vector_shape(self.vector_shape, "stemmer")
+        if self.seed_pool_size > MAX_SEED_POOL:
+            raise InvalidArgumentError(f"stemmer.seed_pool_size must be at most {MAX_SEED_POOL}, got {self.seed_pool_size}")
         return replace(self, projection_dimension=projection_dimension, scales=scales, repetitions=repetitions,
                        lloyd_refinement=True if self.lloyd_refinement is None else self.lloyd_refinement)
 
@@ -231,9 +266,14 @@ class StemmerEngine(CampaignEngine):
                                              seed=(seed + 104729 * (r + 1)) % 2**64)
                           for j in range(1, p.scales + 1)] for r in range(p.repetitions)]
             eps = self.round_epsilon
-            self.key_components = [Component(encoder=enc, mechanism=choose_frequency_oracle(
-                1 << (level * dp), eps, MAX_PAYLOAD_BITS, oracles=allowed_oracles(config)))
+            self.key_components = [Component(encoder=enc, mechanism=with_seed_pool(choose_frequency_oracle(
+                1 << (level * dp), eps, MAX_PAYLOAD_BITS, oracles=allowed_oracles(config)), p.seed_pool_size,
+                config, "stemmer"))
                 for reps in self.keys for level, enc in enumerate(reps, 1)]
+            if p.seed_pool_size and not any(isinstance(c.mechanism, LocalHashingParams) for c in self.key_components):
+                raise InvalidArgumentError(
+                    "a stemmer seed pool needs local hashing, which no scale of the key round uses (its oracles "
+                    f"are {', '.join(sorted({c.mechanism.KIND for c in self.key_components}))}); drop the seed pool")
             shape = vector_shape(d + 1, eps, p.vector_shape)
             self.vector_components = [Component(
                 encoder=BucketedVectorEncoder(domain=self.domain, shifted_grid=enc),
@@ -625,8 +665,13 @@ def noiseless_outcome(engine: StemmerEngine, points: ArrayLike) -> RoundOutcome:
     return outcome
 
 
-#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
-CLI = KindCli(result="clustering", params=(K_PARAM, VECTOR_SHAPE_PARAM))
+#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given), the vectors'
+#: shape and the key round's seed pool.
+CLI = KindCli(result="clustering", params=(
+    K_PARAM, VECTOR_SHAPE_PARAM,
+    CliParam(flag="--seed-pool", field="seed_pool_size", type="uint32", metavar="S",
+             help="the key round's local-hashing scales from a public pool of S seeds (docs/protocol.md §14; "
+                  "0: per-report seeds)")))
 
 #: The STEMMER campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="stemmer", engine=StemmerEngine,
