@@ -10,13 +10,9 @@ import pytest
 
 from ldp.v1 import campaigns_pb2
 from ldp_client.mechanisms import LocalHashingParams
-from ldp_client.report import Report
-from ldp_client.rng import SeededRng
-from ldp_client.spec import RoundSpec
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation.accumulators import component_params_from_spec, decode_report_payloads
 from ldp_collector.estimation.frequency import LocalHashingAggregator
-from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.kinds.common import seed_pool_key
 from ldp_collector.kinds.histogram import round_aggregators
 from ldp_collector.kinds.stemmer import StemmerEngine
@@ -24,7 +20,7 @@ from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.storage.base import StoredReport
 from support.round_reports import ListRoundReports
 
-from .test_stemmer_engine import engine_for, stemmer_config
+from .test_stemmer_engine import engine_for, key_round_rows, stemmer_config
 
 _N = 12_000
 
@@ -38,21 +34,6 @@ def _engine(**params: object) -> StemmerEngine:
     x = _points()
     return engine_for(stemmer_config((x.min(axis=0) - 1.0).tolist(), (x.max(axis=0) + 1.0).tolist(), epsilon=4.0,
                                      k=3, campaign_id="st-pool", **params))
-
-
-def _rows(engine: StemmerEngine, spec: RoundSpec, seed: int) -> list[StoredReport]:
-    """Device i joins key subgroup i mod S and reports its cell there."""
-    rng = SeededRng(seed)
-    context = RoundContext(campaign_id=spec.campaign_id, round=spec.round, spec=spec)
-    groups = len(spec.tasks)
-    rows = []
-    for i, point in enumerate(_points()):
-        task = spec.tasks[i % groups]
-        group = task.groups[0]
-        payloads = tuple(c.run(tuple(point.tolist()), rng=rng) for c in task.components)
-        rows.append(validate_report(Report(report_id=rng.token_bytes(16), campaign_id=spec.campaign_id,
-                                           round=spec.round, group=group, payloads=payloads), context))
-    return rows
 
 
 class _CountsOnly(ListRoundReports):
@@ -78,7 +59,7 @@ def test_local_hashing_scales_use_the_pool() -> None:
 def test_pooled_support_counts_are_the_per_report_ones() -> None:
     engine = _engine(seed_pool_size=256)
     spec = engine.first_round().spec
-    rows = _rows(engine, spec, seed=2)
+    rows = key_round_rows(spec, _points(), seed=2)
     accumulate = engine.accumulate_fn(spec)
     assert accumulate is not None
     reports = _CountsOnly(rows, dict(accumulate(rows, {})))
@@ -100,7 +81,7 @@ def test_pooled_support_counts_are_the_per_report_ones() -> None:
 def test_the_pooled_key_round_reads_only_counts_and_finds_every_cluster() -> None:
     engine = _engine(seed_pool_size=1024)
     spec = engine.first_round().spec
-    rows = _rows(engine, spec, seed=3)
+    rows = key_round_rows(spec, _points(), seed=3)
     accumulate = engine.accumulate_fn(spec)
     assert accumulate is not None
     outcome = engine.close_round(spec, _CountsOnly(rows, dict(accumulate(rows, {}))), engine.first_round().engine_state)
