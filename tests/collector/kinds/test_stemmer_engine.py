@@ -202,6 +202,8 @@ def test_the_key_round_is_read_once_for_every_support_pass() -> None:
     raw = _CountedReads(rows)
     assert engine.close_round(spec, raw, plan.engine_state) == outcome
     assert raw.reads == 2
+    # Round B sums vectors at close: nothing to count at ingestion.
+    assert outcome.next_round is not None and engine.accumulate_fn(outcome.next_round.spec) is None
 
 
 def run(config: campaigns_pb2.CampaignConfig, x: np.ndarray, seed: int = 1) -> CampaignRun:

@@ -85,7 +85,7 @@ from ldp_client.encoders.lsh import ShiftedGridEncoder
 from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.encoders.projection import RandomProjection
 from ldp_client.errors import InvalidParameterError, ProtocolError
-from ldp_client.mechanisms import LocalHashingParams, choose_frequency_oracle
+from ldp_client.mechanisms import GRRParams, LocalHashingParams, UnaryEncodingParams, choose_frequency_oracle
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_client.mechanisms.local_hashing import MAX_SEED_POOL
 from ldp_client.spec import Component, GroupTask, RoundSpec
@@ -345,9 +345,13 @@ class StemmerEngine(CampaignEngine):
         return self._close_lloyd(spec, reports, state)
 
     def accumulate_fn(self, spec: RoundSpec) -> AccumulateFn | None:
-        """Count accumulators at ingestion: the key and weight rounds' GRR, unary-encoding and pooled
-        local-hashing counts, every other component's report count."""
-        return make_accumulate_fn(component_params_from_spec(spec))
+        """Count accumulators at ingestion in the rounds of frequency oracles (A and C): GRR, unary-encoding
+        and pooled local-hashing counts, per-report local hashing's report count. Rounds B and D sum
+        vectors at close (their steps read no count), so they keep none."""
+        params = component_params_from_spec(spec)
+        if not any(isinstance(m, (GRRParams, UnaryEncodingParams, LocalHashingParams)) for ms in params.values() for m in ms):
+            return None
+        return make_accumulate_fn(params)
 
     def _close_keys(self, spec: RoundSpec, reports: RoundReports) -> RoundOutcome:
         p = self.params
