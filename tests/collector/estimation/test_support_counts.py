@@ -20,7 +20,7 @@ from ldp_collector.estimation.accumulators import SupportCounts
 from ldp_collector.estimation.frequency import LocalHashingAggregator
 from ldp_collector.estimation.report_accumulator import combine_batches
 from ldp_collector.storage.base import StoredReport
-from tests.support.round_reports import ListRoundReports
+from support.round_reports import ListRoundReports
 
 _PARAMS = {0: (LocalHashingParams(domain_size=4096, epsilon=2.0),),
            1: (LocalHashingParams(domain_size=512, epsilon=2.0),),
