@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,10 +18,15 @@ from ldp.v1 import campaigns_pb2, encoders_pb2
 from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.lsh import ShiftedGridEncoder
 from ldp_client.encoders.nearest import NearestCandidateEncoder
+from ldp_client.mechanisms import LocalHashingParams
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
+from ldp_client.report import Report
+from ldp_client.rng import SeededRng
+from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.kinds import KINDS
 from ldp_collector.kinds.base import load_state
 from ldp_collector.kinds.stemmer import (
@@ -39,7 +44,9 @@ from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.runner import CampaignRun, run_campaign
 from ldp_collector.simulation.scores import kmeans_cost, reference_kmeans_cost
 from ldp_collector.storage import open_store
+from ldp_collector.storage.base import StoredReport
 from support.recording import RecordingCollector
+from support.round_reports import ListRoundReports
 
 
 def stemmer_config(lower: Sequence[float], upper: Sequence[float], *, epsilon: float = 4.0, k: int = 4,
@@ -145,6 +152,58 @@ def test_split_every_device_reports_in_every_round() -> None:
     spec = engine.first_round().spec
     assert spec.group_weights == (1, 1) and spec.max_reports_per_device == 4
     assert all(t.epsilon == pytest.approx(1.5) for t in spec.tasks)
+
+
+def key_round_rows(spec: RoundSpec, points: np.ndarray, seed: int) -> list[StoredReport]:
+    """Round A's reports: device i joins key subgroup i mod S and reports its cell there."""
+    rng = SeededRng(seed)
+    context = RoundContext(campaign_id=spec.campaign_id, round=spec.round, spec=spec)
+    rows = []
+    for i, point in enumerate(points):
+        task = spec.tasks[i % len(spec.tasks)]
+        payloads = tuple(c.run(tuple(point.tolist()), rng=rng) for c in task.components)
+        rows.append(validate_report(Report(report_id=rng.token_bytes(16), campaign_id=spec.campaign_id,
+                                           round=spec.round, group=task.groups[0], payloads=payloads), context))
+    return rows
+
+
+class _CountedReads(ListRoundReports):
+    """A round held in memory that counts how often it is read."""
+
+    reads = 0
+
+    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
+        self.reads += 1
+        return super().batches(batch_size)
+
+
+def test_the_key_round_is_read_once_for_every_support_pass() -> None:
+    # d' = 3: the scales of 2^9 cells and more use local hashing (unary encoding's payload cap).
+    x, _ = make_dataset("mixture", 12_000, d=3, k=3, seed=5, separation=4.0)
+    engine = engine_for(stemmer_config((x.min(axis=0) - 1.0).tolist(), (x.max(axis=0) + 1.0).tolist(), epsilon=4.0,
+                                       k=3, campaign_id="st-keys-once"))
+    plan = engine.first_round()
+    spec = plan.spec
+    assert sum(isinstance(t.components[0].mechanism, LocalHashingParams) for t in spec.tasks) >= 4
+    rows = key_round_rows(spec, x, seed=2)
+    accumulate = engine.accumulate_fn(spec)
+    assert accumulate is not None
+    once = _CountedReads(rows, dict(accumulate(rows, {})))
+    outcome = engine.close_round(spec, once, plan.engine_state)
+    # Every local-hashing (repetition, scale) grown is a support pass; the first decodes the round,
+    # the others replay its decoded batches.
+    assert once.reads == 1
+    # Beyond the decoded-batch budget each pass reads the round again: the same outcome.
+    again = _CountedReads(rows, dict(accumulate(rows, {})))
+    again.decoded_cache_bytes = 0
+    assert engine.close_round(spec, again, plan.engine_state) == outcome
+    assert again.reads >= 4
+    # And from the raw reports alone (no count blobs: one more pass recounts them).
+    raw = _CountedReads(rows)
+    assert engine.close_round(spec, raw, plan.engine_state) == outcome
+    assert raw.reads == 2
+    # Round B sums vectors at close: nothing to count at ingestion.
+    assert outcome.next_round is not None and engine.accumulate_fn(outcome.next_round.spec) is None
 
 
 def run(config: campaigns_pb2.CampaignConfig, x: np.ndarray, seed: int = 1) -> CampaignRun:

@@ -26,7 +26,7 @@ Blob format (little-endian int64 words)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
 import msgpack
@@ -46,7 +46,7 @@ from .frequency import (
     LocalHashingAggregator,
     UnaryEncodingAggregator,
 )
-from .report_accumulator import ReportAccumulator, combine_batches
+from .report_accumulator import DecodedPass, ReportAccumulator, combine_batches
 
 __all__ = [
     "FORMAT_VERSION",
@@ -55,6 +55,7 @@ __all__ = [
     "KIND_SPARSE",
     "ComponentParams",
     "CountAccumulator",
+    "DecodedLocalHashing",
     "DecodedReports",
     "RoundCounts",
     "SupportCounts",
@@ -413,13 +414,37 @@ class RoundCounts(ReportAccumulator[dict[str, bytes]]):
         return sum(len(blob) for blob in self.finalize().values())
 
 
-class SupportCounts(ReportAccumulator[NDArray[np.int64]]):
+class DecodedLocalHashing(dict[str, LocalHashingAggregator]):
+    """A batch's local-hashing reports, decoded and validated: one aggregator per component key.
+
+    What :meth:`SupportCounts.decode` returns; :attr:`nbytes` is what a reader keeping it for the
+    next pass holds (the reports' seeds and buckets, or a pooled component's counts).
+    """
+
+    @property
+    def nbytes(self) -> int:
+        size = 0
+        for agg in self.values():
+            if agg.pooled:
+                size += agg.counts().nbytes
+            else:
+                seeds, buckets = agg.reports()
+                size += seeds.nbytes + buckets.nbytes
+        return size
+
+
+class SupportCounts(DecodedPass[NDArray[np.int64]]):
     """Local-hashing support counts of one component over candidates fixed beforehand.
 
     ``finalize()[j]`` is the number of the component's reports ``(s, y)`` with ``H(s, v_j) = y``
     (:meth:`LocalHashingAggregator.support`), for the candidates ``v`` the step asked for; with
     :attr:`n` that is all the estimator needs (:func:`~.frequency.estimate_from_support`). The state
     is ``m + 1`` integers, so any order of adding and merging gives the same counts.
+
+    A step that asks about several components (a tree's levels, each its own group) makes one such
+    pass per candidate set; passing every one of those components as ``decode_keys`` gives all its
+    passes the same :attr:`decoding`, so an in-process reader decodes the round once and replays
+    the decoded batches to the later passes (:class:`DecodedPass`), which then cost only the hashes.
 
     Parameters
     ----------
@@ -429,14 +454,19 @@ class SupportCounts(ReportAccumulator[NDArray[np.int64]]):
         The component, ``"<group>:<component>"``; its mechanism must be local hashing.
     candidates : numpy.ndarray of int64, shape (m,)
         Validated domain values.
+    decode_keys : sequence of str, optional
+        Further local-hashing components to decode with ``key`` (the other passes of the same step).
     """
 
-    def __init__(self, component_params_by_group: ComponentParams, key: str, candidates: NDArray[np.int64]) -> None:
+    def __init__(self, component_params_by_group: ComponentParams, key: str, candidates: NDArray[np.int64],
+                 decode_keys: Sequence[str] = ()) -> None:
         self._params = {int(g): tuple(p) for g, p in component_params_by_group.items()}
-        mechanism = _params_for(key, self._params)
-        if not isinstance(mechanism, LocalHashingParams):
-            raise TypeError(f"{key}: support counts need local hashing, got {mechanism.KIND}")
-        self._mechanism = mechanism
+        self._decode: dict[str, LocalHashingParams] = {}
+        for name in sorted({key, *decode_keys}):
+            mechanism = _params_for(name, self._params)
+            if not isinstance(mechanism, LocalHashingParams):
+                raise TypeError(f"{name}: support counts need local hashing, got {mechanism.KIND}")
+            self._decode[name] = mechanism
         self._key = key
         self._candidates = np.asarray(candidates, dtype=np.int64)
         self._support = np.zeros(self._candidates.shape[0], dtype=np.int64)
@@ -447,15 +477,26 @@ class SupportCounts(ReportAccumulator[NDArray[np.int64]]):
         """Number of the component's reports added."""
         return self._n
 
-    def zero(self) -> SupportCounts:
-        return SupportCounts(self._params, self._key, self._candidates)
+    @property
+    def decoding(self) -> Hashable:
+        return ("local_hashing", tuple(self._decode.items()))
 
-    def add(self, reports: Sequence[StoredReport]) -> None:
-        payloads = decode_report_payloads(reports, self._params).get(self._key)
-        if not payloads:
+    def zero(self) -> SupportCounts:
+        return SupportCounts(self._params, self._key, self._candidates, tuple(self._decode))
+
+    def decode(self, reports: Sequence[StoredReport]) -> DecodedLocalHashing:
+        decoded = DecodedLocalHashing()
+        for key, payloads in decode_report_payloads(reports, self._params).items():
+            mechanism = self._decode.get(key)
+            if mechanism is not None:
+                batch = decoded[key] = LocalHashingAggregator(mechanism)
+                batch.add(payloads)  # validates the payloads
+        return decoded
+
+    def add_decoded(self, decoded: DecodedLocalHashing) -> None:
+        batch = decoded.get(self._key)
+        if batch is None or not batch.n:
             return
-        batch = LocalHashingAggregator(self._mechanism)
-        batch.add(payloads)  # validates the payloads; the batch's reports are dropped after counting
         self._support += batch.support(self._candidates)
         self._n += batch.n
 

@@ -275,10 +275,14 @@ def round_aggregators(spec: RoundSpec, reports: RoundReports) -> dict[str, Frequ
         blobs = reports.combine(RoundCounts(params_by_group)).finalize()
         counts = {key: CountAccumulator.from_bytes(keys[key], blob, key=key) for key, blob in blobs.items()}
     out: dict[str, FrequencyAggregator] = {}
+    # Every support pass of the round decodes all its per-report local-hashing components, so the
+    # passes share one decoding: in-process the round is decoded once, for all of them.
+    per_report = tuple(key for key, acc in counts.items()
+                       if isinstance(acc.params, LocalHashingParams) and not keeps_counts(acc.params))
     for key, acc in counts.items():
         params = acc.params
         if isinstance(params, LocalHashingParams) and not keeps_counts(params):  # pooled: counts suffice
-            out[key] = RoundSupportAggregator(params, key, params_by_group, reports, acc.n)
+            out[key] = RoundSupportAggregator(params, key, params_by_group, reports, acc.n, per_report)
         elif (aggregator := acc.finalize()) is not None:
             out[key] = aggregator
     return out
@@ -334,12 +338,16 @@ class RoundSupportAggregator(FrequencyAggregator):
     reports : RoundReports
     n : int
         The component's report count (its count accumulator).
+    decode_keys : sequence of str, optional
+        The round's other per-report local-hashing components, decoded in the same pass
+        (:class:`~ldp_collector.estimation.accumulators.SupportCounts`).
     """
 
     def __init__(self, params: LocalHashingParams, key: str, component_params_by_group: ComponentParams,
-                 reports: RoundReports, n: int) -> None:
+                 reports: RoundReports, n: int, decode_keys: Sequence[str] = ()) -> None:
         self._params = params
         self._key = key
+        self._decode_keys = tuple(decode_keys)
         self._by_group = component_params_by_group
         self._reports = reports
         self._n = n
@@ -362,7 +370,7 @@ class RoundSupportAggregator(FrequencyAggregator):
         raise TypeError("a round's support aggregator is read-only")
 
     def support(self, values: NDArray[np.int64]) -> NDArray[np.int64]:
-        counted = self._reports.combine(SupportCounts(self._by_group, self._key, values))
+        counted = self._reports.combine(SupportCounts(self._by_group, self._key, values, self._decode_keys))
         if counted.n != self._n:
             raise ProtocolError(f"{self._key}: {counted.n} reports, but its accumulator counted {self._n}")
         return counted.finalize()

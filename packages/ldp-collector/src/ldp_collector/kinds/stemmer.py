@@ -42,6 +42,25 @@ Budget policies
     Every device reports once with the whole epsilon. ``SPLIT``: ``S`` groups, every device reports
     in every round with ``epsilon / rounds`` (its group is its subgroup in rounds A and B).
 
+Memory of the server steps
+    No step holds its round. Round A's subgroups on GRR or unary encoding (the coarse scales) are
+    counted at ingestion (``accumulate_fn``: ``2^(j d')`` int64 counts per subgroup); each local-
+    hashing subgroup's candidates are counted by a support pass (``SupportCounts``: ``m + 1`` int64
+    for the ``m <= 2^d' MAX_KEYS_PER_LEVEL`` children tested at a level), one pass per (repetition,
+    scale) grown; all of them share one decoding, so in-process the round is decoded once and later
+    passes replay it (``DecodedPass``, within ``RoundReports.decoded_cache_bytes``). Rounds B and D
+    sum bucketized vectors per key or center (``(m + 2)(d + 1)`` float64, ``BucketSumAccumulator``),
+    round C counts like round A.
+
+A public seed pool
+    With ``seed_pool_size`` S > 0, round A's local-hashing scales take their seeds from one public
+    pool of S seeds (``docs/protocol.md`` §14; round 1's key,
+    :func:`~ldp_collector.kinds.common.seed_pool_key`): their accumulators keep S x g counts at
+    ingestion, so round A reads no raw report at close and each level's supports cost S x m hashes
+    instead of n_(r, j) x m. The pool adds variance (§14.6): choose S with
+    :func:`ldp_client.mechanisms.local_hashing.seed_pool_size_for` for a subgroup's size and the
+    concentration of its cells.
+
 Thresholds and the multiple-testing correction
     With ``m`` keys tested at a level and family-wise rate ``alpha = 0.05``, ``z = Phi^-1(1 - alpha /
     (2 m))`` (Bonferroni, per level and repetition); ``threshold_z`` replaces it by a fixed value.
@@ -66,19 +85,20 @@ from ldp_client.encoders.lsh import ShiftedGridEncoder
 from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.encoders.projection import RandomProjection
 from ldp_client.errors import InvalidParameterError, ProtocolError
-from ldp_client.mechanisms import choose_frequency_oracle
+from ldp_client.mechanisms import GRRParams, LocalHashingParams, UnaryEncodingParams, choose_frequency_oracle
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
-from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
+from ..estimation.accumulators import component_params_from_spec, make_accumulate_fn
 from ..estimation.center_floor import floor_diagnostics, unit_to_data_variance
-from ..estimation.frequency import FrequencyAggregator, estimate_from_support, make_aggregator
+from ..estimation.frequency import estimate_from_support
 from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
 from ..estimation.vector_sum import BucketSumAccumulator, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
+from ..storage.base import AccumulateFn
 from ._lsh import (
     VECTOR_SHAPE_PARAM,
     VectorShapeParam,
@@ -93,6 +113,7 @@ from .base import (
     K_PARAM,
     NUMERIC,
     CampaignEngine,
+    CliParam,
     Kind,
     KindCli,
     KindParams,
@@ -103,8 +124,17 @@ from .base import (
     numeric_domain,
     pack_state,
 )
-from .common import DEFAULT_CONFIDENCE, MAX_K, MAX_PAYLOAD_BITS, MIN_K, allowed_oracles, campaign_seed
-from .histogram import round_aggregators
+from .common import (
+    DEFAULT_CONFIDENCE,
+    MAX_K,
+    MAX_PAYLOAD_BITS,
+    MIN_K,
+    allowed_oracles,
+    campaign_seed,
+    check_seed_pool_size,
+    with_seed_pool,
+)
+from .histogram import aggregator_for, round_aggregators
 
 __all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "StemmerEngine", "StemmerParams", "noiseless_outcome"]
 
@@ -145,6 +175,9 @@ class StemmerParams(KindParams):
     vector_shape : VectorShapeParam
         The bucketized vectors' randomizer: L2_BALL, BOX or PRIVUNIT (UNSPECIFIED: the one of least
         worst-case per-coordinate variance among L2_BALL and BOX, left unspecified by :meth:`resolve`).
+    seed_pool_size : int
+        The key round's local-hashing scales draw their seeds from a public pool of this many seeds
+        (``docs/protocol.md`` §14), at most ``MAX_SEED_POOL``; 0 = per-report seeds.
     """
 
     k: int = 0
@@ -154,6 +187,7 @@ class StemmerParams(KindParams):
     threshold_z: float = 0.0
     lloyd_refinement: bool | None = None
     vector_shape: VectorShapeParam = VectorShapeParam.SHAPE_UNSPECIFIED
+    seed_pool_size: int = 0
 
     def resolve(self, config: CampaignConfig) -> StemmerParams:
         """The parameters with every default filled in (see :meth:`KindParams.resolve`).
@@ -181,6 +215,7 @@ class StemmerParams(KindParams):
         if z != 0 and not (math.isfinite(z) and 0 < z <= 20):
             raise InvalidArgumentError(f"stemmer.threshold_z must be in (0, 20] (0 = Bonferroni), got {z:g}")
         check_vector_shape(self.vector_shape, "stemmer")
+        check_seed_pool_size(self.seed_pool_size, config, "stemmer.seed_pool_size")
         return replace(self, projection_dimension=projection_dimension, scales=scales, repetitions=repetitions,
                        lloyd_refinement=True if self.lloyd_refinement is None else self.lloyd_refinement)
 
@@ -230,9 +265,14 @@ class StemmerEngine(CampaignEngine):
                                              seed=(seed + 104729 * (r + 1)) % 2**64)
                           for j in range(1, p.scales + 1)] for r in range(p.repetitions)]
             eps = self.round_epsilon
-            self.key_components = [Component(encoder=enc, mechanism=choose_frequency_oracle(
-                1 << (level * dp), eps, MAX_PAYLOAD_BITS, oracles=allowed_oracles(config)))
+            self.key_components = [Component(encoder=enc, mechanism=with_seed_pool(choose_frequency_oracle(
+                1 << (level * dp), eps, MAX_PAYLOAD_BITS, oracles=allowed_oracles(config)), config, 1,
+                p.seed_pool_size, "stemmer"))
                 for reps in self.keys for level, enc in enumerate(reps, 1)]
+            if p.seed_pool_size and not any(isinstance(c.mechanism, LocalHashingParams) for c in self.key_components):
+                raise InvalidArgumentError(
+                    "a stemmer seed pool needs local hashing, which no scale of the key round uses (its oracles "
+                    f"are {', '.join(sorted({c.mechanism.KIND for c in self.key_components}))}); drop the seed pool")
             shape = vector_shape(d + 1, eps, p.vector_shape)
             self.vector_components = [Component(
                 encoder=BucketedVectorEncoder(domain=self.domain, shifted_grid=enc),
@@ -303,26 +343,21 @@ class StemmerEngine(CampaignEngine):
             return self._close_weights(spec, reports, state)
         return self._close_lloyd(spec, reports, state)
 
-    def _columns(self, spec: RoundSpec, reports: RoundReports) -> dict[int, list[list[Any]]]:
-        """Decoded payloads per reporting group, one list per component."""
+    def accumulate_fn(self, spec: RoundSpec) -> AccumulateFn | None:
+        """Count accumulators at ingestion in the rounds of frequency oracles (A and C): GRR, unary-encoding
+        and pooled local-hashing counts, per-report local hashing's report count. Rounds B and D sum
+        vectors at close (their steps read no count), so they keep none."""
         params = component_params_from_spec(spec)
-        out: dict[int, list[list[Any]]] = {g: [[] for _ in params[g]] for g in params}
-        for batch in reports.batches():
-            for key, payloads in decode_report_payloads(batch, params).items():
-                group, index = (int(part) for part in key.split(":"))
-                out[group][index].extend(payloads)
-        return out
+        if not any(isinstance(m, (GRRParams, UnaryEncodingParams, LocalHashingParams)) for ms in params.values() for m in ms):
+            return None
+        return make_accumulate_fn(params)
 
     def _close_keys(self, spec: RoundSpec, reports: RoundReports) -> RoundOutcome:
         p = self.params
-        columns = self._columns(spec, reports)
-        groups = self._groups("keys")
-        aggregators: dict[int, FrequencyAggregator] = {}
-        for i, g in enumerate(groups):
-            agg = make_aggregator(self.key_components[i].mechanism)  # type: ignore[arg-type]
-            if columns.get(g) and columns[g][0]:
-                agg.add(columns[g][0])
-            aggregators[i] = agg
+        # Count accumulators (GRR, unary encoding, pooled local hashing) or one support pass per
+        # (repetition, scale) asked (per-report local hashing): the round is never held in memory.
+        found = round_aggregators(spec, reports)
+        aggregators = {i: aggregator_for(found, spec, group=g) for i, g in enumerate(self._groups("keys"))}
         n = sum(a.n for a in aggregators.values())
 
         def estimate(r: int, level: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float] | None:
@@ -633,8 +668,13 @@ def noiseless_outcome(engine: StemmerEngine, points: ArrayLike) -> RoundOutcome:
     return outcome
 
 
-#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
-CLI = KindCli(result="clustering", params=(K_PARAM, VECTOR_SHAPE_PARAM))
+#: Command line: ``--k`` (the dataset's number of labels in a simulation when not given), the vectors'
+#: shape and the key round's seed pool.
+CLI = KindCli(result="clustering", params=(
+    K_PARAM, VECTOR_SHAPE_PARAM,
+    CliParam(flag="--seed-pool", field="seed_pool_size", type="uint32", metavar="S",
+             help="the key round's local-hashing scales from a public pool of S seeds (docs/protocol.md §14; "
+                  "0: per-report seeds)")))
 
 #: The STEMMER campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="stemmer", engine=StemmerEngine,

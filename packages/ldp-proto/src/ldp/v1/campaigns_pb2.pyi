@@ -369,6 +369,7 @@ class StemmerParameters(_message.Message):
     THRESHOLD_Z_FIELD_NUMBER: _builtins.int
     LLOYD_REFINEMENT_FIELD_NUMBER: _builtins.int
     VECTOR_SHAPE_FIELD_NUMBER: _builtins.int
+    SEED_POOL_SIZE_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     projection_dimension: _builtins.int
     scales: _builtins.int
@@ -380,6 +381,10 @@ class StemmerParameters(_message.Message):
     """The bucketized vectors' randomizer (SHAPE_UNSPECIFIED = the one of least worst-case
     per-coordinate variance at d + 1 dimensions among L2_BALL and BOX).
     """
+    seed_pool_size: _builtins.int
+    """The key round's local-hashing scales draw their seeds from a public pool of this many seeds
+    (fast server-side support counts); 0 = per-report seeds. See docs/protocol.md §14.
+    """
     def __init__(
         self,
         *,
@@ -390,10 +395,11 @@ class StemmerParameters(_message.Message):
         threshold_z: _builtins.float = ...,
         lloyd_refinement: _builtins.bool | None = ...,
         vector_shape: _mechanisms_pb2.BucketizedVector.Shape.ValueType = ...,
+        seed_pool_size: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement", "lloyd_refinement", b"lloyd_refinement"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement", "k", b"k", "lloyd_refinement", b"lloyd_refinement", "projection_dimension", b"projection_dimension", "repetitions", b"repetitions", "scales", b"scales", "threshold_z", b"threshold_z", "vector_shape", b"vector_shape"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement", "k", b"k", "lloyd_refinement", b"lloyd_refinement", "projection_dimension", b"projection_dimension", "repetitions", b"repetitions", "scales", b"scales", "seed_pool_size", b"seed_pool_size", "threshold_z", b"threshold_z", "vector_shape", b"vector_shape"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__lloyd_refinement: _TypeAlias = _typing.Literal["lloyd_refinement"]  # noqa: Y015
     _WhichOneofArgType__lloyd_refinement: _TypeAlias = _typing.Literal["_lloyd_refinement", b"_lloyd_refinement"]  # noqa: Y015
