@@ -20,8 +20,8 @@ numpy instead of running the SDK per device. This module holds the two array ste
   exact integer floors and the Morton bit convention of :mod:`ldp_client.encoders.geometry`;
 * :func:`draw_payloads`: the randomized payloads of the frequency oracles (GRR, unary encoding,
   local hashing), bitwise randomized response, discrete Laplace, the box, l2-ball and PrivUnit
-  vector randomizers and the bucketized vector sum (every inner shape), drawn in :mod:`.reports` from each mechanism's
-  output distribution, as the Python values the SDK's ``randomize`` returns.
+  vector randomizers and the bucketized vector sum (every inner shape), drawn in :mod:`.reports`
+  from each mechanism's output distribution, as the Python values the SDK's ``randomize`` returns.
 
 :func:`unsupported` says why a component cannot take this path (the population then runs the
 round ``direct``). The probabilities are floats and the generator is seeded: simulation only.
