@@ -20,7 +20,7 @@ Experiments (``--experiment``)
 
 ``--seeds`` are the reporting seeds 100-109 unless ``--tuning`` (seeds 0-19, where defaults may be
 chosen). Options are passed to the kinds as ``--param kind.field=value`` (e.g.
-``nettree.refinement_share=0.3``, ``nettree.vector_shape=3``).
+``nettree.refinement_share=0.3``, ``nettree.vector_shape=privunit``: a choice by its name).
 
 Usage::
 
@@ -117,13 +117,23 @@ def _small_found(centers: NDArray[np.float64], means: NDArray[np.float64]) -> fl
     return float(len(means) - 1 in set(nearest.tolist()))
 
 
+def _param_value(value: str) -> int | float | str:
+    """A ``--param`` value: a number, or else a choice's name as the command line takes it (``privunit``)."""
+    for parse in (int, float):
+        try:
+            return parse(value)
+        except ValueError:
+            pass
+    return value
+
+
 def _params(pairs: Sequence[str], kind: str, n: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pair in pairs:
         key, _, value = pair.partition("=")
         owner, _, field = key.partition(".")
         if owner == kind:
-            out[field] = float(value) if "." in value else int(value)
+            out[field] = _param_value(value)
     if kind == "nettree":
         out.setdefault("expected_reports", n)  # as simulate does
     return out

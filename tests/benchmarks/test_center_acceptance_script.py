@@ -33,3 +33,12 @@ def test_a_small_run_scores_every_kind_and_writes_its_rows(tmp_path: Path, capsy
     assert {r["kind"] for r in rows} == {"stemmer", "laplace", "kmeans++ (non-private)"}
     assert all(r["seed"] == 100 and "small_cluster_found" in r for r in rows)
     assert all("cost_over_floor" in r for r in rows if r["kind"] != "kmeans++ (non-private)")
+
+
+def test_params_take_numbers_and_choices_by_name() -> None:
+    params = acceptance._params(["nettree.vector_shape=privunit", "nettree.refinement_share=0.3",
+                                 "stemmer.vector_shape=box", "nettree.expected_reports=7"], "nettree", 1000)
+    assert params == {"vector_shape": "privunit", "refinement_share": 0.3, "expected_reports": 7}
+    # The choice's name is what the kind's flag takes: the campaign is built with PRIVUNIT (3).
+    config = acceptance.build_campaign_config("nettree", epsilon=2.0, k=3, bounds=((0.0, 0.0), (1.0, 1.0)), **params)
+    assert config.nettree.vector_shape == 3

@@ -7,7 +7,7 @@ False failures: ``NULL_TESTS`` null tests (4 oracles x 3 cell encoders, then one
 ``PAIRS``: the center kinds' mechanisms with their encoders) at ``ALPHA = 1e-6 / NULL_TESTS``
 each, so by Bonferroni the family fails falsely with probability at most 1e-6. Each test's power
 against a wrong randomizer (the same mechanism at a shifted epsilon: for the oracles p, or q for
-OUE, off by 0.05-0.09) is computed from the non-central chi-square at the design's sample sizes
+OUE, off by 0.05-0.09; for PrivUnit the right epsilon with a cap of the wrong angle) is computed from the non-central chi-square at the design's sample sizes
 (``test_the_test_has_power``: at least 0.999; for the vector randomizers from their outcome
 distributions estimated on 400 000 reports) and the wrong randomizer is rejected on the seeded
 samples. All seeds are fixed; nothing is timed.
@@ -43,6 +43,7 @@ from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.local_hashing import LocalHashingParams, hash_value, optimal_hash_range
 from ldp_client.mechanisms.vector_box import VectorBoxParams
 from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
+from ldp_client.mechanisms.vector_privunit import VectorPrivUnitParams
 from ldp_client.spec import Component, GroupTask, RoundSpec
 from ldp_collector.cli_args import build_campaign_config
 from ldp_collector.core import Collector
@@ -209,13 +210,19 @@ BIT_VECTOR = _bit_vector()
 class Pair:
     """A mechanism x encoder of the center kinds: its component at an epsilon, and per report an
     outcome whose distribution does not depend on the point (a category, or a row of bits each
-    Bernoulli with one probability, ``bits`` of them); ``expected`` gives those probabilities."""
+    Bernoulli with one probability, ``bits`` of them); ``expected`` gives those probabilities. The
+    wrong randomizer of the power checks is the component at ``wrong_epsilon``, or ``wrong_component``."""
 
     component: Callable[[float], Component]
     outcome: Callable[[list[Any], np.ndarray, Component], np.ndarray]
     expected: Callable[[Component], np.ndarray]
     wrong_epsilon: float
     bits: bool
+    wrong_component: Callable[[], Component] | None = None
+
+    def wrong(self) -> Component:
+        """The known-bad randomizer the test must reject."""
+        return self.component(self.wrong_epsilon) if self.wrong_component is None else self.wrong_component()
 
 
 def _flips(payloads: list[Any], points: np.ndarray, component: Component) -> np.ndarray:
@@ -303,19 +310,65 @@ def _ball(epsilon: float) -> Component:
     return Component(encoder=UnitBallEncoder(domain=DOMAIN), mechanism=VectorL2BallParams(dimension=2, epsilon=epsilon))
 
 
-def _bucketized(shape: VectorShape, lsh: Encoder) -> Callable[[float], Component]:
+def _bucketized(shape: VectorShape, lsh: Encoder, mechanism: type[BucketizedVectorParams] = BucketizedVectorParams,
+                ) -> Callable[[float], Component]:
     def component(epsilon: float) -> Component:
         encoder = BucketedVectorEncoder(domain=DOMAIN, **{lsh.KIND: lsh})  # type: ignore[arg-type]
-        return Component(encoder=encoder, mechanism=BucketizedVectorParams(
+        return Component(encoder=encoder, mechanism=mechanism(
             bucket_bits=encoder.bucket_bits, dimension=3, epsilon=epsilon, shape=shape))
     return component
+
+
+@dataclass(frozen=True, kw_only=True)
+class _WrongCapPrivUnit(VectorPrivUnitParams):
+    """Known-bad PrivUnit: a cap two members narrower (a smaller angle around x~), with the cap coin
+    p = r j / (r j + m - j) of that narrower j; the same epsilon, a biased estimate."""
+
+    @property
+    def cap_size(self) -> int:
+        return super().cap_size - 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class _WrongCapBucketized(BucketizedVectorParams):
+    """The bucketized vector sum with :class:`_WrongCapPrivUnit` inside."""
+
+    @property
+    def inner(self) -> _WrongCapPrivUnit:  # type: ignore[override]
+        return _WrongCapPrivUnit(dimension=self.dimension, epsilon=self.epsilon)
+
+
+def _privunit(epsilon: float, mechanism: type[VectorPrivUnitParams] = VectorPrivUnitParams) -> Component:
+    return Component(encoder=UnitBallEncoder(domain=DOMAIN), mechanism=mechanism(dimension=2, epsilon=epsilon))
+
+
+#: Bins of the alignment <w, u / ||u||> on [-1, 1] in :func:`_alignment`.
+ALIGNMENT_BINS = 8
+
+
+def _alignment(payloads: list[Any], points: np.ndarray, component: Component) -> np.ndarray:
+    """A reported direction w's alignment <w, u / ||u||> with the randomizer's input u (the unit-ball
+    vector, or the bucketized sum's signed ``sigma(b) v``), in ALIGNMENT_BINS bins: where PrivUnit's
+    cap shows. (Joining the signs of w's coordinates, as :func:`_sign_pattern` does, spreads the same
+    difference over 4 times the categories and costs the power check its 0.999.)"""
+    if isinstance(component.encoder, BucketedVectorEncoder):
+        buckets, vectors = encode_points(component.encoder, points)
+        sigma = np.array([sign(p.seed, int(b)) for p, b in zip(payloads, buckets.tolist())], dtype=np.float64)
+        u, w = sigma[:, None] * vectors, np.array([p.inner.values for p in payloads])
+    else:
+        u, w = encode_points(component.encoder, points), np.array([p.values for p in payloads])
+    dots = (w * u).sum(axis=1) / np.linalg.norm(u, axis=1)
+    bins = np.minimum(((dots + 1.0) / 2.0 * ALIGNMENT_BINS).astype(np.int64), ALIGNMENT_BINS - 1)
+    return bins
 
 
 SHIFTED_GRID = ShiftedGridEncoder(domain=DOMAIN, level=2, seed=11)
 SIMHASH = SimHashEncoder(domain=DOMAIN, bits=3, seed=12)
 #: Categories of the Monte Carlo pairs' outcomes.
 CATEGORIES = {"vector_box x symmetric_box": 16, "vector_l2_ball x unit_ball": 16,
-              "bucketized_vector box x bucketed shifted_grid": 64, "bucketized_vector ball x bucketed simhash": 64}
+              "bucketized_vector box x bucketed shifted_grid": 64, "bucketized_vector ball x bucketed simhash": 64,
+              "vector_privunit x unit_ball": ALIGNMENT_BINS,
+              "bucketized_vector privunit x bucketed shifted_grid": ALIGNMENT_BINS}
 
 PAIRS: dict[str, Pair] = {
     # grid_bits 1 in 2-D: scale 4 / epsilon, so a = 0.69 at 1.5 and 0.61 at 2.0 (|k| <= 3: 49 categories).
@@ -335,6 +388,15 @@ PAIRS: dict[str, Pair] = {
     "bucketized_vector ball x bucketed simhash": Pair(
         component=_bucketized(VectorShape.L2_BALL, SIMHASH), outcome=_signed_pattern,
         expected=_monte_carlo("bucketized_vector ball x bucketed simhash"), wrong_epsilon=4.0, bits=False),
+    # PrivUnit at 1.5: in 2-D a cap of j = 12 of the 32 members, in 3-D of 11; the wrong one holds two fewer.
+    "vector_privunit x unit_ball": Pair(
+        component=_privunit, outcome=_alignment, expected=_monte_carlo("vector_privunit x unit_ball"),
+        wrong_epsilon=EPSILON, bits=False, wrong_component=lambda: _privunit(EPSILON, _WrongCapPrivUnit)),
+    "bucketized_vector privunit x bucketed shifted_grid": Pair(
+        component=_bucketized(VectorShape.PRIVUNIT, SHIFTED_GRID), outcome=_alignment,
+        expected=_monte_carlo("bucketized_vector privunit x bucketed shifted_grid"), wrong_epsilon=EPSILON,
+        bits=False, wrong_component=lambda: _bucketized(VectorShape.PRIVUNIT, SHIFTED_GRID,
+                                                        _WrongCapBucketized)(EPSILON)),
     # epsilon 1.5 over sensitivity 8: p_flip 0.453; at 3.0 0.407.
     "bitwise_rr x bitvector": Pair(
         component=_bitwise_rr, outcome=_flips, wrong_epsilon=3.0, bits=True,
@@ -452,8 +514,7 @@ def power(a: np.ndarray, b: np.ndarray, *, bits: bool) -> float:
     return float(stats.ncx2.sf(stats.chi2.isf(ALPHA, dof), dof, noncentrality))
 
 
-def _pair_sample(pair: Pair, epsilon: float, n: int, seed: int, mode: str) -> np.ndarray:
-    component = pair.component(epsilon)
+def _pair_sample(pair: Pair, component: Component, n: int, seed: int, mode: str) -> np.ndarray:
     # The points' stream is not the population's (default_rng(seed)): shared draws would couple the
     # randomization to the points.
     points = _points(np.random.default_rng([seed, 1]), n)
@@ -468,13 +529,13 @@ def _pair_sample(pair: Pair, epsilon: float, n: int, seed: int, mode: str) -> np
 @pytest.mark.parametrize("name", sorted(PAIRS))
 def test_center_kinds_vector_reports_follow_the_sdk_distribution(name: str) -> None:
     pair = PAIRS[name]
-    sdk = _pair_sample(pair, EPSILON, SDK_N, 100, "direct")
-    vector = _pair_sample(pair, EPSILON, VECTOR_N, 200, "vector")
+    sdk = _pair_sample(pair, pair.component(EPSILON), SDK_N, 100, "direct")
+    vector = _pair_sample(pair, pair.component(EPSILON), VECTOR_N, 200, "vector")
     categories = 0 if pair.bits else CATEGORIES.get(name, int(max(sdk.max(), vector.max())) + 1)
     stat, dof = _statistic(sdk, vector, categories)
     p_value = chi2_sf(stat, dof)
     assert p_value >= ALPHA, f"{name}: chi-square {stat:.1f} on {dof} dof, p = {p_value:.3g}"
-    wrong = _pair_sample(pair, pair.wrong_epsilon, VECTOR_N, 300, "vector")
+    wrong = _pair_sample(pair, pair.wrong(), VECTOR_N, 300, "vector")
     stat_wrong, dof_wrong = _statistic(sdk, wrong, categories)
     assert chi2_sf(stat_wrong, dof_wrong) < ALPHA, f"{name}: the wrong randomizer passed"
 
@@ -483,7 +544,7 @@ def test_center_kinds_vector_reports_follow_the_sdk_distribution(name: str) -> N
 def test_the_center_kinds_tests_have_power(name: str) -> None:
     """As :func:`test_the_test_has_power`, for the pairs."""
     pair = PAIRS[name]
-    a, b = pair.expected(pair.component(EPSILON)), pair.expected(pair.component(pair.wrong_epsilon))
+    a, b = pair.expected(pair.component(EPSILON)), pair.expected(pair.wrong())
     achieved = power(a, b, bits=pair.bits)
     assert achieved >= 0.999, f"{name}: power {achieved:.4f}"
 

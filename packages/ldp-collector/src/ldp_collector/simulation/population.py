@@ -22,8 +22,8 @@ two take the same decisions and, for one seed, send the same reports bit for bit
     :class:`~ldp_client.report.Report` objects). It applies to a round whose group tasks' components
     all have an array path (:func:`.vector.unsupported`: the cell, SimHash, shifted-grid and
     nearest-candidate encoders with a GRR, unary-encoding or local-hashing oracle; a kCluster bit
-    vector with bitwise randomized response; the vector maps with discrete Laplace, the box or the
-    l2-ball randomizer; the bucketed vector with the bucketized vector sum: every round of the
+    vector with bitwise randomized response; the vector maps with discrete Laplace, the box, the
+    l2-ball or PrivUnit randomizer; the bucketed vector with the bucketized vector sum: every round of the
     center kinds), over a finite numeric ``(n, d)`` array of points:
 
     * groups are drawn with :func:`~ldp_client.admission.pick_group` (once per distinct draw

@@ -19,13 +19,14 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.errors import InvalidParameterError
 from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
-from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, VectorShape
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.local_hashing import SEED_BITS, LocalHashingParams
 from ldp_client.mechanisms.randomized_response import GRRParams
 from ldp_client.mechanisms.unary_encoding import UnaryEncodingParams
 from ldp_client.mechanisms.vector_box import VectorBoxParams
 from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
+from ldp_client.mechanisms.vector_privunit import VectorPrivUnitParams
 
 from ..estimation.frequency import (
     _UNPACK_CHUNK_BITS,
@@ -55,6 +56,7 @@ __all__ = [
     "draw_grr",
     "draw_l2_ball",
     "draw_local_hashing",
+    "draw_privunit",
     "draw_unary",
     "draw_vector_box",
     "find_heavy_hitters",
@@ -154,6 +156,24 @@ def draw_vector_box(params: VectorBoxParams, x: NDArray[np.float64], rng: np.ran
     return np.packbits(z, axis=1, bitorder="little")
 
 
+def _directions(rng: np.random.Generator, shape: tuple[int, ...], d: int) -> NDArray[np.float64]:
+    """Uniform unit directions of dimension ``d``, shape ``shape + (d,)``: normalized Gaussians."""
+    g = rng.standard_normal((*shape, d))
+    return np.asarray(g / np.linalg.norm(g, axis=-1, keepdims=True), dtype=np.float64)
+
+
+def _ball_targets(x: NDArray[np.float64], rng: np.random.Generator) -> NDArray[np.float64]:
+    """The ball randomizers' target x~ of every row (``ldp_client.mechanisms.vector_l2_ball.ball_target``):
+    ``x / ||x||`` with probability ``(1 + ||x||) / 2``, else its opposite; a uniform direction for ``x = 0``."""
+    n, d = x.shape
+    norm = np.linalg.norm(x, axis=1)
+    keep = rng.random(n) < (1.0 + np.minimum(norm, 1.0)) / 2.0
+    target = np.where(keep, 1.0, -1.0)[:, None] * x / np.where(norm > 0.0, norm, 1.0)[:, None]
+    zero = np.flatnonzero(norm == 0.0)
+    target[zero] = _directions(rng, (zero.size,), d)
+    return target
+
+
 def draw_l2_ball(params: VectorL2BallParams, x: NDArray[np.float64], rng: np.random.Generator) -> NDArray[np.float32]:
     """l2-ball randomizer reports of points of the unit ball (shape (n, d)), as float32 directions.
 
@@ -162,20 +182,51 @@ def draw_l2_ball(params: VectorL2BallParams, x: NDArray[np.float64], rng: np.ran
     ``near_probability`` and negated otherwise.
     """
     n, d = x.shape
-
-    def directions(count: int) -> NDArray[np.float64]:
-        g = rng.standard_normal((count, d))
-        return np.asarray(g / np.linalg.norm(g, axis=1, keepdims=True), dtype=np.float64)
-
-    norm = np.linalg.norm(x, axis=1)
-    keep = rng.random(n) < (1.0 + np.minimum(norm, 1.0)) / 2.0
-    target = np.where(keep, 1.0, -1.0)[:, None] * x / np.where(norm > 0.0, norm, 1.0)[:, None]
-    zero = np.flatnonzero(norm == 0.0)
-    target[zero] = directions(zero.size)
-    w = directions(n)
+    target = _ball_targets(x, rng)
+    w = _directions(rng, (n,), d)
     near = np.where((w * target).sum(axis=1) < 0.0, -1.0, 1.0)
     sides = np.where(rng.random(n) < float(params.near_probability), near, -near)
     return (w * sides[:, None]).astype(np.float32)
+
+
+#: Rows per block of :func:`draw_privunit`: each row draws P d Gaussians (16 x 11 doubles, 1.4 kB), so a
+#: block holds about 46 MB whatever n is.
+_PRIVUNIT_BLOCK = 1 << 15
+
+
+def draw_privunit(params: VectorPrivUnitParams, x: NDArray[np.float64],
+                  rng: np.random.Generator) -> NDArray[np.float32]:
+    """PrivUnit reports of points of the unit ball (shape (n, d)), as float32 directions.
+
+    ``x~`` as :func:`draw_l2_ball`, then P = ``params.pairs`` uniform directions V_i per row, whose
+    m = 2P members +-V_i the SDK ranks by their dot with ``x~``. Member ``+-V_i`` has key
+    ``+-<V_i, x~>``, so with j <= P the ranking is: first the P pairs by decreasing
+    ``|<V_i, x~>|``, each turned to ``x~``'s side, then the same pairs in reverse, turned away.
+    The SDK reports a uniform member of the cap (the first j) with probability
+    ``cap_probability``, else of the complement (the other m - j): here a uniform rank in
+    ``[0, j)`` or ``[j, m)`` and the member at that rank. Ties of the keys (probability 0 on
+    continuous draws) may be ordered differently from the SDK's rule; the distribution is the same.
+    """
+    n, d = x.shape
+    pairs, j = params.pairs, params.cap_size
+    members = 2 * pairs
+    target = _ball_targets(x, rng)
+    cap = rng.random(n) < float(params.cap_probability)
+    rank = np.where(cap, rng.integers(0, j, size=n), rng.integers(j, members, size=n))
+    out = np.empty((n, d), dtype=np.float32)
+    for start in range(0, n, _PRIVUNIT_BLOCK):
+        stop = min(n, start + _PRIVUNIT_BLOCK)
+        rows = np.arange(stop - start)
+        v = _directions(rng, (stop - start, pairs), d)
+        h = np.einsum("bpd,bd->bp", v, target[start:stop])
+        order = np.argsort(-np.abs(h), axis=1, kind="stable")
+        r = rank[start:stop]
+        away = r >= pairs
+        pair = order[rows, np.where(away, members - 1 - r, r)]
+        # A pair's member on x~'s side: +V_i when <V_i, x~> >= 0 (at 0 the SDK's tie goes to +V_i).
+        toward = np.where(h[rows, pair] < 0.0, -1.0, 1.0)
+        out[start:stop] = v[rows, pair] * np.where(away, -toward, toward)[:, None]
+    return out
 
 
 def draw_bucketized_vector(params: BucketizedVectorParams, buckets: NDArray[np.uint64], vectors: NDArray[np.float64],
@@ -187,16 +238,17 @@ def draw_bucketized_vector(params: BucketizedVectorParams, buckets: NDArray[np.u
     -------
     seeds : numpy.ndarray of uint64, shape (n,)
     inner : numpy.ndarray
-        :func:`draw_vector_box`'s packed signs (BOX) or :func:`draw_l2_ball`'s directions (L2_BALL).
+        :func:`draw_vector_box`'s packed signs (BOX), :func:`draw_l2_ball`'s (L2_BALL) or
+        :func:`draw_privunit`'s (PRIVUNIT) directions.
     """
     seeds = rng.integers(0, 2**SEED_BITS, size=len(buckets), dtype=np.uint64)
     sigma = 1.0 - 2.0 * hash_values(seeds, buckets, 2).astype(np.float64)
     inner = params.inner
-    if params.shape == VectorShape.BOX:
-        assert isinstance(inner, VectorBoxParams)
+    if isinstance(inner, VectorBoxParams):
         return seeds, draw_vector_box(inner, sigma[:, None] * vectors, rng)
-    assert isinstance(inner, VectorL2BallParams)
     factor = sigma / math.sqrt(params.dimension)
+    if isinstance(inner, VectorPrivUnitParams):
+        return seeds, draw_privunit(inner, factor[:, None] * vectors, rng)
     return seeds, draw_l2_ball(inner, factor[:, None] * vectors, rng)
 
 

@@ -19,9 +19,9 @@ numpy instead of running the SDK per device. This module holds the two array ste
   (:meth:`NumericDomain.normalize <ldp_client.encoders.base.NumericDomain.normalize>`), then the
   exact integer floors and the Morton bit convention of :mod:`ldp_client.encoders.geometry`;
 * :func:`draw_payloads`: the randomized payloads of the frequency oracles (GRR, unary encoding,
-  local hashing), bitwise randomized response, discrete Laplace, the box and l2-ball vector
-  randomizers and the bucketized vector sum, drawn in :mod:`.reports` from each mechanism's
-  output distribution, as the Python values the SDK's ``randomize`` returns.
+  local hashing), bitwise randomized response, discrete Laplace, the box, l2-ball and PrivUnit
+  vector randomizers and the bucketized vector sum (every inner shape), drawn in :mod:`.reports`
+  from each mechanism's output distribution, as the Python values the SDK's ``randomize`` returns.
 
 :func:`unsupported` says why a component cannot take this path (the population then runs the
 round ``direct``). The probabilities are floats and the generator is seeded: simulation only.
@@ -51,6 +51,7 @@ from ldp_client.mechanisms.randomized_response import GRRParams
 from ldp_client.mechanisms.unary_encoding import UnaryEncodingParams
 from ldp_client.mechanisms.vector_box import VectorBoxParams
 from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
+from ldp_client.mechanisms.vector_privunit import VectorPrivUnitParams
 from ldp_client.payload import Floats, HashedValue, Integers, Payload, SignedVector
 from ldp_client.spec import Component
 
@@ -62,6 +63,7 @@ from .reports import (
     draw_grr,
     draw_l2_ball,
     draw_local_hashing,
+    draw_privunit,
     draw_unary,
     draw_vector_box,
 )
@@ -81,8 +83,8 @@ def unsupported(component: Component) -> str | None:
     Supported: a cell encoder (:func:`array_encodable`), a SimHash, shifted-grid or
     nearest-candidate encoder with a GRR, unary-encoding or local-hashing oracle; a bit-vector
     encoder with bitwise randomized response; the unit-cube encoder with discrete Laplace, the
-    symmetric box with the box randomizer, the unit ball with the l2-ball randomizer; the bucketed
-    vector encoder with the bucketized vector sum.
+    symmetric box with the box randomizer, the unit ball with the l2-ball or PrivUnit randomizer; the
+    bucketed vector encoder with the bucketized vector sum.
     """
     mechanism, encoder = component.mechanism, component.encoder
     if isinstance(mechanism, BitwiseRRParams):
@@ -91,8 +93,8 @@ def unsupported(component: Component) -> str | None:
         return None if isinstance(encoder, UnitCubeEncoder) else f"encoder {encoder.KIND} with discrete_laplace"
     if isinstance(mechanism, VectorBoxParams):
         return None if isinstance(encoder, SymmetricBoxEncoder) else f"encoder {encoder.KIND} with vector_box"
-    if isinstance(mechanism, VectorL2BallParams):
-        return None if isinstance(encoder, UnitBallEncoder) else f"encoder {encoder.KIND} with vector_l2_ball"
+    if isinstance(mechanism, (VectorL2BallParams, VectorPrivUnitParams)):
+        return None if isinstance(encoder, UnitBallEncoder) else f"encoder {encoder.KIND} with {mechanism.KIND}"
     if isinstance(mechanism, BucketizedVectorParams):
         return None if isinstance(encoder, BucketedVectorEncoder) else f"encoder {encoder.KIND} with bucketized_vector"
     if not isinstance(mechanism, (GRRParams, UnaryEncodingParams, LocalHashingParams)):
@@ -330,7 +332,7 @@ def draw_payloads(component: Component, values: Any, rng: np.random.Generator) -
 
     GRR: ``int``; unary encoding, bitwise randomized response and the box randomizer: the packed
     ``bytes``; local hashing: :class:`HashedValue`; discrete Laplace: :class:`Integers`; the l2
-    ball: :class:`Floats`; the bucketized vector sum: :class:`SignedVector`.
+    ball and PrivUnit: :class:`Floats`; the bucketized vector sum: :class:`SignedVector`.
     """
     mechanism = component.mechanism
     if isinstance(mechanism, BitwiseRRParams):
@@ -341,6 +343,8 @@ def draw_payloads(component: Component, values: Any, rng: np.random.Generator) -
         return list(_rows(draw_vector_box(mechanism, values, rng)))
     if isinstance(mechanism, VectorL2BallParams):
         return [Floats(tuple(row)) for row in draw_l2_ball(mechanism, values, rng).tolist()]
+    if isinstance(mechanism, VectorPrivUnitParams):
+        return [Floats(tuple(row)) for row in draw_privunit(mechanism, values, rng).tolist()]
     if isinstance(mechanism, BucketizedVectorParams):
         buckets, vectors = values
         seeds, inner = draw_bucketized_vector(mechanism, buckets, vectors, rng)
