@@ -1,13 +1,14 @@
 """The iterative server steps measured: Laplace (k-means, FCM, mnFCM) and ``ldp_kmeans``, quality and CPU.
 
 Each seed draws the public ``mixture`` data set (a Gaussian mixture with unequal weights and
-spreads), plays a whole campaign on an in-process collector (SQLite store, ``run_campaign``'s
-direct mode: the SDK's randomizers, one report per device), and then closes every round of it
-again, on the stored reports, timing only the engine's step (``close_round``: reading the round
-from the store, decoding, clustering) in CPU seconds of this process (``time.process_time``; the
-machine is shared, so wall time would mostly measure the other jobs). A laplace campaign has one
-round whose reports do not depend on the algorithm: it is played once and its step re-run with
-each algorithm's engine on the same reports. The scores are those of ``ldp-collector simulate``
+spreads) and plays a whole campaign round by round: the devices answer each round's spec with the
+SDK's randomizers (``Population`` in direct mode, as ``ldp-collector simulate`` does), their
+reports are validated as ingestion validates them and held in memory (no store: the figures are
+the step's own), and the engine's step closes the round (``close_round``: decoding, clustering),
+timed in CPU seconds of this process (``time.process_time``; the machine is shared, so wall time
+would mostly measure the other jobs). A laplace campaign has one round whose reports do not depend
+on the algorithm: it is played once and its step run with each algorithm's engine on the same
+reports. The scores are those of ``ldp-collector simulate``
 (:func:`ldp_collector.simulation.evaluation.evaluate_clustering`: every true point labelled by its
 nearest published center): the adjusted Rand index against the true components and the cost per
 point of the published centers on the true points.
@@ -28,7 +29,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,55 +39,61 @@ import numpy as np
 from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import make_engine
 from ldp_collector.cli_args import build_campaign_config
-from ldp_collector.core import Collector
+from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.kinds import RoundReports
 from ldp_collector.model import CampaignConfig, Result
 from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
-from ldp_collector.simulation.population import numeric_bounds
-from ldp_collector.simulation.runner import run_campaign
-from ldp_collector.storage import ReportStore, open_store
+from ldp_collector.simulation.population import Population, numeric_bounds
 from ldp_collector.storage.base import StoredReport
 
 #: The laplace algorithms by their wire numbers (``ldp.v1.LaplaceParameters.Algorithm``).
 LAPLACE_ALGORITHMS = {"kmeans": 1, "fcm": 2, "mnfcm": 3}
 
 
-class StoreRound(RoundReports):
-    """A closed round of the store, as the collector's step reads it."""
+class HeldRound(RoundReports):
+    """A closed round's validated reports, read in the store's batches of 65 536."""
 
-    def __init__(self, store: ReportStore, campaign_id: str, round: int) -> None:
-        self.store, self.campaign_id, self.round = store, campaign_id, round
+    def __init__(self, rows: list[StoredReport]) -> None:
+        self.rows = rows
 
     @property
     def count(self) -> int:
-        return self.store.count_reports(self.campaign_id, self.round)
+        return len(self.rows)
 
     def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
-        return iter(self.store.iter_reports(self.campaign_id, self.round, batch_size))
+        for start in range(0, len(self.rows), batch_size):
+            yield self.rows[start:start + batch_size]
 
     def accumulators(self) -> dict[str, bytes]:
-        return self.store.load_accumulators(self.campaign_id, self.round)
+        return {}
 
 
-def replay_steps(store: ReportStore, campaign_id: str, config: CampaignConfig) -> tuple[Result, float]:
-    """Close every round of a played campaign again with ``config``'s engine: its result and the steps' CPU seconds."""
+def held(spec: RoundSpec, population: Population) -> HeldRound:
+    """The population's reports for ``spec``, validated as ingestion validates them."""
+    context = RoundContext(campaign_id=spec.campaign_id, round=spec.round, spec=spec)
+    return HeldRound([validate_report(r, context) for r in population.participate(spec)])
+
+
+def play(config: CampaignConfig, population: Population,
+         rounds: dict[int, HeldRound] | None = None) -> tuple[Result, float, dict[int, HeldRound]]:
+    """A whole campaign: its result, its steps' CPU seconds, and every round's reports (given ones are reused)."""
     engine = make_engine(config)
-    state = engine.first_round().engine_state
-    rounds = [r.round for r in store.list_rounds(campaign_id) if not r.open]
+    plan = engine.first_round()
+    spec, state = plan.spec, plan.engine_state
+    played: dict[int, HeldRound] = {}
     cpu = 0.0
-    for r in rounds:
-        spec = RoundSpec.unpack(store.get_round(campaign_id, r).spec)
+    while True:
+        reports = rounds[spec.round] if rounds is not None else held(spec, population)
+        played[spec.round] = reports
         start = time.process_time()
-        outcome = engine.close_round(spec, StoreRound(store, campaign_id, r), state)
+        outcome = engine.close_round(spec, reports, state)
         cpu += time.process_time() - start
-        if outcome.next_round is not None:
-            state = outcome.next_round.engine_state
-        else:
-            assert outcome.result is not None and r == rounds[-1]
-            return outcome.result, cpu
-    raise AssertionError(f"{campaign_id}: no round finished the campaign")
+        if outcome.next_round is None:
+            assert outcome.result is not None
+            return outcome.result, cpu, played
+        spec, state = outcome.next_round.spec, outcome.next_round.engine_state
 
 
 def _config(kind: str, x: np.ndarray, k: int, epsilon: float, seed: int, algorithm: int | None) -> CampaignConfig:
@@ -99,21 +105,20 @@ def _config(kind: str, x: np.ndarray, k: int, epsilon: float, seed: int, algorit
 
 
 def run_seed(kind: str, n: int, d: int, epsilon: float, seed: int) -> list[dict[str, Any]]:
-    """One seed: the campaign played once, each configuration's step replayed, timed and scored."""
+    """One seed: the campaign played (once for every laplace algorithm), each step timed, the result scored."""
     x, labels = make_dataset("mixture", n, d=d, seed=seed)
     k = int(np.max(labels)) + 1
+    configs = ({name: _config(kind, x, k, epsilon, seed, number) for name, number in LAPLACE_ALGORITHMS.items()}
+               if kind == "laplace" else {"ldp_kmeans": _config(kind, x, k, epsilon, seed, None)})
+    population = Population(x, seed=seed, mode="direct")
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        store = open_store(Path(tmp) / "ldp-data")
-        configs = ({name: _config(kind, x, k, epsilon, seed, number) for name, number in LAPLACE_ALGORITHMS.items()}
-                   if kind == "laplace" else {"ldp_kmeans": _config(kind, x, k, epsilon, seed, None)})
-        played = run_campaign(Collector(store), next(iter(configs.values())), x, seed=seed, mode="direct", quiet=True)
-        for name, config in configs.items():
-            result, cpu = replay_steps(store, played.campaign_id, config)
-            scores = evaluate_clustering(result, x, labels, k=k, seed=seed)
-            rows.append({"config": name, "seed": seed, "n": n, "d": d, "epsilon": epsilon, "k": k,
-                         "ari": scores["ari"], "cost_per_point": scores["cost_per_point"], "step_cpu_s": cpu})
-        store.close()
+    rounds: dict[int, HeldRound] | None = None
+    for name, config in configs.items():
+        result, cpu, played = play(config, population, rounds)
+        rounds = played if kind == "laplace" else None  # one round, the same reports for every algorithm
+        scores = evaluate_clustering(result, x, labels, k=k, seed=seed)
+        rows.append({"config": name, "seed": seed, "n": n, "d": d, "epsilon": epsilon, "k": k,
+                     "ari": scores["ari"], "cost_per_point": scores["cost_per_point"], "step_cpu_s": cpu})
     return rows
 
 

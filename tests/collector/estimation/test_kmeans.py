@@ -18,16 +18,19 @@ from ldp_collector.estimation.kmeans import (
     KMeansResult,
     LloydPass,
     Points,
+    PointSample,
     PointStats,
     assign,
     kmeans_passes,
     kmeans_plus_plus,
     lloyd,
     plus_plus_starts,
+    sample_keys,
     weighted_kmeans,
 )
-from ldp_collector.estimation.report_accumulator import summation_error_bound
+from ldp_collector.estimation.report_accumulator import ReportSample, combine_batches, summation_error_bound
 from ldp_collector.simulation.scores import kmeans_cost, reference_kmeans, reference_kmeans_cost
+from ldp_collector.storage.base import StoredReport
 
 
 @pytest.mark.parametrize(("n", "d", "k", "std"), [(5000, 2, 3, 1.0), (20_000, 5, 8, 2.0), (10_000, 20, 16, 1.5),
@@ -227,3 +230,26 @@ def test_restarts_sharing_a_pass_are_the_restarts_run_in_turn() -> None:
     ties = [f for f in alone if f.cost == pytest.approx(best.cost, rel=1e-12)]
     assert any(np.array_equal(together.labels, f.labels) and together.iterations == f.iterations
                and together.centers == pytest.approx(f.centers, rel=1e-12) for f in ties)
+
+
+def test_point_sample_holds_the_points_of_the_report_sample_whatever_the_order() -> None:
+    """Drawn from decoded batches with their keys, it keeps ReportSample's reports, in its order, on any engine."""
+    rng = np.random.default_rng(12)
+    ids = [rng.bytes(16) for _ in range(3000)]
+    x = rng.normal(size=(3000, 2))
+    reports = [StoredReport(report_id=i, campaign_id="c", round=1, group=0, payloads=b"") for i in ids]
+    row = {i: j for j, i in enumerate(ids)}
+    expected = x[[row[r.report_id] for r in combine_batches(ReportSample(b"salt", 500), [reports]).finalize()]]
+    keys = sample_keys(b"salt", reports)
+    assert keys is not None and sample_keys(None, reports) is None
+    order = rng.permutation(3000)
+    parts = [order[a:b] for a, b in [(0, 100), (100, 1700), (1700, 3000)]]
+    partials = [InMemory(Points(x[p], keys=keys[p])).combine(PointSample(500, 2)) for p in parts]
+    merged = partials[2]
+    merged.merge(partials[0])
+    merged.merge(partials[1])
+    assert np.array_equal(merged.finalize(), expected)
+    assert np.array_equal(InMemory(Points(x, keys=keys)).combine(PointSample(500, 2)).finalize(), expected)
+    assert InMemory(Points(x[:40], keys=keys[:40])).combine(PointSample(500, 2)).finalize().shape == (40, 2)
+    with pytest.raises(InvalidParameterError, match="sample keys"):
+        InMemory(Points(x)).combine(PointSample(5, 2))

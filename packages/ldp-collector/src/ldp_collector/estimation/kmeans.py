@@ -56,7 +56,7 @@ from numpy.typing import ArrayLike, NDArray
 from ldp_client.errors import InvalidParameterError
 
 from ..storage.base import StoredReport
-from .report_accumulator import DecodedPass
+from .report_accumulator import DecodedPass, _sample_key
 
 __all__ = [
     "FarthestPoints",
@@ -67,6 +67,7 @@ __all__ = [
     "PassSource",
     "PointDecoder",
     "PointPass",
+    "PointSample",
     "PointStats",
     "Points",
     "assign",
@@ -74,6 +75,7 @@ __all__ = [
     "kmeans_plus_plus",
     "lloyd",
     "plus_plus_starts",
+    "sample_keys",
     "squared_distances",
     "weighted_kmeans",
 ]
@@ -316,15 +318,27 @@ class _Shifted:
 
 @dataclass(frozen=True, eq=False)
 class Points:
-    """A batch of decoded points, ``(rows, d)``, with optional signed weights: what a point pass adds."""
+    """A batch of decoded points, ``(rows, d)``, with optional signed weights: what a point pass adds.
+
+    ``keys`` (uint64, one per row), when the decoder was given a salt, are the reports' sample keys
+    (:func:`sample_keys`), from which :class:`PointSample` draws its sample.
+    """
 
     x: NDArray[np.float64]
     weights: NDArray[np.float64] | None = None
+    keys: NDArray[np.uint64] | None = None
 
     @property
     def nbytes(self) -> int:
         """Size of the batch (the decoded-batch budget of :meth:`~ldp_collector.kinds.base.RoundReports.combine`)."""
-        return int(self.x.nbytes) + (0 if self.weights is None else int(self.weights.nbytes))
+        return int(self.x.nbytes) + sum(int(a.nbytes) for a in (self.weights, self.keys) if a is not None)
+
+
+def sample_keys(salt: bytes | None, reports: Sequence[StoredReport]) -> NDArray[np.uint64] | None:
+    """Every report's key in a :class:`~ldp_collector.estimation.report_accumulator.ReportSample` of that salt (None: none)."""
+    if salt is None:
+        return None
+    return np.fromiter((_sample_key(salt, r.report_id) for r in reports), dtype=np.uint64, count=len(reports))
 
 
 class PointDecoder(abc.ABC):
@@ -467,6 +481,51 @@ class PointStats(PointPass["PointStats"]):
     @property
     def nbytes(self) -> int:
         return 4 * 8 * self.dimension + 3 * 8
+
+
+class PointSample(PointPass[NDArray[np.float64]]):
+    """The points of a :class:`~ldp_collector.estimation.report_accumulator.ReportSample`, drawn from decoded batches.
+
+    Keeps the ``size`` rows of smallest sample key (:attr:`Points.keys`: the decoder's salt), so it
+    holds the points of the reports that ``ReportSample(salt, size)`` keeps, in the same order
+    (increasing key), whatever order the batches come in and merge (two reports of equal 64-bit
+    keys, about one chance in 2^64 / n^2, are ordered by their points instead of their ids). It
+    shares its decoding with the passes that follow (the decoded batches are replayed in-process,
+    no second reading of the round) and selects with numpy. State: ``size (d + 1)`` numbers.
+    """
+
+    def __init__(self, size: int, dimension: int, decoder: PointDecoder | None = None) -> None:
+        super().__init__(decoder)
+        self.size = int(size)
+        self.keys = np.zeros(0, dtype=np.uint64)
+        self.x = np.zeros((0, int(dimension)))
+
+    def zero(self) -> PointSample:
+        return PointSample(self.size, self.x.shape[1], self.decoder)
+
+    def _keep(self, keys: NDArray[np.uint64], x: NDArray[np.float64]) -> None:
+        keys, x = np.concatenate([self.keys, keys]), np.concatenate([self.x, x])
+        if len(keys) > self.size:
+            keep = np.argpartition(keys, self.size - 1)[: self.size]
+            keys, x = keys[keep], x[keep]
+        order = np.lexsort((*x.T[::-1], keys))
+        self.keys, self.x = keys[order], x[order]
+
+    def add_decoded(self, decoded: Points) -> None:
+        if decoded.keys is None:
+            raise InvalidParameterError("a point sample needs the reports' sample keys (a decoder with a salt)")
+        self._keep(decoded.keys, _batch(decoded)[0])
+
+    def merge(self, other: PointSample) -> None:
+        self._keep(other.keys, other.x)
+
+    def finalize(self) -> NDArray[np.float64]:
+        """The kept points, ``(min(size, n), d)``, in increasing key order."""
+        return self.x
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.x.nbytes)
 
 
 class LloydPass(PointPass["LloydPass"]):

@@ -131,13 +131,13 @@ Cost
     for the l2 ball, a few bytes per coordinate for discrete Laplace).
     Server: round 1 runs k-means on the ``n`` decoded vectors, one pass over the reports per
     Lloyd iteration (:func:`ldp_collector.estimation.kmeans.kmeans_passes`: a statistics pass,
-    k-means++ seeds from a :class:`~ldp_collector.estimation.report_accumulator.ReportSample` of
-    :data:`SEED_SAMPLE_SIZE` reports salted by the campaign seed, the :data:`INIT_RESTARTS`
+    k-means++ seeds from a sample of :data:`SEED_SAMPLE_SIZE` reports salted by the campaign seed
+    (:class:`~ldp_collector.estimation.kmeans.PointSample`), the :data:`INIT_RESTARTS`
     restarts sharing every pass). A label round makes two passes, ``O(n k d)``: the label counts
     and label-wise vector sums (:class:`LabelSums`), then, given the centers they give, the
     spread of the vectors about them that the centers' variances need (:class:`LabelSpread`).
-    Neither holds the round: memory is the sample (about 7 MB of stored reports and
-    ``SEED_SAMPLE_SIZE x d`` floats, round 1 only), one batch, and per pass ``3 k (d + 2)``
+    Neither holds the round: memory is the sample (``SEED_SAMPLE_SIZE x (d + 1)``
+    numbers, round 1 only), one batch, and per pass ``3 k (d + 2)``
     float64 (round 1) or ``k (2 d + 1) + d`` (a label round), whatever ``n``.
 
 Reference
@@ -166,8 +166,18 @@ from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads, make_accumulate_fn
 from ..estimation.center_floor import floor_diagnostics
 from ..estimation.frequency import GRRAggregator
-from ..estimation.kmeans import InMemory, PassSource, PointDecoder, Points, PointStats, kmeans_passes, plus_plus_starts
-from ..estimation.report_accumulator import DecodedPass, ReportSample
+from ..estimation.kmeans import (
+    InMemory,
+    PassSource,
+    PointDecoder,
+    Points,
+    PointSample,
+    PointStats,
+    kmeans_passes,
+    plus_plus_starts,
+    sample_keys,
+)
+from ..estimation.report_accumulator import DecodedPass
 from ..estimation.vectors import vector_component, vector_estimates
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Estimates, Result
 from ..storage.base import AccumulateFn, StoredReport
@@ -339,15 +349,23 @@ class _TaskPayloads:
 
 
 class VectorPoints(_TaskPayloads, PointDecoder):
-    """Round 1's reports decoded into their unbiased vectors (:func:`vector_estimates`)."""
+    """Round 1's reports decoded into their unbiased vectors (:func:`vector_estimates`), with their sample keys."""
+
+    def __init__(self, spec: RoundSpec, salt: bytes) -> None:
+        super().__init__(spec)
+        if len(self.task.groups) != 1:  # the keys follow the reports' order, the vectors their group's
+            raise ProtocolError(f"round {spec.round} of ldp_kmeans has {len(self.task.groups)} groups reporting, not 1")
+        self.salt = salt
 
     @property
     def key(self) -> Hashable:
-        return ("ldp_kmeans:vectors", self.round)
+        return ("ldp_kmeans:vectors", self.round, self.salt)
 
     def decode(self, reports: Sequence[StoredReport]) -> Points:
         (payloads,) = self.columns(reports)
-        return Points(vector_estimates(self.task.components[0].mechanism, payloads))
+        # Every report is of the task's one group (a report of another group fails to decode): keys and
+        # vectors are in the same order.
+        return Points(vector_estimates(self.task.components[0].mechanism, payloads), keys=sample_keys(self.salt, reports))
 
 
 class LabelVectors(_TaskPayloads):
@@ -730,12 +748,12 @@ class LdpKmeansEngine(CampaignEngine):
 
     def _close_init(self, spec: RoundSpec, reports: RoundReports) -> RoundOutcome:
         component = spec.tasks[0].components[0]
-        decoder = VectorPoints(spec)
+        decoder = VectorPoints(spec, self._sample_salt())
         stats = reports.combine(PointStats(self.dimension, decoder))
         n, k = stats.count, self.k
         warnings: list[str] = []
         if n >= k:
-            sample = decoder.decode(reports.combine(ReportSample(self._sample_salt(), SEED_SAMPLE_SIZE)).finalize()).x
+            sample = reports.combine(PointSample(SEED_SAMPLE_SIZE, self.dimension, decoder)).finalize()
             starts = plus_plus_starts(sample, k, self._seed(), INIT_RESTARTS)
             fit = kmeans_passes(reports, starts, stats, decoder=decoder)
             centers = np.clip(fit.centers, 0.0, 1.0)
