@@ -156,12 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     for kind in args.kinds:
         for seed in _seeds(args.seeds):
             rows.extend(run_seed(kind, args.n, args.d, args.epsilon, seed))
+            load = tuple(max(a, b) for a, b in zip(load, os.getloadavg()))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    load = tuple(max(a, b) for a, b in zip(load, os.getloadavg()))
+            if args.json:  # after every seed: an interrupted run keeps what it measured
+                Path(args.json).write_text(json.dumps({"rows": rows, "load": load}, indent=1) + "\n")
     print("\n".join(summary(rows)))
-    print(f"load average (1, 5, 15 min), the larger of start and end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "load": load}, indent=1) + "\n")
+    print(f"load average (1, 5, 15 min), the largest seen after a seed: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     return 0
 
 
