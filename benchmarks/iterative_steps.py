@@ -85,7 +85,8 @@ def play(config: CampaignConfig, population: Population,
     played: dict[int, HeldRound] = {}
     cpu = 0.0
     while True:
-        reports = rounds[spec.round] if rounds is not None else held(spec, population)
+        # A fresh reader for every step (a reader keeps the decoded batches of its round's passes).
+        reports = HeldRound(rounds[spec.round].rows) if rounds is not None else held(spec, population)
         played[spec.round] = reports
         start = time.process_time()
         outcome = engine.close_round(spec, reports, state)
