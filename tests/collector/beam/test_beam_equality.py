@@ -65,7 +65,13 @@ CASES = [*KINDS, *(f"histogram-{name}" for name in _ORACLES)]
 #: filters (a count against a threshold in standard errors), and a nearest-center assignment in
 #: the weighted k-means over the candidates, each only when a value sits within ~1e-12 relative of
 #: its threshold or tie; none does in these data, and every discrete field is compared exactly.
-FLOAT_SUM_CASES = {"nettree", "stemmer"}
+#: Laplace and ldp_kmeans sum floats in every pass of their iterations (Lloyd's and fuzzy c-means'
+#: sums, a label round's vector sums and spreads; ``estimation/kmeans.py``, ``fuzzy.py``): each
+#: iteration's centers are ratios of such sums, and an iteration stops when the centers' movement is
+#: within the tolerance, so a last-bit difference could change the iteration count (and then every
+#: later float) only when the movement sits within ~1e-12 relative of that threshold, or flip a
+#: nearest-center tie; none does in these data.
+FLOAT_SUM_CASES = {"nettree", "stemmer", "laplace", "ldp_kmeans"}
 FLOAT_RTOL = 1e-9
 #: ... or FLOAT_ATOL apart: a value that cancels to about 0 (a candidate coordinate of 1e-16) has no
 #: relative precision; the values are in box units ([-1, 1]) or in the domain's (spans of about 10).

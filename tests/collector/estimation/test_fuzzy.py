@@ -10,9 +10,12 @@ import pytest
 from ldp_client.errors import InvalidParameterError
 from ldp_collector.estimation.fuzzy import (
     DISTANCES,
+    FuzzyPass,
     center_step,
     fcm,
     fuzzy_c_means,
+    fuzzy_model,
+    fuzzy_passes,
     gaussian_loss,
     gaussian_loss_derivative,
     laplace_loss,
@@ -24,6 +27,8 @@ from ldp_collector.estimation.fuzzy import (
     printed_mixed_loss,
     scaled_distance_factor,
 )
+from ldp_collector.estimation.kmeans import InMemory, Points, PointStats, plus_plus_starts
+from ldp_collector.estimation.report_accumulator import summation_error_bound
 from ldp_collector.simulation.scores import adjusted_rand_index
 
 TRUE_CENTERS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0], [5.0, 5.0]])
@@ -234,3 +239,48 @@ def test_invalid_arguments_are_named() -> None:
         fcm(np.array([[np.nan, 0.0]]), 1, 0)
     with pytest.raises(InvalidParameterError, match="n_init must be 1"):
         fcm(x, 2, 0, init=x[:2], n_init=2)
+
+
+# -- one pass per iteration ---------------------------------------------------------------------------
+
+def _batches(x: np.ndarray, cuts: list[int]) -> InMemory:
+    edges = [0, *cuts, len(x)]
+    return InMemory(*(Points(x[a:b]) for a, b in zip(edges, edges[1:])))
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "mixed", "absolute"])
+def test_fuzzy_pass_merged_from_parts_equals_one_pass_within_the_summation_bound(distance: str) -> None:
+    rng = np.random.default_rng(6)
+    x = TRUE_CENTERS[rng.integers(0, 4, 4000)] + rng.laplace(scale=0.7, size=(4000, 2))
+    stats = InMemory(Points(x)).combine(PointStats(2))
+    model = fuzzy_model(distance, 2.0, stats, 0.7)  # type: ignore[arg-type]
+    centers = np.stack([TRUE_CENTERS + 0.3, TRUE_CENTERS[::-1] - 0.2])
+    whole = InMemory(Points(x)).combine(FuzzyPass(centers, model))
+    merged = FuzzyPass(centers, model)
+    for part in _batches(x, [100, 2000, 2001]).decoded:
+        partial = merged.zero()
+        partial.add_decoded(part)
+        merged.merge(partial)
+    assert merged.count == whole.count == len(x)
+    for got, want in ((merged.numerator, whole.numerator), (merged.denominator, whole.denominator),
+                      (merged.objective, whole.objective), (merged.shares, whole.shares)):
+        # Every term is a membership-weighted point or weight (|u| <= 1, |factor| bounded by the loss's floor):
+        # the bound of summing the same n terms in two orders, with the terms' own magnitudes.
+        bound = summation_error_bound(len(x), float(np.abs(want).max()) * 1e3 + 1.0)
+        assert np.abs(got - want).max() <= bound
+    assert merged.shares.sum(axis=1) == pytest.approx([len(x)] * 2)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "mixed"])
+def test_fuzzy_passes_over_batches_follow_the_array_path(distance: str) -> None:
+    rng = np.random.default_rng(9)
+    x = TRUE_CENTERS[rng.integers(0, 4, 5000)] + rng.laplace(scale=0.8, size=(5000, 2))
+    reference = fuzzy_c_means(x, 4, 3, distance=distance, noise_scale=0.8, n_init=3)  # type: ignore[arg-type]
+    source = _batches(x, [999, 3000, 4321])
+    stats = source.combine(PointStats(2))
+    model = fuzzy_model(distance, 2.0, stats, 0.8)  # type: ignore[arg-type]
+    run = fuzzy_passes(source, plus_plus_starts(x, 4, 3, 3), stats, model=model, max_iter=300, tol=1e-6)
+    assert run.centers == pytest.approx(reference.centers, rel=1e-9, abs=1e-9)
+    assert run.objective == pytest.approx(reference.objective, rel=1e-9)
+    assert run.shares == pytest.approx(reference.shares, rel=1e-9)
+    assert (run.iterations, run.converged) == (reference.iterations, reference.converged)

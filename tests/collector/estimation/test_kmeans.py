@@ -13,8 +13,24 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
 from ldp_client.errors import InvalidParameterError
-from ldp_collector.estimation.kmeans import KMeansResult, assign, kmeans_plus_plus, lloyd, weighted_kmeans
+from ldp_collector.estimation.kmeans import (
+    InMemory,
+    KMeansResult,
+    LloydPass,
+    Points,
+    PointSample,
+    PointStats,
+    assign,
+    kmeans_passes,
+    kmeans_plus_plus,
+    lloyd,
+    plus_plus_starts,
+    sample_keys,
+    weighted_kmeans,
+)
+from ldp_collector.estimation.report_accumulator import ReportSample, combine_batches, summation_error_bound
 from ldp_collector.simulation.scores import kmeans_cost, reference_kmeans, reference_kmeans_cost
+from ldp_collector.storage.base import StoredReport
 
 
 @pytest.mark.parametrize(("n", "d", "k", "std"), [(5000, 2, 3, 1.0), (20_000, 5, 8, 2.0), (10_000, 20, 16, 1.5),
@@ -134,3 +150,106 @@ def test_errors_are_clear() -> None:
         kmeans_plus_plus(x, 2, -3)
     with pytest.raises(InvalidParameterError, match="weights must hold one value per point"):
         lloyd(x, x[:2], np.ones(3))
+
+
+# -- one pass per iteration ---------------------------------------------------------------------------
+
+def _split(x: np.ndarray, w: np.ndarray | None, cuts: list[int]) -> list[Points]:
+    edges = [0, *cuts, len(x)]
+    return [Points(x[a:b], None if w is None else w[a:b]) for a, b in zip(edges, edges[1:])]
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_lloyd_pass_merged_from_parts_equals_one_pass_within_the_summation_bound(weighted: bool) -> None:
+    """What Beam does (partial passes over parts of the round, merged) is the one pass up to summation order."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(5000, 3)) * 10 + 100
+    w = rng.uniform(-0.5, 2.0, size=len(x)) if weighted else None
+    centers = np.stack([x[:4], x[10:14]])  # two restarts of four centers
+    whole = InMemory(Points(x, w)).combine(LloydPass(centers))
+    parts = [InMemory(p).combine(LloydPass(centers)) for p in _split(x, w, [700, 701, 3900])]
+    merged = parts[0].zero()
+    for part in reversed(parts):
+        merged.merge(part)
+    ww = np.ones(len(x)) if w is None else w
+    labels = np.stack([assign(x, c)[0] for c in centers])  # (R, n)
+    for r in range(2):
+        if w is None:  # counts: exact whatever the order
+            assert np.array_equal(merged.mass[r], np.bincount(labels[r], minlength=4))
+        mass_bound = summation_error_bound(len(x), float(np.abs(ww).sum()))
+        assert np.abs(merged.mass[r] - whole.mass[r]).max() <= mass_bound
+        for j in range(3):
+            bound = summation_error_bound(len(x), float(np.abs(ww * x[:, j]).sum()))
+            assert np.abs(merged.sums[r, :, j] - whole.sums[r, :, j]).max() <= bound
+            expected = np.bincount(labels[r], weights=ww * x[:, j], minlength=4)
+            assert np.abs(whole.sums[r, :, j] - expected).max() <= bound
+    assert merged.nbytes == whole.nbytes == 8 * (2 * 4 * 3 + 2 * 4 * (3 + 2))  # centers and state: not n
+
+
+def test_point_stats_merge_as_numpy_computes_them() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(3000, 2)) * [1.0, 1e-3] + [1e6, -5.0]  # far from the origin: no cancellation allowed
+    w = rng.uniform(-1.0, 3.0, size=len(x))
+    merged = PointStats(2)
+    for part in _split(x, w, [1000, 1001, 2500]):
+        partial = PointStats(2)
+        partial.add_decoded(part)
+        merged.merge(partial)
+    pos = np.maximum(w, 0.0)
+    mean = np.average(x, axis=0, weights=pos)
+    assert merged.count == len(x) and merged.weight == pytest.approx(pos.sum(), rel=1e-12)
+    assert merged.abs_weight == pytest.approx(np.abs(w).sum(), rel=1e-12)
+    assert merged.mean == pytest.approx(mean, rel=1e-12)
+    assert merged.variance == pytest.approx(np.average((x - mean) ** 2, axis=0, weights=pos), rel=1e-9)
+    assert np.array_equal(merged.low, x[pos > 0].min(axis=0)) and np.array_equal(merged.high, x[pos > 0].max(axis=0))
+
+
+def test_kmeans_passes_over_batches_follow_the_array_path() -> None:
+    """A round read in batches runs the array path's iterations: the same centers up to summation order."""
+    x, _ = make_blobs(n_samples=6000, centers=5, cluster_std=1.5, random_state=3)
+    starts = plus_plus_starts(x, 5, 7, 3)
+    reference = weighted_kmeans(x, 5, 7, n_init=3)
+    batches = InMemory(*_split(x, None, [1000, 2000, 3500, 5999]))
+    stats = batches.combine(PointStats(2))
+    run = kmeans_passes(batches, starts, stats)
+    assert run.centers == pytest.approx(reference.centers, rel=1e-12, abs=1e-12)
+    assert run.cost == pytest.approx(reference.cost, rel=1e-12) and run.iterations == reference.iterations
+    assert run.mass.sum() == len(x)
+    assert np.array_equal(run.mass, np.bincount(reference.labels, minlength=5))
+
+
+def test_restarts_sharing_a_pass_are_the_restarts_run_in_turn() -> None:
+    x, _ = make_blobs(n_samples=4000, centers=6, cluster_std=2.5, random_state=11)
+    gen = np.random.default_rng(5)
+    starts = [kmeans_plus_plus(x, 6, gen) for _ in range(4)]
+    alone = [lloyd(x, s) for s in starts]
+    best = min(alone, key=lambda f: f.cost)
+    together = weighted_kmeans(x, 6, 5, n_init=4)
+    assert together.cost == pytest.approx(best.cost, rel=1e-12)
+    # Restarts reaching the same partition tie to the last bits: the best is that partition, in either order.
+    ties = [f for f in alone if f.cost == pytest.approx(best.cost, rel=1e-12)]
+    assert any(np.array_equal(together.labels, f.labels) and together.iterations == f.iterations
+               and together.centers == pytest.approx(f.centers, rel=1e-12) for f in ties)
+
+
+def test_point_sample_holds_the_points_of_the_report_sample_whatever_the_order() -> None:
+    """Drawn from decoded batches with their keys, it keeps ReportSample's reports, in its order, on any engine."""
+    rng = np.random.default_rng(12)
+    ids = [rng.bytes(16) for _ in range(3000)]
+    x = rng.normal(size=(3000, 2))
+    reports = [StoredReport(report_id=i, campaign_id="c", round=1, group=0, payloads=b"") for i in ids]
+    row = {i: j for j, i in enumerate(ids)}
+    expected = x[[row[r.report_id] for r in combine_batches(ReportSample(b"salt", 500), [reports]).finalize()]]
+    keys = sample_keys(b"salt", reports)
+    assert keys is not None and sample_keys(None, reports) is None
+    order = rng.permutation(3000)
+    parts = [order[a:b] for a, b in [(0, 100), (100, 1700), (1700, 3000)]]
+    partials = [InMemory(Points(x[p], keys=keys[p])).combine(PointSample(500, 2)) for p in parts]
+    merged = partials[2]
+    merged.merge(partials[0])
+    merged.merge(partials[1])
+    assert np.array_equal(merged.finalize(), expected)
+    assert np.array_equal(InMemory(Points(x, keys=keys)).combine(PointSample(500, 2)).finalize(), expected)
+    assert InMemory(Points(x[:40], keys=keys[:40])).combine(PointSample(500, 2)).finalize().shape == (40, 2)
+    with pytest.raises(InvalidParameterError, match="sample keys"):
+        InMemory(Points(x)).combine(PointSample(5, 2))

@@ -27,7 +27,7 @@ from support.kind_configs import K, small_campaign, small_population
 
 _N = 3000
 #: Kinds whose step still reads its whole round (docs/beam.md); each leaves this set when it stops.
-WHOLE_ROUND: frozenset[str] = frozenset({"laplace", "bitvector", "ldp_kmeans"})
+WHOLE_ROUND: frozenset[str] = frozenset({"bitvector"})
 
 
 class _CombineOnly(RoundReports):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgpack
@@ -27,7 +27,7 @@ from ldp_client.serde import cluster_model_from_proto
 from ldp_collector.campaigns import make_engine, prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
-from ldp_collector.kinds import KINDS
+from ldp_collector.kinds import KINDS, RoundReports
 from ldp_collector.kinds.laplace import (
     DEFAULT_GRID_BITS,
     LaplaceAlgorithm,
@@ -183,8 +183,9 @@ def test_fewer_reports_than_clusters_publish_the_reports_as_best_effort_centers(
     result = outcome.result
     assert result is not None and outcome.next_round is None and result.state == campaigns_pb2.FINISHED
     assert result.clustering.k == 3 and result.clustering.weights == pytest.approx((1 / 3,) * 3)
-    unit = np.clip(np.asarray(points, dtype=np.float64) / mechanism.grid_size, 0.0, 1.0)
+    unit = np.clip(np.asarray(sorted(points), dtype=np.float64) / mechanism.grid_size, 0.0, 1.0)
     lower, upper = np.asarray(engine.domain.lower), np.asarray(engine.domain.upper)
+    # Published in lexicographic order (the order every engine agrees on).
     assert np.asarray(result.clustering.centers).reshape(3, 2) == pytest.approx(lower + unit * (upper - lower))
     assert result.warnings == ("the round received 3 reports, fewer than the k = 4 clusters: best-effort centers, "
                                "the 3 decoded reports themselves",)
@@ -223,7 +224,9 @@ def test_close_round_publishes_centers_in_original_units(algorithm: int) -> None
 
 def test_a_campaign_without_an_algorithm_runs_fcm() -> None:
     rng = np.random.default_rng(5)
-    rows = stored(rng.integers(-2000, 3000, size=(400, 2)).tolist())
+    # Points inside the cube: FCM's and mnFCM's centers then differ in value (far outside it, both
+    # clip to the same corners and could differ only in their order).
+    rows = stored(rng.integers(0, 1024, size=(400, 2)).tolist())
     centers = {}
     for algorithm in (LAPLACE.ALGORITHM_UNSPECIFIED, FCM, MNFCM):
         engine = engine_for(laplace_config(k=3, epsilon=2.0, campaign_id="lap-default", algorithm=algorithm))
@@ -231,6 +234,45 @@ def test_a_campaign_without_an_algorithm_runs_fcm() -> None:
         assert outcome.result is not None and outcome.diagnostics["algorithm"] == (MNFCM if algorithm == MNFCM else FCM)
         centers[algorithm] = outcome.result.clustering.centers
     assert centers[LAPLACE.ALGORITHM_UNSPECIFIED] == centers[FCM] != centers[MNFCM]
+
+
+class _SmallBatches(ListRoundReports):
+    """A round read in batches of 700 reports, its decoded batches kept for the next passes or not."""
+
+    def __init__(self, rows: Sequence[StoredReport], *, keep: bool) -> None:
+        super().__init__(rows)
+        self.decoded_cache_bytes = RoundReports.decoded_cache_bytes if keep else 0
+        self.reads = 0
+
+    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
+        self.reads += 1
+        return super().batches(700)
+
+
+@pytest.mark.parametrize("algorithm", [KMEANS, FCM, MNFCM])
+def test_one_pass_per_iteration_whether_the_decoded_batches_are_kept_or_read_again(algorithm: int) -> None:
+    """The step reads its round once per pass (the statistics, the sample, every iteration, the last one),
+    or once in all when its decoded batches fit in the budget (every later pass replays them);
+    the same batches in the same order give the same result, bit for bit. Other batches sum in another
+    order: the same result to the last bits (as on Beam)."""
+    config = laplace_config(k=3, epsilon=3.0, campaign_id="lap-passes", algorithm=algorithm)
+    rng = np.random.default_rng(8)
+    centers = np.array([[200, 200], [800, 300], [500, 850]])
+    rows = stored((centers[rng.integers(0, 3, 3000)] + rng.laplace(scale=150, size=(3000, 2))).astype(int).tolist())
+    results = {}
+    for name, reader in (("kept", _SmallBatches(rows, keep=True)), ("read", _SmallBatches(rows, keep=False)),
+                         ("one batch", ListRoundReports(rows))):
+        engine = engine_for(config)
+        outcome = engine.close_round(engine.first_round().spec, reader, b"")
+        assert outcome.result is not None and outcome.result.clustering is not None
+        results[name] = outcome.result
+        if isinstance(reader, _SmallBatches):
+            passes = 3 + int(outcome.diagnostics["iterations"])  # the longest restart's iterations at least
+            assert reader.reads == 1 if name == "kept" else reader.reads >= passes
+    as_bytes = {name: result_to_proto(r).SerializeToString(deterministic=True) for name, r in results.items()}
+    assert as_bytes["kept"] == as_bytes["read"]
+    assert results["one batch"].clustering is not None and results["kept"].clustering is not None
+    assert results["one batch"].clustering.centers == pytest.approx(results["kept"].clustering.centers, rel=1e-9)
 
 
 def test_close_round_is_deterministic_per_campaign() -> None:

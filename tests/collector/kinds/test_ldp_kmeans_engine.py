@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgpack
@@ -36,14 +36,16 @@ from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.ingest import RoundContext, validate_report
-from ldp_collector.kinds import KINDS
+from ldp_collector.kinds import KINDS, RoundReports
 from ldp_collector.kinds.base import pack_state
 from ldp_collector.kinds.ldp_kmeans import (
     DEFAULT_DATA_SHARE,
     DEFAULT_ITERATIONS,
     SPLIT_FRACTION,
+    LabelVectors,
     LdpKmeansEngine,
     label_update,
+    label_update_passes,
     reseed_centers,
     vector_component,
     vector_estimates,
@@ -336,6 +338,46 @@ def test_round_one_centers_depend_on_the_reports() -> None:
     assert a.next_round is not None and b.next_round is not None
     ca, cb = spec_centers(a.next_round.spec), spec_centers(b.next_round.spec)
     assert ca.mean() < 0.5 < cb.mean()
+
+
+class _SmallBatches(ListRoundReports):
+    """A round read in batches of 300 reports, its decoded batches kept for the next passes or not."""
+
+    def __init__(self, rows: Sequence[StoredReport], *, keep: bool) -> None:
+        super().__init__(rows)
+        self.decoded_cache_bytes = RoundReports.decoded_cache_bytes if keep else 0
+
+    def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
+        return super().batches(300)
+
+
+def test_both_steps_read_in_passes_as_the_array_path_computes() -> None:
+    """Round 1's k-means and a label round's two passes over batches: the outcome of a reader keeping the
+    decoded batches, bit for bit, and a label round's update that of :func:`label_update` on the arrays."""
+    engine = engine_for(kmeans_config(k=3, epsilon=6.0, campaign_id="km-passes"))
+    population = Population(blobs(2400, 5, [(0.2, 0.2), (0.8, 0.3), (0.5, 0.8)]), seed=5)
+    first = engine.first_round()
+    spec, state = first.spec, first.engine_state
+    for _ in range(2):  # round 1, then the first label round
+        rows = play(spec, population).rows
+        kept = engine.close_round(spec, _SmallBatches(rows, keep=True), state)
+        read = engine.close_round(spec, _SmallBatches(rows, keep=False), state)
+        assert kept.next_round is not None and read.next_round is not None
+        assert (kept.next_round.spec.pack(), kept.next_round.engine_state) == \
+            (read.next_round.spec.pack(), read.next_round.engine_state)
+        if spec.round > 1:
+            grr = spec.tasks[0].components[0].mechanism
+            assert isinstance(grr, GRRParams)
+            batch = LabelVectors(spec, 3).decode(rows)
+            previous = spec_centers(spec)
+            on_arrays = label_update(batch.labels, batch.vectors, grr, previous)
+            in_passes = label_update_passes(_SmallBatches(rows, keep=False), grr, previous,
+                                            decoder=LabelVectors(spec, 3))
+            assert in_passes.label_counts.tolist() == np.bincount(batch.labels, minlength=3).tolist()
+            assert in_passes.reports == len(rows) and in_passes.updated.tolist() == on_arrays.updated.tolist()
+            np.testing.assert_allclose(in_passes.centers, on_arrays.centers, rtol=1e-12)
+            np.testing.assert_allclose(in_passes.variances, on_arrays.variances, rtol=1e-12)
+        spec, state = kept.next_round.spec, kept.next_round.engine_state
 
 
 def test_label_update_is_exact_without_noise() -> None:

@@ -70,6 +70,18 @@ Convergence
     ``max_iter``; the result says whether it converged. Restarts (``n_init``) keep the lowest
     ``J``.
 
+One pass per iteration
+    Every iteration is one pass over the points (:class:`FuzzyPass`: given the centers, the sums of
+    the next center update, the objective and the memberships' sums), and the restarts share each
+    pass, every restart with its own centers and sums (:func:`fuzzy_passes`). The same passes run on
+    an array (:class:`~ldp_collector.estimation.kmeans.InMemory`: :func:`fuzzy_c_means`) and on a
+    round's reports through :meth:`~ldp_collector.kinds.base.RoundReports.combine`, in-process or on
+    Apache Beam, without the points being held. A pass's state is ``R k (2 d + 2) + R`` float64
+    (``R k (3 d + 1) + R`` for the absolute distance) for ``R`` restarts of ``k`` centers in ``d``
+    dimensions, plus one batch and its blocks' scratch (2^16 entries per array); the statistics
+    pass before the first iteration (:class:`~ldp_collector.estimation.kmeans.PointStats`) gives
+    the data's spread.
+
 Initialization
     k-means++ seeding (:func:`ldp_collector.estimation.kmeans.kmeans_plus_plus`, greedy D^2 sampling) on
     the points, then optionally clipped into ``bounds``. ``bounds`` (e.g. the unit cube the
@@ -93,16 +105,20 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.errors import InvalidParameterError
 
-from ..estimation.kmeans import kmeans_plus_plus
+from .kmeans import InMemory, PassSource, PointDecoder, PointPass, Points, PointStats, plus_plus_starts
 
 __all__ = [
     "DEFAULT_FUZZIFIER",
     "DISTANCES",
     "Distance",
+    "FuzzyPass",
     "FuzzyResult",
+    "FuzzyRun",
     "center_step",
     "fcm",
     "fuzzy_c_means",
+    "fuzzy_model",
+    "fuzzy_passes",
     "gaussian_loss",
     "gaussian_loss_derivative",
     "laplace_loss",
@@ -322,60 +338,93 @@ def _chunk_rows(k: int) -> int:
     return max(256, _CHUNK_ENTRIES // max(1, k))
 
 
-@dataclass
-class _Pass:
-    numerator: FloatArray
-    denominator: FloatArray
-    objective: float
-    shares: FloatArray
-    labels: NDArray[np.int64] | None
+class FuzzyPass(PointPass["FuzzyPass"]):
+    """One fuzzy c-means iteration of ``R`` restarts at once, streamed over blocks of the points.
 
-
-def _pass(xt: FloatArray, centers: FloatArray, model: _Model, *, labels: bool = False) -> _Pass:
-    """Memberships at ``centers`` and the sums of the next center update, streamed over blocks.
-
-    ``xt`` holds the points transposed, ``(d, n)``.
+    Given ``centers`` of shape ``(R, k, d)``: per restart the memberships at its centers and the
+    sums of its next center update (``numerator``, ``denominator``), the objective ``J`` and the
+    memberships' sums (``shares``). Points carry no weights here.
     """
-    k, d = centers.shape
-    n = xt.shape[1]
-    numerator = np.zeros((k, d))
-    denominator = np.zeros((k, d)) if model.distance == "absolute" else np.zeros(k)
-    shares = np.zeros(k)
-    objective = 0.0
-    out_labels = np.empty(n, dtype=np.int64) if labels else None
-    rows = _chunk_rows(k)
-    m = model.fuzzifier
-    for start in range(0, n, rows):
-        block = xt[:, start:start + rows]
-        losses, factors = model.losses(block, centers)
-        u = _membership_block(losses, m)
-        um = u * u if m == 2.0 else u**m
-        objective += float(np.einsum("ij,ij->", um, losses))
-        shares += u.sum(axis=1)
-        if out_labels is not None:
-            out_labels[start:start + rows] = losses.argmin(axis=0)
-        if model.distance == "euclidean":
-            w = um
-        elif model.distance == "absolute":
-            # Per coordinate: w_cij = u^m / |x_ij - p_cj| (Weiszfeld step towards the weighted median).
-            for j in range(d):
-                wj = um / np.maximum(np.abs(centers[:, j, None] - block[j][None, :]), model.gap_floor)
-                numerator[:, j] += wj @ block[j]
-                denominator[:, j] += wj.sum(axis=1)
-            continue
-        else:
-            assert factors is not None
-            w = um * factors
-        numerator += w @ block.T
-        denominator += w.sum(axis=1)
-    return _Pass(numerator=numerator, denominator=denominator, objective=objective, shares=shares / n,
-                 labels=out_labels)
+
+    def __init__(self, centers: FloatArray, model: _Model, decoder: PointDecoder | None = None) -> None:
+        super().__init__(decoder)
+        self.centers = np.asarray(centers, dtype=np.float64)
+        self.model = model
+        r, k, d = self.centers.shape
+        self.count = 0
+        self.numerator = np.zeros((r, k, d))
+        self.denominator = np.zeros((r, k, d)) if model.distance == "absolute" else np.zeros((r, k))
+        self.objective = np.zeros(r)
+        self.shares = np.zeros((r, k))
+
+    def zero(self) -> FuzzyPass:
+        return FuzzyPass(self.centers, self.model, self.decoder)
+
+    def add_decoded(self, decoded: Points) -> None:
+        if decoded.weights is not None:
+            raise InvalidParameterError("fuzzy c-means takes unweighted points")
+        xt = np.ascontiguousarray(np.asarray(decoded.x, dtype=np.float64).T)
+        self.count += xt.shape[1]
+        for r in range(len(self.centers)):
+            self._add(r, xt)
+
+    def _add(self, r: int, xt: FloatArray) -> None:
+        """Restart ``r``'s memberships and sums over the points ``xt`` (transposed, ``(d, rows)``)."""
+        centers, model = self.centers[r], self.model
+        k, d = centers.shape
+        numerator, denominator = self.numerator[r], self.denominator[r]
+        rows = _chunk_rows(k)
+        m = model.fuzzifier
+        for start in range(0, xt.shape[1], rows):
+            block = xt[:, start:start + rows]
+            losses, factors = model.losses(block, centers)
+            u = _membership_block(losses, m)
+            um = u * u if m == 2.0 else u**m
+            self.objective[r] += float(np.einsum("ij,ij->", um, losses))
+            self.shares[r] += u.sum(axis=1)
+            if model.distance == "euclidean":
+                w = um
+            elif model.distance == "absolute":
+                # Per coordinate: w_cij = u^m / |x_ij - p_cj| (Weiszfeld step towards the weighted median).
+                for j in range(d):
+                    wj = um / np.maximum(np.abs(centers[:, j, None] - block[j][None, :]), model.gap_floor)
+                    numerator[:, j] += wj @ block[j]
+                    denominator[:, j] += wj.sum(axis=1)
+                continue
+            else:
+                assert factors is not None
+                w = um * factors
+            numerator += w @ block.T
+            denominator += w.sum(axis=1)
+
+    def merge(self, other: FuzzyPass) -> None:
+        self.count += other.count
+        self.numerator += other.numerator
+        self.denominator += other.denominator
+        self.objective += other.objective
+        self.shares += other.shares
+
+    def finalize(self) -> FuzzyPass:
+        return self
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.centers.nbytes + self.numerator.nbytes + self.denominator.nbytes + self.objective.nbytes
+                   + self.shares.nbytes)
 
 
-def _next_centers(p: _Pass, centers: FloatArray, bounds: tuple[FloatArray, FloatArray] | None) -> FloatArray:
-    den = p.denominator if p.denominator.ndim == 2 else p.denominator[:, None]
+def _labels(xt: FloatArray, centers: FloatArray, model: _Model) -> NDArray[np.int64]:
+    """The center of smallest ``D`` of every point (``xt`` transposed, ``(d, n)``)."""
+    rows = _chunk_rows(len(centers))
+    return np.concatenate([model.losses(xt[:, s:s + rows], centers)[0].argmin(axis=0)
+                           for s in range(0, xt.shape[1], rows)]).astype(np.int64)
+
+
+def _next_centers(numerator: FloatArray, denominator: FloatArray, centers: FloatArray,
+                  bounds: tuple[FloatArray, FloatArray] | None) -> FloatArray:
+    den = denominator if denominator.ndim == 2 else denominator[:, None]
     ok = den > 0
-    moved = np.where(ok, p.numerator / np.where(ok, den, 1.0), centers)
+    moved = np.where(ok, numerator / np.where(ok, den, 1.0), centers)
     if bounds is not None:
         moved = np.clip(moved, bounds[0], bounds[1])
     out: FloatArray = moved
@@ -418,6 +467,10 @@ class FuzzyResult:
     noise_scale: float | None
 
 
+def _stats(x: FloatArray) -> PointStats:
+    return InMemory(Points(x)).combine(PointStats(x.shape[1]))
+
+
 def _points(x: ArrayLike) -> FloatArray:
     arr = np.asarray(x, dtype=np.float64)
     if arr.ndim == 1:
@@ -429,7 +482,8 @@ def _points(x: ArrayLike) -> FloatArray:
     return arr
 
 
-def _model(distance: object, fuzzifier: object, x: FloatArray, noise_scale: float | None) -> _Model:
+def _model(distance: object, fuzzifier: object, stats: PointStats, noise_scale: float | None) -> _Model:
+    """The distance's model; ``stats`` (the points' statistics pass) gives the dimension and the spread."""
     name = _check_distance(distance)
     if (isinstance(fuzzifier, bool) or not isinstance(fuzzifier, (int, float, np.floating))
             or not 1.0 < float(fuzzifier) <= MAX_FUZZIFIER):
@@ -438,9 +492,9 @@ def _model(distance: object, fuzzifier: object, x: FloatArray, noise_scale: floa
     if name in _NOISE_AWARE:
         if noise_scale is None:
             raise InvalidParameterError(f"the {name} distance needs noise_scale (sigma_0, in the points' units)")
-        factor = scaled_distance_factor(noise_scale, x.shape[1])
-    spread = float(x.std(axis=0).mean())
-    return _Model(distance=name, fuzzifier=float(fuzzifier), dimension=x.shape[1], factor=factor,
+        factor = scaled_distance_factor(noise_scale, stats.dimension)
+    spread = float(np.sqrt(stats.variance).mean())
+    return _Model(distance=name, fuzzifier=float(fuzzifier), dimension=stats.dimension, factor=factor,
                   gap_floor=_MIN_SCALED_DISTANCE * (spread if spread > 0 else 1.0))
 
 
@@ -472,7 +526,7 @@ def memberships(X: ArrayLike, centers: ArrayLike, *, distance: Distance = "eucli
     c = _points(centers)
     if c.shape[1] != x.shape[1]:
         raise InvalidParameterError(f"centers must have dimension {x.shape[1]}, got {c.shape[1]}")
-    model = _model(distance, fuzzifier, x, noise_scale)
+    model = _model(distance, fuzzifier, _stats(x), noise_scale)
     rows = _chunk_rows(len(c))
     xt = np.ascontiguousarray(x.T)
     return np.concatenate([_membership_block(model.losses(xt[:, s:s + rows], c)[0], model.fuzzifier).T
@@ -485,8 +539,9 @@ def center_step(X: ArrayLike, centers: ArrayLike, *, distance: Distance = "eucli
     """One iteration: memberships at ``centers``, then the reweighted-mean center update."""
     x = _points(X)
     c = _points(centers)
-    model = _model(distance, fuzzifier, x, noise_scale)
-    return _next_centers(_pass(np.ascontiguousarray(x.T), c, model), c, _bounds(bounds, x.shape[1]))
+    model = _model(distance, fuzzifier, _stats(x), noise_scale)
+    step = InMemory(Points(x)).combine(FuzzyPass(c[None], model))
+    return _next_centers(step.numerator[0], step.denominator[0], c, _bounds(bounds, x.shape[1]))
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
@@ -543,48 +598,82 @@ def fuzzy_c_means(X: ArrayLike, k: int, rng: np.random.Generator | int | None = 
     x = _points(X)
     n, d = x.shape
     k = _check_int("k", k, 1, n)
-    model = _model(distance, fuzzifier, x, noise_scale)
+    source = InMemory(Points(x))
+    stats = source.combine(PointStats(d))
+    model = _model(distance, fuzzifier, stats, noise_scale)
     max_iter = _check_int("max_iter", max_iter, 1, 100_000)
     n_init = _check_int("n_init", n_init, 1, 1000)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < math.inf:
         raise InvalidParameterError(f"tol must be a finite number >= 0, got {tol!r}")
     box = _bounds(bounds, d)
-    starts: list[FloatArray] = []
     if init is not None:
         if n_init != 1:
             raise InvalidParameterError("init gives the starting centers: n_init must be 1")
         start = _points(init)
         if start.shape != (k, d):
             raise InvalidParameterError(f"init must have shape ({k}, {d}), got {start.shape}")
-        starts.append(start.copy())
-    gen = _generator(rng)
-    xt = np.ascontiguousarray(x.T)
-    variance = float(x.var(axis=0).mean())
+        starts = start[None].copy()
+    else:
+        starts = plus_plus_starts(x, k, _generator(rng), n_init)
+    run = fuzzy_passes(source, starts, stats, model=model, max_iter=max_iter, tol=float(tol), bounds=box)
+    return FuzzyResult(centers=run.centers, labels=_labels(np.ascontiguousarray(x.T), run.centers, model),
+                       shares=run.shares, objective=run.objective, iterations=run.iterations,
+                       converged=run.converged, distance=model.distance, fuzzifier=model.fuzzifier,
+                       noise_scale=noise_scale if model.distance in _NOISE_AWARE else None)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class FuzzyRun:
+    """The best restart of :func:`fuzzy_passes` (a :class:`FuzzyResult` without the points' labels)."""
+
+    centers: FloatArray
+    shares: FloatArray
+    objective: float
+    iterations: int
+    converged: bool
+
+
+def fuzzy_model(distance: Distance, fuzzifier: float, stats: PointStats, noise_scale: float | None) -> _Model:
+    """The checked distance model of :func:`fuzzy_passes` (``stats``: the points' statistics pass)."""
+    return _model(distance, fuzzifier, stats, noise_scale)
+
+
+def fuzzy_passes(source: PassSource, starts: FloatArray, stats: PointStats, *, model: _Model, max_iter: int,
+                 tol: float, bounds: tuple[FloatArray, FloatArray] | None = None,
+                 decoder: PointDecoder | None = None) -> FuzzyRun:
+    """Fuzzy c-means from every start ``(R, k, d)``, one pass over ``source`` per iteration; the lowest ``J`` wins.
+
+    ``source`` is a round's reports (:meth:`~ldp_collector.kinds.base.RoundReports.combine`, its
+    kind's ``decoder``) or an array (:class:`~ldp_collector.estimation.kmeans.InMemory`); ``stats``
+    the statistics pass over it (:class:`~ldp_collector.estimation.kmeans.PointStats`); the other
+    parameters as in :func:`fuzzy_c_means`. The starts are clipped into ``bounds`` first.
+    """
+    centers = np.array(starts, dtype=np.float64)
+    if bounds is not None:
+        centers = np.clip(centers, bounds[0], bounds[1])
+    variance = float(stats.variance.mean())
     threshold = tol * (variance if variance > 0 else 1.0)
-    best: FuzzyResult | None = None
-    for run in range(n_init):
-        c = starts[run] if starts else kmeans_plus_plus(x, k, gen)
-        if box is not None:
-            c = np.clip(c, box[0], box[1])
-        iterations, converged = 0, False
-        while iterations < max_iter:
-            iterations += 1
-            moved = _next_centers(_pass(xt, c, model), c, box)
-            shift = float(((moved - c) ** 2).sum(axis=1).max())
-            c = moved
+    iterations = np.zeros(len(centers), dtype=np.int64)
+    converged = np.zeros(len(centers), dtype=np.bool_)
+    running = list(range(len(centers)))
+    while running:
+        step = source.combine(FuzzyPass(centers[running], model, decoder))
+        still: list[int] = []
+        for a, r in enumerate(running):
+            iterations[r] += 1
+            moved = _next_centers(step.numerator[a], step.denominator[a], centers[r], bounds)
+            shift = float(((moved - centers[r]) ** 2).sum(axis=1).max())
+            centers[r] = moved
             if shift <= threshold:
-                converged = True
-                break
-        final = _pass(xt, c, model, labels=True)
-        assert final.labels is not None
-        fit = FuzzyResult(centers=c, labels=final.labels, shares=final.shares, objective=final.objective,
-                          iterations=iterations, converged=converged, distance=model.distance,
-                          fuzzifier=model.fuzzifier, noise_scale=noise_scale if model.distance in _NOISE_AWARE
-                          else None)
-        if best is None or fit.objective < best.objective:
-            best = fit
-    assert best is not None
-    return best
+                converged[r] = True
+            elif iterations[r] < max_iter:
+                still.append(r)
+        running = still
+    final = source.combine(FuzzyPass(centers, model, decoder))
+    best = int(np.argmin(final.objective))  # the first of equal objectives, as restarts in turn
+    return FuzzyRun(centers=centers[best], shares=final.shares[best] / max(final.count, 1),
+                    objective=float(final.objective[best]), iterations=int(iterations[best]),
+                    converged=bool(converged[best]))
 
 
 def fcm(X: ArrayLike, k: int, rng: np.random.Generator | int | None = None, **kwargs: object) -> FuzzyResult:

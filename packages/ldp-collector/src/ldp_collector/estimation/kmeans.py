@@ -23,6 +23,19 @@ Negative weights
     With non-negative weights this is ordinary weighted k-means, and integer weights are the
     same as repeating the points.
 
+One pass per iteration
+    Every Lloyd iteration is one pass over the points (:class:`LloydPass`: given the centers, the
+    weight, weighted coordinate sums and cost of every center's points), so the same iterations run
+    on an array in memory (:class:`InMemory`, what :func:`lloyd` and :func:`weighted_kmeans` do) and
+    on a round's reports through :meth:`~ldp_collector.kinds.base.RoundReports.combine`, in-process
+    or on Apache Beam, without the points ever being held (:func:`kmeans_passes`). The restarts of
+    one fit share each pass (every restart its own centers and sums). A pass's state is
+    ``R k (d + 1) + R`` float64 for ``R`` restarts of ``k`` centers in ``d`` dimensions, plus one
+    batch and about 32 MB of distance scratch; the statistics pass before the first iteration
+    (:class:`PointStats`: weight, mean, spread and bounding box of the positive-weight points) is
+    ``4 d + 3`` float64. A cluster left empty costs one more pass (:class:`FarthestPoints`, the
+    points that re-seed it).
+
 Randomness
     ``rng`` is a ``numpy.random.Generator``, a seed, or ``None`` (fresh OS entropy). k-means runs
     on data already privatized (or, for the reference, on data the benchmark owns), so its
@@ -31,19 +44,38 @@ Randomness
 
 from __future__ import annotations
 
+import abc
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.errors import InvalidParameterError
 
+from ..storage.base import StoredReport
+from .report_accumulator import DecodedPass, _sample_key
+
 __all__ = [
+    "FarthestPoints",
+    "InMemory",
     "KMeansResult",
+    "LloydPass",
+    "LloydRun",
+    "PassSource",
+    "PointDecoder",
+    "PointPass",
+    "PointSample",
+    "PointStats",
+    "Points",
     "assign",
+    "kmeans_passes",
     "kmeans_plus_plus",
     "lloyd",
+    "plus_plus_starts",
+    "sample_keys",
     "squared_distances",
     "weighted_kmeans",
 ]
@@ -252,7 +284,7 @@ def kmeans_plus_plus(X: ArrayLike, k: int, rng: np.random.Generator | int | None
 
 class _Shifted:
     """The points moved to their mean, with their squared norms cached, for repeated distance
-    passes (k-means++ steps, Lloyd iterations): ``|x - c|^2 = |x|^2 - 2 x.c + |c|^2`` in the
+    passes (the k-means++ steps): ``|x - c|^2 = |x|^2 - 2 x.c + |c|^2`` in the
     shifted frame keeps the cancellation error small when the data sit far from the origin."""
 
     def __init__(self, x: NDArray[np.float64]) -> None:
@@ -282,13 +314,398 @@ class _Shifted:
         return labels, sq
 
 
-def _cluster_sums(x: NDArray[np.float64], labels: NDArray[np.int64], w: NDArray[np.float64] | None,
-                  k: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Total weight and weighted coordinate sums of every cluster."""
-    mass: NDArray[np.float64] = np.bincount(labels, weights=w, minlength=k).astype(np.float64)
-    sums: NDArray[np.float64] = np.column_stack([
-        np.bincount(labels, weights=x[:, j] if w is None else w * x[:, j], minlength=k) for j in range(x.shape[1])])
-    return mass, sums
+# -- one pass over the points ------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class Points:
+    """A batch of decoded points, ``(rows, d)``, with optional signed weights: what a point pass adds.
+
+    ``keys`` (uint64, one per row), when the decoder was given a salt, are the reports' sample keys
+    (:func:`sample_keys`), from which :class:`PointSample` draws its sample.
+    """
+
+    x: NDArray[np.float64]
+    weights: NDArray[np.float64] | None = None
+    keys: NDArray[np.uint64] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the batch (the decoded-batch budget of :meth:`~ldp_collector.kinds.base.RoundReports.combine`)."""
+        return int(self.x.nbytes) + sum(int(a.nbytes) for a in (self.weights, self.keys) if a is not None)
+
+
+def sample_keys(salt: bytes | None, reports: Sequence[StoredReport]) -> NDArray[np.uint64] | None:
+    """Every report's key in a :class:`~ldp_collector.estimation.report_accumulator.ReportSample` of that salt (None: none)."""
+    if salt is None:
+        return None
+    return np.fromiter((_sample_key(salt, r.report_id) for r in reports), dtype=np.uint64, count=len(reports))
+
+
+class PointDecoder(abc.ABC):
+    """How a kind turns a batch of its stored reports into :class:`Points` (picklable, for Beam)."""
+
+    @property
+    @abc.abstractmethod
+    def key(self) -> Hashable:
+        """Equal keys decode the same batch to the same points (:attr:`DecodedPass.decoding`)."""
+
+    @abc.abstractmethod
+    def decode(self, reports: Sequence[StoredReport]) -> Points:
+        """The batch's points (a malformed report raises ``ProtocolError``)."""
+
+
+_T_co = TypeVar("_T_co", covariant=True)
+_P = TypeVar("_P", bound=DecodedPass[Any])
+
+
+class PointPass(DecodedPass[_T_co], Generic[_T_co]):
+    """A pass over points: over a round's reports through its kind's ``decoder``, or over an array.
+
+    Subclasses implement :meth:`add_decoded` on :class:`Points` (and ``zero``, ``merge``,
+    ``finalize``, ``nbytes``); ``decoder`` is None for a pass that only ever sees arrays
+    (:class:`InMemory`).
+    """
+
+    def __init__(self, decoder: PointDecoder | None) -> None:
+        self.decoder = decoder
+
+    @property
+    def decoding(self) -> Hashable:
+        return None if self.decoder is None else self.decoder.key
+
+    def decode(self, reports: Sequence[StoredReport]) -> Points:
+        if self.decoder is None:
+            raise TypeError(f"{type(self).__name__} has no decoder: it adds arrays only")
+        return self.decoder.decode(reports)
+
+
+class PassSource(Protocol):
+    """Where a pass's batches come from: a round (:class:`~ldp_collector.kinds.base.RoundReports`) or
+    :class:`InMemory`."""
+
+    def combine(self, accumulator: _P) -> _P:
+        """``accumulator`` with every batch added."""
+        ...
+
+
+class InMemory:
+    """Decoded batch(es) already in memory, as a pass source: the array path of an iterative step.
+
+    ``combine`` adds them to the pass in one go, so an array runs the same passes, and the same
+    arithmetic, as a round's reports.
+    """
+
+    def __init__(self, *decoded: Any) -> None:
+        self.decoded = decoded
+
+    def combine(self, accumulator: _P) -> _P:
+        for batch in self.decoded:
+            accumulator.add_decoded(batch)
+        return accumulator
+
+
+def _batch(points: Points) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+    x = np.asarray(points.x, dtype=np.float64)
+    if x.ndim != 2:
+        raise InvalidParameterError(f"a batch of points must be 2-D (rows x dimensions), got shape {x.shape}")
+    return x, None if points.weights is None else np.asarray(points.weights, dtype=np.float64)
+
+
+class PointStats(PointPass["PointStats"]):
+    """Weight, mean, spread and bounding box of the positive-weight points (the pass before Lloyd's).
+
+    Means and squared deviations are merged with Chan, Golub and LeVeque's pairwise update (no
+    cancellation of ``E[x^2] - E[x]^2``). State: ``4 d + 3`` numbers.
+    """
+
+    def __init__(self, dimension: int, decoder: PointDecoder | None = None) -> None:
+        super().__init__(decoder)
+        self.dimension = int(dimension)
+        #: Points added (whatever their weight).
+        self.count = 0
+        #: Sum of the positive parts of the weights (the points' count without weights).
+        self.weight = 0.0
+        #: Sum of |w| (the points' count without weights): the scale of an empty cluster's floor.
+        self.abs_weight = 0.0
+        self.mean = np.zeros(self.dimension)
+        #: Weighted sum of squared deviations from the mean, per coordinate.
+        self.m2 = np.zeros(self.dimension)
+        self.low = np.full(self.dimension, np.inf)
+        self.high = np.full(self.dimension, -np.inf)
+
+    def zero(self) -> PointStats:
+        return PointStats(self.dimension, self.decoder)
+
+    def _fold(self, weight: float, mean: NDArray[np.float64], m2: NDArray[np.float64]) -> None:
+        if weight <= 0:
+            return
+        total = self.weight + weight
+        delta = mean - self.mean
+        self.mean = self.mean + delta * (weight / total)
+        self.m2 = self.m2 + m2 + delta * delta * (self.weight * weight / total)
+        self.weight = total
+
+    def add_decoded(self, decoded: Points) -> None:
+        x, w = _batch(decoded)
+        if not len(x):
+            return
+        self.count += len(x)
+        pos = np.ones(len(x)) if w is None else np.maximum(w, 0.0)
+        self.abs_weight += float(len(x) if w is None else np.abs(w).sum())
+        support = pos > 0
+        if not support.any():
+            return
+        xs, ps = x[support], pos[support]
+        self.low = np.minimum(self.low, xs.min(axis=0))
+        self.high = np.maximum(self.high, xs.max(axis=0))
+        weight = float(ps.sum())
+        mean = (ps @ xs) / weight
+        self._fold(weight, mean, ps @ ((xs - mean) ** 2))
+
+    def merge(self, other: PointStats) -> None:
+        self.count += other.count
+        self.abs_weight += other.abs_weight
+        self.low = np.minimum(self.low, other.low)
+        self.high = np.maximum(self.high, other.high)
+        self._fold(other.weight, other.mean, other.m2)
+
+    def finalize(self) -> PointStats:
+        return self
+
+    @property
+    def variance(self) -> NDArray[np.float64]:
+        """Per-coordinate weighted variance of the positive-weight points (0 without any)."""
+        out: NDArray[np.float64] = self.m2 / self.weight if self.weight > 0 else np.zeros(self.dimension)
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * 8 * self.dimension + 3 * 8
+
+
+class PointSample(PointPass[NDArray[np.float64]]):
+    """The points of a :class:`~ldp_collector.estimation.report_accumulator.ReportSample`, drawn from decoded batches.
+
+    Keeps the ``size`` rows of smallest sample key (:attr:`Points.keys`: the decoder's salt), so it
+    holds the points of the reports that ``ReportSample(salt, size)`` keeps, in the same order
+    (increasing key), whatever order the batches come in and merge (two reports of equal 64-bit
+    keys, about one chance in 2^64 / n^2, are ordered by their points instead of their ids). It
+    shares its decoding with the passes that follow (the decoded batches are replayed in-process,
+    no second reading of the round) and selects with numpy. State: ``size (d + 1)`` numbers.
+    """
+
+    def __init__(self, size: int, dimension: int, decoder: PointDecoder | None = None) -> None:
+        super().__init__(decoder)
+        self.size = int(size)
+        self.keys = np.zeros(0, dtype=np.uint64)
+        self.x = np.zeros((0, int(dimension)))
+
+    def zero(self) -> PointSample:
+        return PointSample(self.size, self.x.shape[1], self.decoder)
+
+    def _keep(self, keys: NDArray[np.uint64], x: NDArray[np.float64]) -> None:
+        keys, x = np.concatenate([self.keys, keys]), np.concatenate([self.x, x])
+        if len(keys) > self.size:
+            keep = np.argpartition(keys, self.size - 1)[: self.size]
+            keys, x = keys[keep], x[keep]
+        order = np.lexsort((*x.T[::-1], keys))
+        self.keys, self.x = keys[order], x[order]
+
+    def add_decoded(self, decoded: Points) -> None:
+        if decoded.keys is None:
+            raise InvalidParameterError("a point sample needs the reports' sample keys (a decoder with a salt)")
+        self._keep(decoded.keys, _batch(decoded)[0])
+
+    def merge(self, other: PointSample) -> None:
+        self._keep(other.keys, other.x)
+
+    def finalize(self) -> NDArray[np.float64]:
+        """The kept points, ``(min(size, n), d)``, in increasing key order."""
+        return self.x
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.x.nbytes)
+
+
+class LloydPass(PointPass["LloydPass"]):
+    """One Lloyd iteration of ``R`` restarts at once: each point's nearest center among its restart's ``k``.
+
+    Given ``centers`` of shape ``(R, k, d)``, accumulates per restart and center the (signed)
+    weight ``mass``, the weighted coordinate ``sums`` and the weighted squared distance ``cost``
+    of the points nearest to it (the lowest index on ties). State: ``R k (d + 2)`` float64.
+    """
+
+    def __init__(self, centers: NDArray[np.float64], decoder: PointDecoder | None = None) -> None:
+        super().__init__(decoder)
+        self.centers = np.asarray(centers, dtype=np.float64)
+        if self.centers.ndim != 3:
+            raise InvalidParameterError(f"centers must be (restarts, k, d), got shape {self.centers.shape}")
+        r, k, d = self.centers.shape
+        self.mass = np.zeros((r, k))
+        self.sums = np.zeros((r, k, d))
+        self.cost = np.zeros((r, k))
+
+    def zero(self) -> LloydPass:
+        return LloydPass(self.centers, self.decoder)
+
+    def add_decoded(self, decoded: Points) -> None:
+        x, w = _batch(decoded)
+        r, k, d = self.centers.shape
+        flat_centers = self.centers.reshape(r * k, d)
+        offsets = np.arange(r) * k
+        for start in range(0, len(x), _chunk_rows(r * k)):
+            xc = x[start:start + _chunk_rows(r * k)]
+            wc = None if w is None else w[start:start + len(xc)]
+            d2 = squared_distances(xc, flat_centers).reshape(len(xc), r, k)
+            labels = d2.argmin(axis=2)
+            sq = np.take_along_axis(d2, labels[:, :, None], axis=2)[:, :, 0]
+            flat = (labels + offsets[None, :]).ravel()
+            wr = None if wc is None else np.repeat(wc, r)
+            self.mass += np.bincount(flat, weights=wr, minlength=r * k).reshape(r, k)
+            self.cost += np.bincount(flat, weights=(sq if wc is None else sq * wc[:, None]).ravel(),
+                                     minlength=r * k).reshape(r, k)
+            for j in range(d):
+                xj = np.repeat(xc[:, j], r)
+                self.sums[:, :, j] += np.bincount(flat, weights=xj if wr is None else wr * xj,
+                                                  minlength=r * k).reshape(r, k)
+
+    def merge(self, other: LloydPass) -> None:
+        self.mass += other.mass
+        self.sums += other.sums
+        self.cost += other.cost
+
+    def finalize(self) -> LloydPass:
+        return self
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.centers.nbytes + self.mass.nbytes + self.sums.nbytes + self.cost.nbytes)
+
+
+class FarthestPoints(PointPass[NDArray[np.float64]]):
+    """The ``size`` positive-weight points farthest from their nearest center (re-seeding empty clusters).
+
+    Farthest first; on a tie the point added first. State: ``size (d + 1)`` float64.
+    """
+
+    def __init__(self, centers: NDArray[np.float64], size: int, decoder: PointDecoder | None = None) -> None:
+        super().__init__(decoder)
+        self.centers = np.asarray(centers, dtype=np.float64)
+        self.size = int(size)
+        self.x = np.zeros((0, self.centers.shape[1]))
+        self.sq = np.zeros(0)
+
+    def zero(self) -> FarthestPoints:
+        return FarthestPoints(self.centers, self.size, self.decoder)
+
+    def _keep(self, x: NDArray[np.float64], sq: NDArray[np.float64]) -> None:
+        x, sq = np.concatenate([self.x, x]), np.concatenate([self.sq, sq])
+        order = np.argsort(-sq, kind="stable")[: self.size]
+        self.x, self.sq = x[order], sq[order]
+
+    def add_decoded(self, decoded: Points) -> None:
+        x, w = _batch(decoded)
+        for start in range(0, len(x), _chunk_rows(len(self.centers))):
+            xc = x[start:start + _chunk_rows(len(self.centers))]
+            sq = squared_distances(xc, self.centers).min(axis=1)
+            if w is not None:
+                keep = w[start:start + len(xc)] > 0
+                xc, sq = xc[keep], sq[keep]
+            self._keep(xc, sq)
+
+    def merge(self, other: FarthestPoints) -> None:
+        self._keep(other.x, other.sq)
+
+    def finalize(self) -> NDArray[np.float64]:
+        return self.x
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.centers.nbytes + self.x.nbytes + self.sq.nbytes)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class LloydRun:
+    """One restart of :func:`kmeans_passes`: its centers and, at them, every cluster's weight and the cost."""
+
+    centers: NDArray[np.float64]
+    #: (Signed) weight of the points nearest to each center (their count without weights).
+    mass: NDArray[np.float64]
+    cost: float
+    iterations: int
+
+
+def _lloyd_runs(source: PassSource, starts: NDArray[np.float64], stats: PointStats, *,
+                decoder: PointDecoder | None, max_iter: int, tol: float) -> list[LloydRun]:
+    """Lloyd's iterations from every start ``(R, k, d)`` at once, one pass per iteration (see :func:`lloyd`)."""
+    centers = np.array(starts, dtype=np.float64)
+    threshold = tol * float(stats.variance.mean())
+    floor = _MIN_CLUSTER_WEIGHT * stats.abs_weight
+    iterations = np.zeros(len(centers), dtype=np.int64)
+    running = list(range(len(centers)))
+    while running:
+        step = source.combine(LloydPass(centers[running], decoder))
+        still: list[int] = []
+        for a, r in enumerate(running):
+            iterations[r] += 1
+            c = centers[r]
+            valid = step.mass[a] > floor
+            moved = c.copy()
+            moved[valid] = np.clip(step.sums[a][valid] / step.mass[a][valid, None], stats.low, stats.high)
+            empty = np.flatnonzero(~valid)
+            if empty.size:
+                # Farthest positive-weight points first; distinct points for distinct clusters.
+                far = source.combine(FarthestPoints(c, int(empty.size), decoder)).finalize()
+                moved[empty[: len(far)]] = far
+            shift = float(((moved - c) ** 2).sum())
+            centers[r] = moved
+            if shift > threshold and iterations[r] < max_iter:
+                still.append(r)
+        running = still
+    final = source.combine(LloydPass(centers, decoder))
+    return [LloydRun(centers=centers[r], mass=final.mass[r], cost=float(final.cost[r].sum()),
+                     iterations=int(iterations[r])) for r in range(len(centers))]
+
+
+def kmeans_passes(source: PassSource, starts: NDArray[np.float64], stats: PointStats, *,
+                  decoder: PointDecoder | None = None, max_iter: int = 100, tol: float = 1e-6) -> LloydRun:
+    """Lloyd's iterations from each start, one pass over ``source`` per iteration; the lowest cost wins.
+
+    The k-means of :func:`weighted_kmeans` and :func:`lloyd` without holding the points: ``source``
+    is a round's reports (:meth:`~ldp_collector.kinds.base.RoundReports.combine`, its kind's
+    ``decoder``) or an array (:class:`InMemory`).
+
+    Parameters
+    ----------
+    source : PassSource
+    starts : numpy.ndarray of shape (R, k, d)
+        One set of starting centers per restart (e.g. :func:`plus_plus_starts` on a sample).
+    stats : PointStats
+        The statistics pass over the same source (the centers' box, the tolerance's scale).
+    decoder : PointDecoder, optional
+        The kind's decoding of its reports (None for an array).
+    max_iter, tol
+        As in :func:`lloyd`.
+
+    Returns
+    -------
+    LloydRun
+        The restart of lowest cost (the first on a tie).
+    """
+    runs = _lloyd_runs(source, starts, stats, decoder=decoder, max_iter=max_iter, tol=tol)
+    best = runs[0]
+    for run in runs[1:]:
+        if run.cost < best.cost:
+            best = run
+    return best
+
+
+def plus_plus_starts(X: ArrayLike, k: int, rng: np.random.Generator | int | None, n_init: int,
+                     weights: ArrayLike | None = None) -> NDArray[np.float64]:
+    """``(n_init, k, d)``: ``n_init`` k-means++ seedings (:func:`kmeans_plus_plus`) from one generator, in turn."""
+    gen = _generator(rng)
+    return np.stack([kmeans_plus_plus(X, k, gen, weights) for _ in range(n_init)])
 
 
 def lloyd(X: ArrayLike, centers: ArrayLike, weights: ArrayLike | None = None, max_iter: int = 100,
@@ -299,7 +716,8 @@ def lloyd(X: ArrayLike, centers: ArrayLike, weights: ArrayLike | None = None, ma
     weighted mean of its points. A cluster left empty, or whose total weight is not clearly
     positive, is re-seeded at the point (of positive weight) farthest from its center, the
     farthest first. Centers are clipped to the bounding box of the positive-weight points
-    (see the module notes on negative weights).
+    (see the module notes on negative weights). The iterations are :func:`kmeans_passes` over
+    the array.
 
     Parameters
     ----------
@@ -320,45 +738,29 @@ def lloyd(X: ArrayLike, centers: ArrayLike, weights: ArrayLike | None = None, ma
     """
     x = _points("X", X)
     c = _centers(x, centers).copy()
-    n, k = len(x), len(c)
-    w = _weights(weights, n)
-    pos = _positive_part(w, n)
+    w = _weights(weights, len(x))
+    _positive_part(w, len(x))
     max_iter = _check_positive_int("max_iter", max_iter, 100_000)
+    tol = _check_tol(tol)
+    source = InMemory(Points(x, w))
+    stats = source.combine(PointStats(x.shape[1]))
+    run = kmeans_passes(source, c[None], stats, max_iter=max_iter, tol=tol)
+    return KMeansResult(centers=run.centers, labels=assign(x, run.centers)[0], cost=run.cost,
+                        iterations=run.iterations)
+
+
+def _check_tol(tol: object) -> float:
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < math.inf:
         raise InvalidParameterError(f"tol must be a finite number >= 0, got {tol!r}")
-    support = x[pos > 0]
-    low, high = support.min(axis=0), support.max(axis=0)
-    mean = np.average(support, axis=0, weights=pos[pos > 0])
-    variance = float(np.average((support - mean) ** 2, axis=0, weights=pos[pos > 0]).mean())
-    threshold = tol * variance
-    floor = _MIN_CLUSTER_WEIGHT * (float(np.abs(w).sum()) if w is not None else float(n))
-    geometry = _Shifted(x)
-    iterations = 0
-    while iterations < max_iter:
-        iterations += 1
-        labels, sq = geometry.nearest(c)
-        mass, sums = _cluster_sums(x, labels, w, k)
-        valid = mass > floor
-        moved = c.copy()
-        moved[valid] = np.clip(sums[valid] / mass[valid, None], low, high)
-        empty = np.flatnonzero(~valid)
-        if empty.size:
-            # Farthest positive-weight points first; distinct points for distinct clusters.
-            far = np.argsort(-np.where(pos > 0, sq, -1.0), kind="stable")[: empty.size]
-            moved[empty[: far.size]] = x[far]
-        shift = float(((moved - c) ** 2).sum())
-        c = moved
-        if shift <= threshold:
-            break
-    labels, sq = geometry.nearest(c)
-    cost = float(sq.sum() if w is None else np.dot(w, sq))
-    return KMeansResult(centers=c, labels=labels, cost=cost, iterations=iterations)
+    return float(tol)
 
 
 def weighted_kmeans(X: ArrayLike, k: int, rng: np.random.Generator | int | None = None,
                     weights: ArrayLike | None = None, n_init: int = 5, *, max_iter: int = 100,
                     tol: float = 1e-6) -> KMeansResult:
     """Best (lowest cost) of ``n_init`` runs of k-means++ seeding followed by :func:`lloyd`.
+
+    The restarts share each pass over the points (:func:`kmeans_passes`).
 
     Parameters
     ----------
@@ -382,11 +784,11 @@ def weighted_kmeans(X: ArrayLike, k: int, rng: np.random.Generator | int | None 
     k = _check_k(k, len(x))
     w = _weights(weights, len(x))
     n_init = _check_positive_int("n_init", n_init, 1000)
-    gen = _generator(rng)
-    best: KMeansResult | None = None
-    for _ in range(n_init):
-        fit = lloyd(x, kmeans_plus_plus(x, k, gen, w), w, max_iter=max_iter, tol=tol)
-        if best is None or fit.cost < best.cost:
-            best = fit
-    assert best is not None  # n_init >= 1
-    return best
+    max_iter = _check_positive_int("max_iter", max_iter, 100_000)
+    tol = _check_tol(tol)
+    starts = plus_plus_starts(x, k, rng, n_init, w)
+    source = InMemory(Points(x, w))
+    stats = source.combine(PointStats(x.shape[1]))
+    run = kmeans_passes(source, starts, stats, max_iter=max_iter, tol=tol)
+    return KMeansResult(centers=run.centers, labels=assign(x, run.centers)[0], cost=run.cost,
+                        iterations=run.iterations)

@@ -25,6 +25,19 @@ and clusters the noisy points with ``LaplaceParameters.algorithm`` (DESIGN.md §
     quadratic regime where a point is farther than ``sqrt(d) b`` from a center, about the norm of
     the noise vector itself, and beyond it the loss grows only logarithmically.
 
+The step never holds the round: one pass over the reports per iteration (DESIGN.md §9;
+:func:`cluster_source`). A statistics pass (the points' spread), k-means++ seeds drawn from a
+sample of :data:`SEED_SAMPLE_SIZE` reports (:class:`~ldp_collector.estimation.kmeans.PointSample`:
+the points of a :class:`~ldp_collector.estimation.report_accumulator.ReportSample` salted by the
+campaign seed, the same sample on every engine), then one pass per
+iteration in which the :data:`N_INIT` restarts share the reading of the reports, each with its own
+centers and sums (:class:`~ldp_collector.estimation.kmeans.LloydPass`,
+:class:`~ldp_collector.estimation.fuzzy.FuzzyPass`), and a last pass at the final centers. Memory:
+the sample (``SEED_SAMPLE_SIZE x (d + 1)`` numbers, 1.5 MB at ``d = 2``), one batch, and per pass ``N_INIT k (2 d + 2)`` float64 (``N_INIT k (d + 2)`` for
+k-means): about 24 KB at ``k = 256``, ``d = 2``, whatever ``n``. In-process the decoded batches
+of the first pass are replayed to the next ones within
+:attr:`~ldp_collector.kinds.base.RoundReports.decoded_cache_bytes` (``8 d`` bytes a report).
+
 The true points lie in the unit cube and so do their clusters' means: the fuzzy algorithms keep
 their centers in the cube (clipped after every update) and k-means' centers are clipped into it at
 the end. The default is the configuration that won most cells of ``benchmarks/laplace_clustering.py``
@@ -47,7 +60,7 @@ aggregation): no reports, or fewer reports than clusters.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import msgpack
@@ -63,8 +76,18 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import decode_report_payloads
 from ..estimation.center_floor import floor_diagnostics, unit_to_data_variance
-from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_c_means
-from ..estimation.kmeans import weighted_kmeans
+from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_model, fuzzy_passes
+from ..estimation.kmeans import (
+    InMemory,
+    PassSource,
+    PointDecoder,
+    Points,
+    PointSample,
+    PointStats,
+    kmeans_passes,
+    plus_plus_starts,
+    sample_keys,
+)
 from ..model import CampaignConfig, CampaignState, Clustering, Result
 from ..storage.base import StoredReport
 from .base import (
@@ -87,11 +110,14 @@ __all__ = [
     "DEFAULT_GRID_BITS",
     "MAX_ITERATIONS",
     "N_INIT",
+    "SEED_SAMPLE_SIZE",
     "LaplaceAlgorithm",
     "LaplaceEngine",
     "LaplaceFit",
     "LaplaceParams",
+    "LaplacePoints",
     "cluster_points",
+    "cluster_source",
     "decode_points",
 ]
 
@@ -103,6 +129,8 @@ N_INIT = 3
 MAX_ITERATIONS = 300
 #: Relative tolerance of the center shift (see :func:`ldp_collector.estimation.fuzzy.fuzzy_c_means`).
 TOLERANCE = 1e-6
+#: Reports of the round's sample the k-means++ seeds are drawn from (every report when fewer).
+SEED_SAMPLE_SIZE = 1 << 16
 #: The wire tag of an ``Integers`` payload (``ldp_client.payload``).
 _INTEGERS_TAG = 4
 
@@ -140,6 +168,24 @@ def decode_points(batches: Iterable[list[StoredReport]], params: DiscreteLaplace
         return np.zeros((0, d))
     out: NDArray[np.float64] = np.concatenate(parts).astype(np.float64) / float(params.grid_size)
     return out
+
+
+class LaplacePoints(PointDecoder):
+    """The decoding of a laplace round's reports into its noisy points (:func:`decode_points`), batch by batch.
+
+    With a ``salt``, every point carries its report's sample key (:func:`~ldp_collector.estimation.kmeans.sample_keys`).
+    """
+
+    def __init__(self, params: DiscreteLaplaceParams, salt: bytes | None = None) -> None:
+        self.params = params
+        self.salt = salt
+
+    @property
+    def key(self) -> Hashable:
+        return ("laplace", self.params.dimension, self.params.grid_size, self.salt)
+
+    def decode(self, reports: Sequence[StoredReport]) -> Points:
+        return Points(decode_points([list(reports)], self.params), keys=sample_keys(self.salt, reports))
 
 
 class LaplaceAlgorithm(ProtoEnum):
@@ -183,12 +229,33 @@ class LaplaceFit:
 def cluster_points(points: NDArray[np.float64], k: int, rng: np.random.Generator, *,
                    algorithm: LaplaceAlgorithm, fuzzifier: float, noise_scale: float,
                    in_cube: bool = True) -> LaplaceFit:
-    """The server's clustering of the decoded points (module docstring): the engine's and the benchmarks' one copy.
+    """The server's clustering (:func:`cluster_source`) of decoded points held in memory (the benchmarks').
 
     Parameters
     ----------
     points : numpy.ndarray of shape (n, d)
-        Decoded reports in unit-cube units (:func:`decode_points`), ``n >= k``.
+        Decoded reports in unit-cube units (:func:`decode_points`), ``n >= k``; the k-means++ seeds
+        are drawn from all of them.
+    k, rng, algorithm, fuzzifier, noise_scale, in_cube
+        As in :func:`cluster_source`.
+    """
+    x = np.asarray(points, dtype=np.float64)
+    return cluster_source(InMemory(Points(x)), x, k, rng, algorithm=algorithm, fuzzifier=fuzzifier,
+                          noise_scale=noise_scale, in_cube=in_cube)
+
+
+def cluster_source(source: PassSource, sample: NDArray[np.float64], k: int, rng: np.random.Generator, *,
+                   algorithm: LaplaceAlgorithm, fuzzifier: float, noise_scale: float, in_cube: bool = True,
+                   decoder: PointDecoder | None = None, stats: PointStats | None = None) -> LaplaceFit:
+    """The server's clustering of the decoded points (module docstring): one pass over ``source`` per iteration.
+
+    Parameters
+    ----------
+    source : PassSource
+        The decoded points: a round's reports (with their ``decoder``) or
+        :class:`~ldp_collector.estimation.kmeans.InMemory` points.
+    sample : numpy.ndarray of shape (m, d)
+        Decoded points the k-means++ seeds are drawn from, ``m >= k`` (a sample of the round).
     k : int
     rng : numpy.random.Generator
         The k-means++ seeding (post-processing).
@@ -201,17 +268,25 @@ def cluster_points(points: NDArray[np.float64], k: int, rng: np.random.Generator
     in_cube : bool
         Keep the centers in the unit cube (the fuzzy algorithms clip after every update, k-means
         at the end); False: the algorithms as published, centers anywhere.
+    decoder : PointDecoder, optional
+        How ``source``'s reports decode (:class:`LaplacePoints`; None for points in memory).
+    stats : PointStats, optional
+        The statistics pass over ``source``, when the caller has made it.
     """
-    d = points.shape[1]
+    d = sample.shape[1]
+    if stats is None:
+        stats = source.combine(PointStats(d, decoder))
     cube = (np.zeros(d), np.ones(d)) if in_cube else None
+    starts = plus_plus_starts(sample, k, rng, N_INIT)
     if algorithm == LaplaceAlgorithm.KMEANS:
-        km = weighted_kmeans(points, k, rng, n_init=N_INIT, max_iter=MAX_ITERATIONS, tol=TOLERANCE)
-        shares = np.bincount(km.labels, minlength=k).astype(np.float64) / len(points)
+        km = kmeans_passes(source, starts, stats, decoder=decoder, max_iter=MAX_ITERATIONS, tol=TOLERANCE)
+        shares = km.mass / stats.count
         return LaplaceFit(centers=np.clip(km.centers, 0.0, 1.0) if in_cube else km.centers, shares=shares,
                           iterations=km.iterations, objective=float(km.cost), converged=True)
     distance: Distance = "mixed" if algorithm == LaplaceAlgorithm.MNFCM else "euclidean"
-    fit = fuzzy_c_means(points, k, rng, distance=distance, fuzzifier=fuzzifier, noise_scale=noise_scale,
-                        max_iter=MAX_ITERATIONS, tol=TOLERANCE, n_init=N_INIT, bounds=cube)
+    model = fuzzy_model(distance, fuzzifier, stats, noise_scale)
+    fit = fuzzy_passes(source, starts, stats, model=model, max_iter=MAX_ITERATIONS, tol=TOLERANCE, bounds=cube,
+                       decoder=decoder)
     return LaplaceFit(centers=fit.centers, shares=fit.shares, iterations=fit.iterations,
                       objective=float(fit.objective), converged=fit.converged)
 
@@ -319,6 +394,10 @@ class LaplaceEngine(CampaignEngine):
     def _seed(self) -> int:
         return campaign_seed(self.config, "laplace:")
 
+    def _sample_salt(self) -> bytes:
+        """Salt of the round's seeding sample: from the campaign seed, so a rerun draws the same sample."""
+        return campaign_seed(self.config, "laplace:sample:").to_bytes(8, "little")
+
     def _to_original(self, unit: NDArray[np.float64]) -> NDArray[np.float64]:
         """Points of the unit cube in the domain's units."""
         lower = np.asarray(self.domain.lower, dtype=np.float64)
@@ -327,13 +406,15 @@ class LaplaceEngine(CampaignEngine):
         return out
 
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
-        """Decode the noisy points, cluster them and finish the campaign."""
+        """Cluster the noisy points, one pass over the reports per iteration, and finish the campaign."""
         component = spec.tasks[0].components[0]
         mechanism = component.mechanism
         if not isinstance(mechanism, DiscreteLaplaceParams):
             raise ProtocolError(f"a laplace round must use discrete_laplace, got {mechanism.KIND}")
-        points = decode_points(reports.batches(), mechanism)
-        n, d = points.shape
+        decoder = LaplacePoints(mechanism, self._sample_salt())
+        d = mechanism.dimension
+        stats = reports.combine(PointStats(d, decoder))
+        n = stats.count
         p = self.params
         k = int(p.k)
         fuzzy = p.algorithm != LaplaceAlgorithm.KMEANS
@@ -350,7 +431,10 @@ class LaplaceEngine(CampaignEngine):
             result = Result(state=CampaignState.FINISHED, clustering=Clustering(dimension=d), warnings=tuple(warnings))
             return RoundOutcome(result=result, diagnostics=diagnostics)
         if n < k:
-            # Best effort: with fewer reports than clusters, each decoded report is its own cluster's estimate.
+            # Best effort: with fewer reports than clusters, each decoded report is its own cluster's estimate,
+            # in lexicographic order (an order every engine agrees on; the sample's is by keyed hash).
+            points = reports.combine(PointSample(k, d, decoder)).finalize()
+            points = points[np.lexsort(points.T[::-1])]
             warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters: best-effort centers, "
                             f"the {n} decoded reports themselves")
             diagnostics["best_effort"] = 1.0
@@ -361,8 +445,9 @@ class LaplaceEngine(CampaignEngine):
                                               warnings=tuple(warnings)), diagnostics=diagnostics)
         if n < 10 * k:
             warnings.append(f"only {n} reports for k = {k} clusters: the centers are unreliable")
-        fit = cluster_points(points, k, np.random.default_rng(self._seed()), algorithm=p.algorithm,
-                             fuzzifier=float(p.fuzzifier), noise_scale=sigma0)
+        sample = reports.combine(PointSample(SEED_SAMPLE_SIZE, d, decoder)).finalize()
+        fit = cluster_source(reports, sample, k, np.random.default_rng(self._seed()), algorithm=p.algorithm,
+                             fuzzifier=float(p.fuzzifier), noise_scale=sigma0, decoder=decoder, stats=stats)
         centers, shares = fit.centers, fit.shares
         diagnostics.update(iterations=float(fit.iterations), objective=fit.objective)
         if fuzzy:

@@ -8,8 +8,8 @@ in which the assignment step runs on the devices.
 
 Rounds
     1. **Initialize**: every reporting device sends one unbiased perturbed vector of its point.
-       The server runs weighted k-means++ and Lloyd (:func:`ldp_collector.estimation.kmeans.
-       weighted_kmeans`) on the decoded vectors, which are already unbiased estimates of the
+       The server runs k-means++ (on a sample of the round) and Lloyd (:func:`ldp_collector.
+       estimation.kmeans.kmeans_passes`, one pass over the reports per iteration) on the decoded vectors, which are already unbiased estimates of the
        points, so no further debiasing applies, and clips the centers to the domain box.
     2. .. T + 1. **Label round t**: the spec carries the centers of the previous round. A report
        holds two components: the GRR label of the nearest center (``k`` values) and a *fresh*
@@ -129,8 +129,16 @@ The vector mechanism
 Cost
     A label report is ``ceil(log2 k)`` bits plus the vector (``d`` bits for the box, ``32 d``
     for the l2 ball, a few bytes per coordinate for discrete Laplace).
-    Server: one pass over the reports per round, ``O(n d)``; round 1 runs k-means on ``n``
-    points of dimension ``d``.
+    Server: round 1 runs k-means on the ``n`` decoded vectors, one pass over the reports per
+    Lloyd iteration (:func:`ldp_collector.estimation.kmeans.kmeans_passes`: a statistics pass,
+    k-means++ seeds from a sample of :data:`SEED_SAMPLE_SIZE` reports salted by the campaign seed
+    (:class:`~ldp_collector.estimation.kmeans.PointSample`), the :data:`INIT_RESTARTS`
+    restarts sharing every pass). A label round makes two passes, ``O(n k d)``: the label counts
+    and label-wise vector sums (:class:`LabelSums`), then, given the centers they give, the
+    spread of the vectors about them that the centers' variances need (:class:`LabelSpread`).
+    Neither holds the round: memory is the sample (``SEED_SAMPLE_SIZE x (d + 1)``
+    numbers, round 1 only), one batch, and per pass ``3 k (d + 2)``
+    float64 (round 1) or ``k (2 d + 1) + d`` (a label round), whatever ``n``.
 
 Reference
     Xia, Hua, Tong and Zhong, "Distributed K-Means clustering guaranteeing local differential
@@ -140,6 +148,7 @@ Reference
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -157,10 +166,21 @@ from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads, make_accumulate_fn
 from ..estimation.center_floor import floor_diagnostics
 from ..estimation.frequency import GRRAggregator
-from ..estimation.kmeans import weighted_kmeans
+from ..estimation.kmeans import (
+    InMemory,
+    PassSource,
+    PointDecoder,
+    Points,
+    PointSample,
+    PointStats,
+    kmeans_passes,
+    plus_plus_starts,
+    sample_keys,
+)
+from ..estimation.report_accumulator import DecodedPass
 from ..estimation.vectors import vector_component, vector_estimates
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Estimates, Result
-from ..storage.base import AccumulateFn
+from ..storage.base import AccumulateFn, StoredReport
 from .base import (
     K_PARAM,
     NUMERIC,
@@ -185,11 +205,16 @@ __all__ = [
     "DEFAULT_ITERATIONS",
     "MAX_ITERATIONS",
     "MIN_COUNT_Z",
+    "SEED_SAMPLE_SIZE",
     "SPLIT_FRACTION",
+    "LabelSpread",
+    "LabelSums",
+    "LabeledVectors",
     "LdpKmeansEngine",
     "LdpKmeansParams",
     "LdpKmeansPlan",
     "label_update",
+    "label_update_passes",
     "reseed_centers",
     "vector_component",
     "vector_estimates",
@@ -202,6 +227,8 @@ MAX_ITERATIONS = 20
 MIN_COUNT_Z = 2.0
 #: Restarts of the round-1 k-means on the noisy vectors.
 INIT_RESTARTS = 3
+#: Reports of round 1's sample the k-means++ seeds are drawn from (every report when fewer).
+SEED_SAMPLE_SIZE = 1 << 16
 #: A re-seeded center starts this fraction of the gap to the nearest other significant center away
 #: from the center whose cell it splits (:func:`reseed_centers`).
 SPLIT_FRACTION = 0.1
@@ -228,6 +255,9 @@ class LabelUpdate:
     #: updated): the ratio estimator's linearization ``sum_i a_i^2 (v_i - c)^2 / ((p - q) N_c)^2``
     #: with ``a_i = [l_i = c] - q``, which counts the label's and the vector's randomization together.
     variances: NDArray[np.float64]
+    #: The reported label counts ``C_j`` (int64) and the round's label reports ``n``.
+    label_counts: NDArray[np.int64]
+    reports: int
 
 
 def reseed_centers(centers: NDArray[np.float64], counts: NDArray[np.float64], significant: NDArray[np.bool_],
@@ -292,9 +322,174 @@ def reseed_centers(centers: NDArray[np.float64], counts: NDArray[np.float64], si
     return out, reseeded
 
 
+@dataclass(frozen=True, eq=False)
+class LabeledVectors:
+    """A label round's batch decoded: each report's reported label and its vector (normalized units)."""
+
+    labels: NDArray[np.int64]
+    vectors: NDArray[np.float64]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.labels.nbytes + self.vectors.nbytes)
+
+
+class _TaskPayloads:
+    """A round's task decoded batch by batch: each component's payloads over the task's groups, in report order."""
+
+    def __init__(self, spec: RoundSpec) -> None:
+        self.round = spec.round
+        self.task = spec.tasks[0]
+        self.params = component_params_from_spec(spec)
+
+    def columns(self, reports: Sequence[StoredReport]) -> list[list[Any]]:
+        by_key = decode_report_payloads(reports, self.params)
+        return [[p for group in self.task.groups for p in by_key.get(f"{group}:{index}", ())]
+                for index in range(len(self.task.components))]
+
+
+class VectorPoints(_TaskPayloads, PointDecoder):
+    """Round 1's reports decoded into their unbiased vectors (:func:`vector_estimates`), with their sample keys."""
+
+    def __init__(self, spec: RoundSpec, salt: bytes) -> None:
+        super().__init__(spec)
+        if len(self.task.groups) != 1:  # the keys follow the reports' order, the vectors their group's
+            raise ProtocolError(f"round {spec.round} of ldp_kmeans has {len(self.task.groups)} groups reporting, not 1")
+        self.salt = salt
+
+    @property
+    def key(self) -> Hashable:
+        return ("ldp_kmeans:vectors", self.round, self.salt)
+
+    def decode(self, reports: Sequence[StoredReport]) -> Points:
+        (payloads,) = self.columns(reports)
+        # Every report is of the task's one group (a report of another group fails to decode): keys and
+        # vectors are in the same order.
+        return Points(vector_estimates(self.task.components[0].mechanism, payloads), keys=sample_keys(self.salt, reports))
+
+
+class LabelVectors(_TaskPayloads):
+    """A label round's reports decoded into :class:`LabeledVectors` (labels checked against ``k``)."""
+
+    def __init__(self, spec: RoundSpec, k: int) -> None:
+        super().__init__(spec)
+        self.k = int(k)
+
+    @property
+    def key(self) -> Hashable:
+        return ("ldp_kmeans:labels", self.round, self.k)
+
+    def decode(self, reports: Sequence[StoredReport]) -> LabeledVectors:
+        labels_raw, vector_payloads = self.columns(reports)
+        if not all(isinstance(v, int) and 0 <= v < self.k for v in labels_raw):
+            raise ProtocolError(f"label payloads must be indexes in [0, {self.k})")
+        vectors = vector_estimates(self.task.components[1].mechanism, vector_payloads)
+        if len(vectors) != len(labels_raw):
+            raise ProtocolError("every label report must carry one vector")
+        return LabeledVectors(np.asarray(labels_raw, dtype=np.int64).reshape(-1), vectors)
+
+
+class _LabelPass(DecodedPass[Any]):
+    """A pass over a label round's :class:`LabeledVectors` (``decoder`` None: arrays only, :class:`InMemory`)."""
+
+    def __init__(self, decoder: LabelVectors | None) -> None:
+        self.decoder = decoder
+
+    @property
+    def decoding(self) -> Hashable:
+        return None if self.decoder is None else self.decoder.key
+
+    def decode(self, reports: Sequence[StoredReport]) -> LabeledVectors:
+        if self.decoder is None:
+            raise TypeError(f"{type(self).__name__} has no decoder: it adds arrays only")
+        return self.decoder.decode(reports)
+
+
+class LabelSums(_LabelPass):
+    """A label round's first pass: the reported label counts ``C_j``, the label-wise vector sums and their total.
+
+    State: ``k (d + 1) + d + 1`` numbers (the counts are int64, exact on every engine).
+    """
+
+    def __init__(self, k: int, dimension: int, decoder: LabelVectors | None = None) -> None:
+        super().__init__(decoder)
+        self.k, self.dimension = int(k), int(dimension)
+        self.n = 0
+        self.counts = np.zeros(self.k, dtype=np.int64)
+        #: ``sum_{i: y_i = j} v_i`` (k, d).
+        self.reported = np.zeros((self.k, self.dimension))
+        #: ``sum_i v_i`` (d,).
+        self.total = np.zeros(self.dimension)
+
+    def zero(self) -> LabelSums:
+        return LabelSums(self.k, self.dimension, self.decoder)
+
+    def add_decoded(self, decoded: LabeledVectors) -> None:
+        labels, vectors = decoded.labels, decoded.vectors
+        if labels.size and (labels.min() < 0 or labels.max() >= self.k):
+            raise ProtocolError(f"label payloads must be indexes in [0, {self.k})")
+        if len(vectors) != len(labels):
+            raise ProtocolError("every label report must carry one vector")
+        if not len(labels):
+            return
+        self.n += len(labels)
+        self.counts += np.bincount(labels, minlength=self.k)
+        for j in range(self.dimension):
+            self.reported[:, j] += np.bincount(labels, weights=vectors[:, j], minlength=self.k)
+        self.total += vectors.sum(axis=0)
+
+    def merge(self, other: LabelSums) -> None:
+        self.n += other.n
+        self.counts += other.counts
+        self.reported += other.reported
+        self.total += other.total
+
+    def finalize(self) -> LabelSums:
+        return self
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.counts.nbytes + self.reported.nbytes + self.total.nbytes + 8)
+
+
+class LabelSpread(_LabelPass):
+    """A label round's second pass: ``sum_i a_i^2 (v_i - c)^2`` per center ``c`` it is given, ``a_i = [y_i = c] - q``.
+
+    The numerator of the centers' variances (:class:`LabelUpdate`), which need the centers the
+    first pass gives. ``which`` picks the centers (the others stay 0). State: ``2 k d`` float64.
+    """
+
+    def __init__(self, centers: NDArray[np.float64], q: float, which: NDArray[np.bool_],
+                 decoder: LabelVectors | None = None) -> None:
+        super().__init__(decoder)
+        self.centers = np.asarray(centers, dtype=np.float64)
+        self.q = float(q)
+        self.which = np.asarray(which, dtype=np.bool_)
+        self.spread = np.zeros_like(self.centers)
+
+    def zero(self) -> LabelSpread:
+        return LabelSpread(self.centers, self.q, self.which, self.decoder)
+
+    def add_decoded(self, decoded: LabeledVectors) -> None:
+        labels, vectors = decoded.labels, decoded.vectors
+        for c in np.flatnonzero(self.which):
+            a2 = ((labels == c) - self.q) ** 2
+            self.spread[c] += (a2[:, None] * (vectors - self.centers[c]) ** 2).sum(axis=0)
+
+    def merge(self, other: LabelSpread) -> None:
+        self.spread += other.spread
+
+    def finalize(self) -> NDArray[np.float64]:
+        return self.spread
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.centers.nbytes + self.spread.nbytes)
+
+
 def label_update(labels: NDArray[np.int64], vectors: NDArray[np.float64], grr: GRRParams,
                  previous: NDArray[np.float64], *, rng: np.random.Generator | None = None) -> LabelUpdate:
-    """Debiased Lloyd step from GRR labels and same-report unbiased vectors (module docstring).
+    """Debiased Lloyd step from GRR labels and same-report unbiased vectors held in memory (:func:`label_update_passes`).
 
     Parameters
     ----------
@@ -302,6 +497,23 @@ def label_update(labels: NDArray[np.int64], vectors: NDArray[np.float64], grr: G
         Reported (randomized) labels in ``[0, k)``.
     vectors : numpy.ndarray, shape (n, d)
         Unbiased estimates of the same devices' points (normalized units).
+    grr, previous, rng
+        As in :func:`label_update_passes`.
+    """
+    batch = LabeledVectors(np.asarray(labels, dtype=np.int64).reshape(-1),
+                           np.asarray(vectors, dtype=np.float64).reshape(-1, previous.shape[1]))
+    return label_update_passes(InMemory(batch), grr, previous, rng=rng)
+
+
+def label_update_passes(source: PassSource, grr: GRRParams, previous: NDArray[np.float64], *,
+                        rng: np.random.Generator | None = None, decoder: LabelVectors | None = None) -> LabelUpdate:
+    """Debiased Lloyd step (module docstring) in two passes over a label round: sums, then the centers' spread.
+
+    Parameters
+    ----------
+    source : PassSource
+        The round's reports (with their ``decoder``) or :class:`LabeledVectors` in memory
+        (:class:`~ldp_collector.estimation.kmeans.InMemory`).
     grr : GRRParams
         The labels' mechanism (``domain_size = k``).
     previous : numpy.ndarray, shape (k, d)
@@ -309,32 +521,32 @@ def label_update(labels: NDArray[np.int64], vectors: NDArray[np.float64], grr: G
     rng : numpy.random.Generator, optional
         Given, the centers that are not significant are re-seeded (:func:`reseed_centers`);
         without it (the last round) they keep their previous position.
+    decoder : LabelVectors, optional
+        How ``source``'s reports decode (None for batches in memory).
     """
     k = grr.domain_size
-    n = len(labels)
-    aggregator = GRRAggregator.from_counts(grr, np.bincount(labels, minlength=k).astype(np.int64), n)
+    d = previous.shape[1]
+    sums = source.combine(LabelSums(k, d, decoder))
+    n = sums.n
+    aggregator = GRRAggregator.from_counts(grr, sums.counts, n)
     estimate = aggregator.estimate(DEFAULT_CONFIDENCE)
     counts = np.asarray(estimate.counts, dtype=np.float64)
     se = np.asarray(estimate.std_errors, dtype=np.float64)
     p, q = grr.p, grr.q
-    d = previous.shape[1]
-    reported = np.column_stack([np.bincount(labels, weights=vectors[:, j], minlength=k) for j in range(d)]) \
-        if n else np.zeros((k, d))
-    total = vectors.sum(axis=0) if n else np.zeros(d)
-    sums = (reported - q * total[None, :]) / (p - q)
+    centered = (sums.reported - q * sums.total[None, :]) / (p - q)
     updated = (counts > MIN_COUNT_Z * se) & (counts > 0)
     centers = previous.copy()
-    centers[updated] = sums[updated] / counts[updated, None]
+    centers[updated] = centered[updated] / counts[updated, None]
     variances = np.full((k, d), np.inf)
-    for c in np.flatnonzero(updated):
-        a2 = ((labels == c) - q) ** 2
-        variances[c] = (a2[:, None] * (vectors - centers[c]) ** 2).sum(axis=0) / ((p - q) * counts[c]) ** 2
+    if updated.any():
+        spread = source.combine(LabelSpread(centers, q, updated, decoder)).finalize()
+        variances[updated] = spread[updated] / (((p - q) * counts[updated]) ** 2)[:, None]
     centers = np.clip(centers, 0.0, 1.0)
     reseeded = np.zeros(k, dtype=np.bool_)
     if rng is not None:
         centers, reseeded = reseed_centers(centers, counts, updated, rng)
     return LabelUpdate(centers=centers, counts=counts, count_std_errors=se, updated=updated, reseeded=reseeded,
-                       variances=variances)
+                       variances=variances, label_counts=sums.counts, reports=n)
 
 
 @dataclass(frozen=True)
@@ -481,6 +693,10 @@ class LdpKmeansEngine(CampaignEngine):
         """Seed of the server's k-means and re-seeding (post-processing: reproducible, needs no secret)."""
         return campaign_seed(self.config)
 
+    def _sample_salt(self) -> bytes:
+        """Salt of round 1's seeding sample: from the campaign seed, so a rerun draws the same sample."""
+        return campaign_seed(self.config, "ldp_kmeans:sample:").to_bytes(8, "little")
+
     # -- rounds -----------------------------------------------------------------------------------
 
     def _spec(self, round_: int, components: tuple[Component, ...]) -> RoundSpec:
@@ -503,18 +719,6 @@ class LdpKmeansEngine(CampaignEngine):
     def accumulate_fn(self, spec: RoundSpec) -> AccumulateFn | None:
         """GRR label counts and report counts (the centers need the raw vectors at close)."""
         return make_accumulate_fn(component_params_from_spec(spec))
-
-    def _payloads(self, spec: RoundSpec, reports: RoundReports) -> list[list[Any]]:
-        """Decoded payloads of every report of the round's task, one list per component."""
-        task = spec.tasks[0]
-        params = component_params_from_spec(spec)
-        columns: list[list[Any]] = [[] for _ in task.components]
-        for batch in reports.batches():
-            by_key = decode_report_payloads(batch, params)
-            for group in task.groups:
-                for index in range(len(task.components)):
-                    columns[index].extend(by_key.get(f"{group}:{index}", ()))
-        return columns
 
     def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
         """Initialize the centers (round 1) or run one debiased Lloyd step (label rounds)."""
@@ -544,12 +748,14 @@ class LdpKmeansEngine(CampaignEngine):
 
     def _close_init(self, spec: RoundSpec, reports: RoundReports) -> RoundOutcome:
         component = spec.tasks[0].components[0]
-        (payloads,) = self._payloads(spec, reports)
-        vectors = vector_estimates(component.mechanism, payloads)
-        n, k = len(vectors), self.k
+        decoder = VectorPoints(spec, self._sample_salt())
+        stats = reports.combine(PointStats(self.dimension, decoder))
+        n, k = stats.count, self.k
         warnings: list[str] = []
         if n >= k:
-            fit = weighted_kmeans(vectors, k, rng=self._seed(), n_init=INIT_RESTARTS)
+            sample = reports.combine(PointSample(SEED_SAMPLE_SIZE, self.dimension, decoder)).finalize()
+            starts = plus_plus_starts(sample, k, self._seed(), INIT_RESTARTS)
+            fit = kmeans_passes(reports, starts, stats, decoder=decoder)
             centers = np.clip(fit.centers, 0.0, 1.0)
         else:
             # Too few reports to seed k centers: a data-independent start on the box diagonal.
@@ -570,25 +776,18 @@ class LdpKmeansEngine(CampaignEngine):
         iteration = int(state["iteration"])
         k, d = self.k, self.dimension
         previous = np.asarray([float(v) for v in state["centers"]], dtype=np.float64).reshape(k, d)
-        label_component, vector_part = spec.tasks[0].components
+        label_component, _ = spec.tasks[0].components  # a label and its vector
         grr = label_component.mechanism
         if not isinstance(grr, GRRParams):
             raise ProtocolError(f"label round {spec.round} has no GRR label component")
-        labels_raw, vector_payloads = self._payloads(spec, reports)
-        if not all(isinstance(v, int) and 0 <= v < k for v in labels_raw):
-            raise ProtocolError(f"label payloads must be indexes in [0, {k})")
-        labels = np.asarray(labels_raw, dtype=np.int64)
-        vectors = vector_estimates(vector_part.mechanism, vector_payloads)
-        if len(vectors) != len(labels):
-            raise ProtocolError("every label report must carry one vector")
         final = iteration >= self.iterations
         # A center re-seeded in the last round would be published without a round to validate it.
         rng = None if final else np.random.default_rng((self._seed(), spec.round))
-        update = label_update(labels, vectors, grr, previous, rng=rng)
+        update = label_update_passes(reports, grr, previous, rng=rng, decoder=LabelVectors(spec, k))
         reseeded = int(state.get("reseeded", 0)) + int(update.reseeded.sum())
         shift = np.linalg.norm(self._to_original(update.centers) - self._to_original(previous), axis=1)
         diagnostics: dict[str, float] = {
-            f"iteration_{iteration}_reports": float(len(labels)),
+            f"iteration_{iteration}_reports": float(update.reports),
             f"iteration_{iteration}_center_shift_max": float(shift.max()),
             f"iteration_{iteration}_center_shift_mean": float(shift.mean()),
             f"iteration_{iteration}_centers_kept": float(int((~update.updated & ~update.reseeded).sum())),
@@ -597,7 +796,7 @@ class LdpKmeansEngine(CampaignEngine):
         for j in range(k):
             diagnostics[f"iteration_{iteration}_label_{j}_count"] = float(update.counts[j])
             diagnostics[f"iteration_{iteration}_label_{j}_std_error"] = float(update.count_std_errors[j])
-        aggregator = GRRAggregator.from_counts(grr, np.bincount(labels, minlength=k).astype(np.int64), len(labels))
+        aggregator = GRRAggregator.from_counts(grr, update.label_counts, update.reports)
         estimates = frequency_estimates(aggregator.estimate(DEFAULT_CONFIDENCE), label_component)
         if not final:
             next_spec = self._label_spec(spec.round + 1, update.centers)
