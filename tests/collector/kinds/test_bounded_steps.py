@@ -30,7 +30,7 @@ _N = 3000
 _K = 3
 _CATEGORIES = 64
 #: Kinds whose step still reads its whole round (docs/beam.md); each leaves this set when it stops.
-WHOLE_ROUND: frozenset[str] = frozenset({"laplace", "bitvector", "ldp_kmeans", "stemmer"})
+WHOLE_ROUND: frozenset[str] = frozenset({"laplace", "ldp_kmeans", "stemmer"})
 
 
 class _CombineOnly(RoundReports):

@@ -54,16 +54,24 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, decode_report_payloads
 from ..estimation.bitvector import (
+    DBSCAN_SAMPLE,
+    KMEANS_SAMPLE,
+    REFINE_STOP,
     BitVectorClustering,
     BitVectorLayout,
-    dbscan_encoded,
+    BitVectorPass,
+    BitVectorPassSums,
+    dbscan_cores,
+    dbscan_on_round,
     decode_centers,
     decoded_center_variances,
     kmeans_encoded,
     public_pivots,
+    refine_on_round,
     unpack_bit_payloads,
 )
 from ..estimation.center_floor import floor_diagnostics
+from ..estimation.report_accumulator import ReportSample
 from ..model import CampaignConfig, CampaignState, Clustering, Result
 from .base import (
     K_PARAM,
@@ -106,6 +114,10 @@ DEFAULT_PIVOTS_PER_ATTRIBUTE = 8
 MAX_REPORT_BITS = 4096
 #: theta_j / s_j (module docstring).
 HALF_WIDTH_FACTOR = 63 / 64
+#: The round's one component: group 0's bit vector.
+_KEY = "0:0"
+#: Salt of the report sample's keyed hash, ahead of the campaign seed's 8 bytes.
+_SAMPLE_SALT = b"bitvector-sample:"
 
 
 
@@ -220,16 +232,21 @@ class BitVectorEngine(CampaignEngine):
         if not isinstance(encoder, BitVectorEncoder) or not isinstance(mechanism, BitwiseRRParams):
             raise TypeError(f"round {spec.round} of a bitvector campaign has a {encoder.KIND}/{mechanism.KIND} component")
         params_by_group = component_params_from_spec(spec)
-        parts = [unpack_bit_payloads(decode_report_payloads(batch, params_by_group).get("0:0", []),
-                                     mechanism.length) for batch in reports.batches()]
-        bits = np.concatenate(parts) if parts else np.zeros((0, mechanism.length), dtype=np.uint8)
-        n = len(bits)
+        algorithm = self.params.algorithm
+        # The start (k-means++, Lloyd, the first EM iterations) or DBSCAN's cores come from a sample
+        # drawn by report id, the same on every engine; only the last passes read the whole round.
+        size = DBSCAN_SAMPLE if algorithm == BitVectorAlgorithm.DBSCAN else KMEANS_SAMPLE
+        sample = reports.combine(ReportSample(_SAMPLE_SALT + self._seed().to_bytes(8, "little"), size)).finalize()
+        bits = unpack_bit_payloads(decode_report_payloads(sample, params_by_group).get(_KEY, []), mechanism.length)
+
+        def passes(accumulator: BitVectorPass) -> BitVectorPassSums:
+            return reports.combine(accumulator).finalize()
+
         layout = layout_of(encoder)
         k = int(self.params.k)
         warnings: list[str] = []
         clustering = Clustering(dimension=layout.dimension)
         diagnostics = {
-            "reports": float(n),
             "epsilon": float(mechanism.epsilon),
             "realized_epsilon": float(mechanism.realized_epsilon),
             "hamming_sensitivity": float(mechanism.sensitivity),
@@ -238,19 +255,32 @@ class BitVectorEngine(CampaignEngine):
             "bit_variance": float(mechanism.bit_variance),
             "pivots_per_attribute": float(self.params.pivots_per_attribute),
             "half_width_factor": float(HALF_WIDTH_FACTOR),
+            "sample_reports": float(len(bits)),
         }
-        if n == 0:
+        n = 0
+        if len(bits) == 0:
             warnings.append("the round received no reports: no clustering")
         else:
-            if n < k:
-                warnings.append(f"only {n} reports for k = {k} clusters: clustering into {n}")
+            # The sample holds every report of a round smaller than it, so n < k shows here.
+            if len(bits) < k:
+                warnings.append(f"only {len(bits)} reports for k = {k} clusters: clustering into {len(bits)}")
+            kk = min(k, len(bits))
             fit: BitVectorClustering
-            if self.params.algorithm == BitVectorAlgorithm.DBSCAN:
-                fit = dbscan_encoded(bits, min(k, n), p_flip=mechanism.p_flip, p_keep=mechanism.p_keep,
-                                     rng=self._seed())
+            if algorithm == BitVectorAlgorithm.DBSCAN:
+                cores = dbscan_cores(bits, kk, p_flip=mechanism.p_flip, p_keep=mechanism.p_keep)
+                fit = dbscan_on_round(cores, passes, width=mechanism.length, p_flip=mechanism.p_flip,
+                                      p_keep=mechanism.p_keep, component_params_by_group=params_by_group, key=_KEY)
             else:
-                fit = kmeans_encoded(bits, min(k, n), p_flip=mechanism.p_flip, p_keep=mechanism.p_keep,
-                                     rng=self._seed())
+                start = kmeans_encoded(bits, kk, p_flip=mechanism.p_flip, p_keep=mechanism.p_keep, rng=self._seed())
+                assert start.mixture is not None  # refined by default
+                diagnostics["sample_iterations"] = float(start.iterations)
+                fit, converged = refine_on_round(start.mixture, passes, p_flip=mechanism.p_flip,
+                                                 p_keep=mechanism.p_keep, component_params_by_group=params_by_group,
+                                                 key=_KEY)
+                if not converged:
+                    warnings.append(f"the EM refinement over the round stopped after {fit.iterations} passes "
+                                    f"with its centers still moving by {REFINE_STOP:g} standard errors or more")
+            n = int(fit.sizes.sum())
             keep = fit.sizes > 0
             centers = decode_centers(fit.centers[keep], layout)
             clustering = replace(clustering, k=len(centers), centers=tuple(centers.ravel().tolist()),
@@ -261,8 +291,9 @@ class BitVectorEngine(CampaignEngine):
                                                   upper=layout.upper))
             diagnostics["encoded_cost"] = fit.cost
             diagnostics["encoded_cost_per_report"] = fit.cost / n
-            diagnostics["iterations"] = float(fit.iterations)
+            diagnostics["round_passes"] = float(fit.iterations)
             diagnostics["clusters"] = float(len(centers))
+        diagnostics["reports"] = float(n)
         result = Result(state=CampaignState.FINISHED, clustering=clustering, warnings=tuple(warnings))
         return RoundOutcome(result=result, diagnostics=diagnostics)
 
