@@ -106,6 +106,8 @@ DBSCAN_SAMPLE = 4000
 DECODE_GRID = 1025
 #: Spread half-widths tried by :func:`decode_centers`, in pivot spacings: 0 (the point's own bits) to 8 by 1/8.
 DECODE_SPREADS = tuple(i / 8 for i in range(65))
+#: Centers :func:`decode_centers` decodes at once (its loss array: rows x spreads x grid floats, 34 MB).
+_DECODE_ROWS = 64
 #: Rows per chunk of the distance computations (bounds the float scratch to ~ rows x k or B floats).
 _CHUNK = 16384
 #: The float copies of the bits (12 bytes per bit) are kept between passes up to this size.
@@ -358,9 +360,11 @@ def _cluster_means(y: _Bits, labels: NDArray[np.int64], k: int, p_flip: float,
     sums = np.zeros((k, y.width))
     for i, start in enumerate(y.starts):
         lab = labels[start:start + _CHUNK]
-        onehot = np.zeros((len(lab), k))
+        onehot = np.zeros((len(lab), k), dtype=np.float32)
         onehot[np.arange(len(lab)), lab] = 1.0
-        sums += (y.float64(i).T @ onehot).T
+        # Counts of set bits: float32 sums of 0/1 products are exact below 2^24 rows (a chunk has
+        # _CHUNK), and twice as fast as float64.
+        sums += (y.float32(i).T @ onehot).T.astype(np.float64)
     sizes = np.bincount(labels, minlength=k).astype(np.int64)
     means = scale * (sums / np.maximum(sizes, 1)[:, None] - p_flip)
     return means, sizes
@@ -926,18 +930,19 @@ def decode_centers(centers: ArrayLike, layout: BitVectorLayout, *, grid: int = D
             out[:, j] = 0.5 * (lo + hi)
             continue
         step = (hi - lo) / len(pivots)
-        cj = c[:, layout.columns(j)]
-        losses = []
-        for h in spreads:
-            beta = expected_pattern(zs, h * step, pivots, layout.half_widths[j])  # (G, T)
-            losses.append((beta * beta).sum(axis=1)[None, :] - 2.0 * cj @ beta.T + (cj * cj).sum(axis=1)[:, None])
-        loss = np.stack(losses, axis=1)  # (k, H, G)
-        for i in range(len(c)):
-            li = loss[i]
-            low = li.min()
-            tied = li <= low + 1e-9 * max(1.0, abs(low))
-            h_best = int(np.flatnonzero(tied.any(axis=1))[0])
-            out[i, j] = float(np.median(zs[tied[h_best]]))
+        # The model patterns depend on the layout only: made once per attribute for every center.
+        betas = [expected_pattern(zs, h * step, pivots, layout.half_widths[j]) for h in spreads]  # (G, T) each
+        norms = [(beta * beta).sum(axis=1)[None, :] for beta in betas]
+        for r0 in range(0, len(c), _DECODE_ROWS):
+            cj = c[r0:r0 + _DECODE_ROWS, layout.columns(j)]
+            cn = (cj * cj).sum(axis=1)[:, None]
+            loss = np.stack([nb - 2.0 * cj @ beta.T + cn for beta, nb in zip(betas, norms)], axis=1)  # (rows, H, G)
+            for i in range(len(cj)):
+                li = loss[i]
+                low = li.min()
+                tied = li <= low + 1e-9 * max(1.0, abs(low))
+                h_best = int(np.flatnonzero(tied.any(axis=1))[0])
+                out[r0 + i, j] = float(np.median(zs[tied[h_best]]))
     return out
 
 
@@ -959,8 +964,12 @@ def decoded_center_variances(centers: ArrayLike, sizes: ArrayLike, layout: BitVe
         return out
     base = decode_centers(c[live], layout)
     sd = np.sqrt(bit_variance / m[live])[:, None]
+    # One draw and one decode for every replicate (the same normals, in the same order, as one draw per replicate).
+    noise = rng.standard_normal((replicates, *c[live].shape))
+    decoded = decode_centers((c[live][None, :, :] + sd[None, :, :] * noise).reshape(-1, c.shape[1]),
+                             layout).reshape(replicates, len(base), layout.dimension)
     total = np.zeros_like(base)
-    for _ in range(replicates):
-        total += (decode_centers(c[live] + sd * rng.standard_normal(c[live].shape), layout) - base) ** 2
+    for r in range(replicates):
+        total += (decoded[r] - base) ** 2
     out[live] = total / replicates
     return out
