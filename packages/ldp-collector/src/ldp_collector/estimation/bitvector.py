@@ -7,6 +7,13 @@ bitwise_randomized_response.BitwiseRRParams`; ``p = 1 - q`` keeps a bit). This m
 server half: unpacking, debiasing, distances in the encoded space, k-means and DBSCAN there, and
 decoding encoded-space centers back to the original units.
 
+Over a round (bounded memory)
+    :func:`kmeans_encoded` and :func:`dbscan_cores` work on reports held in memory: a round step
+    runs them on a sample, then makes its passes over the whole round with
+    :class:`BitVectorPass`, a mergeable accumulator of ``k x B`` sums
+    (:func:`refine_on_round`: one EM iteration per pass; :func:`dbscan_on_round`: one assignment),
+    so the same step runs in-process and on Apache Beam.
+
 Debiasing
     ``E[y] = q + (p - q) b``, so ``b_hat = (y - q) / (p - q)`` is unbiased for ``b``. Its noise
     ``e = b_hat - b`` has mean 0 and the same variance ``V = p q / (p - q)^2`` for ``b = 0`` and
