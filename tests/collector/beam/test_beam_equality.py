@@ -57,7 +57,8 @@ MULTI_PROCESS = ("--direct_running_mode=multi_processing", "--direct_num_workers
 _ORACLES = {"grr": campaigns_pb2.GRR, "sue": campaigns_pb2.SUE, "oue": campaigns_pb2.OUE, "olh": campaigns_pb2.OLH}
 CASES = [*KINDS, *(f"histogram-{name}" for name in _ORACLES)]
 #: The kinds whose step sums floats over the raw reports in a report accumulator (nettree's leaf
-#: and refinement sums, Stemmer's key means and Lloyd sums: per-bucket vector sums). Their
+#: and refinement sums, Stemmer's key means and Lloyd sums: per-bucket vector sums; bitvector's EM
+#: passes: responsibility-weighted bit sums). Their
 #: accumulators differ from the in-process ones by at most the summation bound
 #: (``test_vector_sums_on_beam_within_the_summation_bound``), about ``2 n u`` relative for sums of
 #: same-magnitude terms (n = 3000 here: 7e-13). The centers and candidates in the next spec, the
@@ -65,9 +66,12 @@ CASES = [*KINDS, *(f"histogram-{name}" for name in _ORACLES)]
 #: differences seen are ~1e-15); FLOAT_RTOL and FLOAT_ATOL leave a wide margin. What could flip
 #: under a last-bit difference: a center's "moved" test in ``lloyd_move`` and Stemmer's candidate
 #: filters (a count against a threshold in standard errors), and a nearest-center assignment in
-#: the weighted k-means over the candidates, each only when a value sits within ~1e-12 relative of
-#: its threshold or tie; none does in these data, and every discrete field is compared exactly.
-FLOAT_SUM_CASES = {"nettree", "stemmer"}
+#: the weighted k-means over the candidates; bitvector's EM stopping rule (each center's move
+#: against a tenth of its standard error), a report's nearest center (the clusters' sizes) and a
+#: center's decoded grid point (a least-squares argmin, ties within 1e-9 relative); each only when a
+#: value sits within ~1e-12 relative of its threshold or tie; none does in these data, and every
+#: discrete field is compared exactly.
+FLOAT_SUM_CASES = {"nettree", "stemmer", "bitvector"}
 FLOAT_RTOL = 1e-9
 #: ... or FLOAT_ATOL apart: a value that cancels to about 0 (a candidate coordinate of 1e-16) has no
 #: relative precision; the values are in box units ([-1, 1]) or in the domain's (spans of about 10).
