@@ -260,6 +260,10 @@ class BitVectorEngine(CampaignEngine):
         size = DBSCAN_SAMPLE if algorithm == BitVectorAlgorithm.DBSCAN else KMEANS_SAMPLE
         sample = reports.combine(ReportSample(_SAMPLE_SALT + self._seed().to_bytes(8, "little"), size)).finalize()
         bits = unpack_bit_payloads(decode_report_payloads(sample, params_by_group).get(_KEY, []), mechanism.length)
+        # In a canonical order (rows sorted lexicographically): the sample's order follows the hash of
+        # the report ids, which carry their creation second, so the clustering of a round that fits
+        # in the sample then depends on its reports' bits only and a repeated campaign repeats it.
+        bits = bits[np.lexsort(bits.T[::-1])]
 
         def passes(accumulator: BitVectorPass) -> BitVectorPassSums:
             return reports.combine(accumulator).finalize()
