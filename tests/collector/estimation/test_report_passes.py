@@ -21,7 +21,7 @@ from scipy import stats
 
 from ldp_collector.estimation.report_accumulator import DecodedPass, ReportSample, combine_batches
 from ldp_collector.storage.base import StoredReport
-from tests.support.round_reports import ListRoundReports
+from support.round_reports import ListRoundReports
 
 
 def _reports(n: int, seed: int = 0) -> list[StoredReport]:
