@@ -55,7 +55,8 @@ MULTI_PROCESS = ("--direct_running_mode=multi_processing", "--direct_num_workers
 _ORACLES = {"grr": campaigns_pb2.GRR, "sue": campaigns_pb2.SUE, "oue": campaigns_pb2.OUE, "olh": campaigns_pb2.OLH}
 CASES = [*KINDS, *(f"histogram-{name}" for name in _ORACLES)]
 #: The kinds whose step sums floats over the raw reports in a report accumulator (nettree's leaf
-#: and refinement sums, Stemmer's key means and Lloyd sums: per-bucket vector sums). Their
+#: and refinement sums, Stemmer's key means and Lloyd sums: per-bucket vector sums; bitvector's EM
+#: passes: responsibility-weighted bit sums). Their
 #: accumulators differ from the in-process ones by at most the summation bound
 #: (``test_vector_sums_on_beam_within_the_summation_bound``), about ``2 n u`` relative for sums of
 #: same-magnitude terms (n = 3000 here: 7e-13). The centers and candidates in the next spec, the
@@ -70,8 +71,10 @@ CASES = [*KINDS, *(f"histogram-{name}" for name in _ORACLES)]
 #: iteration's centers are ratios of such sums, and an iteration stops when the centers' movement is
 #: within the tolerance, so a last-bit difference could change the iteration count (and then every
 #: later float) only when the movement sits within ~1e-12 relative of that threshold, or flip a
-#: nearest-center tie; none does in these data.
-FLOAT_SUM_CASES = {"nettree", "stemmer", "laplace", "ldp_kmeans"}
+#: nearest-center tie; none does in these data. bitvector: its EM stopping rule (each center's move
+#: against a tenth of its standard error), a report's nearest center (the clusters' sizes) and a
+#: center's decoded grid point (a least-squares argmin, ties within 1e-9 relative), on the same terms.
+FLOAT_SUM_CASES = {"nettree", "stemmer", "laplace", "ldp_kmeans", "bitvector"}
 FLOAT_RTOL = 1e-9
 #: ... or FLOAT_ATOL apart: a value that cancels to about 0 (a candidate coordinate of 1e-16) has no
 #: relative precision; the values are in box units ([-1, 1]) or in the domain's (spans of about 10).

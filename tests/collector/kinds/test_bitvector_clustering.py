@@ -8,6 +8,7 @@ end-to-end runs come from measured runs (values in comments).
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -24,16 +25,22 @@ from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation import bitvector as bitvector_estimation
 from ldp_collector.estimation.bitvector import (
+    BitVectorPass,
+    array_passes,
     dbscan_encoded,
+    dbscan_on_round,
     debias_bits,
     decode_centers,
     expected_pattern,
     kmeans_encoded,
+    moved_within_noise,
     pairwise_sq_distances,
     public_pivots,
+    refine_on_round,
     report_center_sq_distances,
     unpack_bit_payloads,
 )
+from ldp_collector.estimation.report_accumulator import summation_error_bound
 from ldp_collector.kinds import bitvector as bitvector_engine
 from ldp_collector.kinds.bitvector import HALF_WIDTH_FACTOR
 from ldp_collector.serde import config_from_proto
@@ -216,13 +223,17 @@ def test_kmeans_in_encoded_space_finds_separated_blobs() -> None:
     assert sorted(np.round(fit.sizes / len(x), 1)) == pytest.approx([0.3, 0.3, 0.3], abs=0.1)
 
 
-#: kmeans_encoded on the fixed input of the next test, as the implementation before the float
-#: blocks were cached and each EM step's distances reused (a pure speed-up): per ``refine``, the
-#: iterations, the sizes, the decoded centers and each center's sum of bit frequencies.
+#: kmeans_encoded on the fixed input of the next test: per ``refine``, the iterations, the sizes,
+#: the decoded centers and each center's sum of bit frequencies. ``refine=False`` (Lloyd) gives what
+#: it gave before the float blocks were cached and each EM step's distances reused (a pure
+#: speed-up). ``refine=True`` pins the EM refinement that stops when every mean moved by less than
+#: REFINE_STOP of its standard error (63 iterations in all); the former rule (a change of the mean
+#: log-likelihood below 1e-7) ran 339, to sizes 836/894/873/897 and decoded centers (5.62, 8.14),
+#: (2.79, 6.50), (8.90, 3.13), (1.35, 0.71) for true means (5, 8.5), (2, 7), (8, 2), (1, 1).
 KMEANS_BEFORE_THE_SPEED_UP = {
-    True: (339, [836, 894, 873, 897],
-           [[5.615234375, 8.14453125], [2.79296875, 6.50390625], [8.896484375, 3.125], [1.34765625, 0.712890625]],
-           [3.9206206507231594, 4.690317543515676, 2.216901846835387, 3.903967541789065]),
+    True: (63, [803, 806, 952, 939],
+           [[4.404296875, 8.06640625], [2.36328125, 6.30859375], [8.4765625, 3.125], [1.005859375, 0.673828125]],
+           [4.511416992107004, 5.441354868932396, 1.6410767684784697, 4.2636430600078965]),
     False: (39, [835, 699, 1037, 929],
             [[4.375, 4.55078125], [0.673828125, 5.33203125], [9.98046875, 5.0], [0.615234375, 4.23828125]],
             [4.491187755243327, 9.528392121408956, -1.5113948440868126, 4.416427247188675]),
@@ -233,7 +244,7 @@ KMEANS_BEFORE_THE_SPEED_UP = {
 @pytest.mark.parametrize("refine", [True, False])
 def test_kmeans_gives_the_result_it_gave_before_the_speed_up(refine: bool, cache: bool,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Same input, same seed: the same iterations, sizes and decoded centers as before the speed-up.
+    """Same input, same seed: the same iterations, sizes and decoded centers as pinned (before the speed-up for Lloyd).
 
     Chunks of 1000 rows make the 3500 reports span four chunks; the float blocks are either cached
     or converted on every pass. The centers' sums allow for a different BLAS (1e-9 relative).
@@ -253,6 +264,110 @@ def test_kmeans_gives_the_result_it_gave_before_the_speed_up(refine: bool, cache
     assert fit.sizes.tolist() == sizes and np.bincount(fit.labels, minlength=4).tolist() == sizes
     assert decode_centers(fit.centers, layout).tolist() == centers
     np.testing.assert_allclose(fit.centers.sum(axis=1), sums, rtol=1e-9)
+
+
+def _noisy_mixture(n: int, seed: int, epsilon: float = 3.0) -> tuple[np.ndarray, BitwiseRRParams, Any]:
+    rng = np.random.default_rng(seed)
+    true_centers = np.array([[1.0, 1.0], [8.0, 2.0], [5.0, 8.5], [2.0, 7.0]])
+    x = true_centers[rng.integers(0, 4, size=n)] + rng.normal(0, 0.8, size=(n, 2))
+    layout = public_pivots((0.0, 0.0), (10.0, 10.0), 8, HALF_WIDTH_FACTOR)
+    params = BitwiseRRParams(length=layout.bits, epsilon=epsilon, sensitivity=8)
+    return flip(layout.encode(x), params, rng), params, layout
+
+
+def test_an_em_pass_is_an_iteration_of_the_in_memory_refinement() -> None:
+    """A soft pass's M-step (from the pass's sums alone) equals one EM iteration over the array in memory."""
+    y, params, _ = _noisy_mixture(5000, 21)
+    rng = np.random.default_rng(2)
+    centers = rng.uniform(0.0, 1.0, size=(4, params.length))
+    bits = bitvector_estimation._Bits(y)
+    scale = params.debias_scale
+    expected, _ = bitvector_estimation._soft_refine(bits, centers, params.p_flip, scale, params.bit_variance, 1, 0.0)
+    # The in-memory refinement starts with equal weights and the noise variance.
+    pass_ = BitVectorPass(centers, p_flip=params.p_flip, p_keep=params.p_keep, weights=np.full(4, 0.25),
+                          variance=params.bit_variance)
+    pass_.add_decoded(y)
+    got = pass_.finalize().mixture()
+    np.testing.assert_allclose(got.centers, expected.centers, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(got.weights, expected.weights, rtol=1e-9)
+    # The in-memory variance comes from distances with float32 products (relative error ~1e-7 of the
+    # terms); the pass's from float64 sums of the same statistics.
+    assert got.variance == pytest.approx(expected.variance, rel=1e-6)
+    assert got.loglik == pytest.approx(expected.loglik, rel=1e-9)
+    # The hard counts and the cost: the nearest center by the unbiased distance for fixed centers,
+    # in the same arithmetic as the in-memory assignment (float32 products: equal, ties included).
+    labels, dist = bitvector_estimation._assign(bits, centers, None, None, params.p_flip, scale, params.bit_variance)
+    sums = pass_.finalize()
+    assert sums.counts.tolist() == np.bincount(labels, minlength=4).tolist()
+    assert sums.cost == pytest.approx(float(dist.sum()), rel=1e-9)
+    assert sums.reports == len(y)
+    d2 = report_center_sq_distances(debias_bits(y, params.p_flip, params.p_keep), centers, params.bit_variance)
+    assert sums.cost == pytest.approx(float(d2.min(axis=1).sum()), rel=1e-6)
+
+
+@pytest.mark.parametrize("soft", [True, False])
+def test_passes_merge_to_the_whole(soft: bool) -> None:
+    """Two halves added to zero() copies and merged give the whole pass: equal counts, sums within the order bound."""
+    y, params, _ = _noisy_mixture(3000, 22)
+    centers = debias_bits(y[:3], params.p_flip, params.p_keep)
+    mixture = {"weights": [0.2, 0.3, 0.5], "variance": 2.0 * params.bit_variance} if soft else {}
+    whole = BitVectorPass(centers, p_flip=params.p_flip, p_keep=params.p_keep, **mixture)
+    whole.add_decoded(y)
+    left, right = whole.zero(), whole.zero()
+    left.add_decoded(y[1700:])
+    right.add_decoded(y[:1700])
+    left.merge(right)
+    a, b = whole.finalize(), left.finalize()
+    assert a.counts.tolist() == b.counts.tolist() and a.reports == b.reports == 3000
+    # Non-negative terms: two orders differ by at most 2 (n - 1) u times the sum.
+    for x, z in ((a.sums, b.sums), (a.totals, b.totals), (a.sq_norms, b.sq_norms)):
+        assert np.all(np.abs(x - z) <= summation_error_bound(3000, 1.0) * np.abs(x) + 1e-12)
+    # State: (2 B + 4) k + 3 floats, whatever the number of reports.
+    assert whole.nbytes == left.nbytes == 8 * ((2 * params.length + 4) * 3 + 3)
+
+
+def test_em_over_the_round_stops_at_once_from_its_own_fit() -> None:
+    """Started at the in-memory fit of the same reports, the round's EM stops after one pass, with the same sizes."""
+    y, params, _ = _noisy_mixture(6000, 23)
+    start = kmeans_encoded(y, 4, p_flip=params.p_flip, p_keep=params.p_keep, rng=1)
+    assert start.mixture is not None
+    fit, converged = refine_on_round(start.mixture, array_passes(y), p_flip=params.p_flip, p_keep=params.p_keep)
+    assert converged and fit.iterations == 1 and fit.labels is None
+    np.testing.assert_array_equal(fit.centers, start.centers)
+    assert fit.sizes.tolist() == start.sizes.tolist()
+    assert fit.cost == pytest.approx(start.cost, rel=1e-9)
+    # Negative control: a start one standard error off moves by more than the rule allows.
+    se = np.sqrt(params.length * start.mixture.variance / start.sizes.max())
+    shifted = replace(start.mixture, centers=start.mixture.centers + se)
+    fit, converged = refine_on_round(shifted, array_passes(y), p_flip=params.p_flip, p_keep=params.p_keep,
+                                     max_passes=1)
+    assert not converged and fit.iterations == 1
+
+
+def test_moved_within_noise_compares_with_each_centers_standard_error() -> None:
+    previous = np.zeros((2, 4))
+    # Standard errors sqrt(4 * 1 / m): 0.2 (m = 100) and 0.02 (m = 10000).
+    moved = np.array([[0.019, 0, 0, 0], [0.0019, 0, 0, 0]])
+    assert moved_within_noise(previous, moved, [100, 10_000], 1.0, 0.1)
+    assert not moved_within_noise(previous, moved * 1.1, [100, 10_000], 1.0, 0.1)
+    assert not moved_within_noise(previous, moved, [100, 10_000], 1.0, 0.09)
+
+
+def test_dbscan_cost_from_the_pass_sums_is_the_per_report_cost() -> None:
+    """The round's DBSCAN cost from the pass's sums equals the per-report own-cluster-corrected distances."""
+    y, params, _ = _noisy_mixture(4000, 24, epsilon=8.0)
+    b_hat = debias_bits(y, params.p_flip, params.p_keep)
+    cores = b_hat[:300].reshape(3, 100, -1).mean(axis=1)
+    fit = dbscan_on_round(cores, array_passes(y), width=params.length, p_flip=params.p_flip, p_keep=params.p_keep)
+    # The nearest core centroid in the in-memory assignment's arithmetic (float32 products).
+    labels, _ = bitvector_estimation._assign(bitvector_estimation._Bits(y), cores, None, None, params.p_flip,
+                                             params.debias_scale, params.bit_variance)
+    sizes = np.bincount(labels, minlength=3)
+    centers = np.stack([b_hat[labels == c].mean(axis=0) for c in range(3)])
+    d2 = report_center_sq_distances(b_hat, centers, params.bit_variance, sizes=sizes, labels=labels)
+    assert fit.sizes.tolist() == sizes.tolist()
+    np.testing.assert_allclose(fit.centers, centers, rtol=1e-9, atol=1e-9)
+    assert fit.cost == pytest.approx(float(d2[np.arange(len(y)), labels].sum()), rel=1e-9)
 
 
 def test_dbscan_in_encoded_space_finds_separated_blobs_from_exact_bits() -> None:

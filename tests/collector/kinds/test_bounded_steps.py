@@ -26,8 +26,6 @@ from ldp_collector.storage.base import StoredReport
 from support.kind_configs import K, small_campaign, small_population
 
 _N = 3000
-#: Kinds whose step still reads its whole round (docs/beam.md); each leaves this set when it stops.
-WHOLE_ROUND: frozenset[str] = frozenset({"bitvector"})
 
 
 class _CombineOnly(RoundReports):
@@ -64,8 +62,7 @@ class _Backend(InProcessCollector):
                                           reports=lambda cid, r: _CombineOnly(store, cid, r))
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(
-    name in WHOLE_ROUND, reason="still reads its whole round", strict=True)) for name in KINDS])
+@pytest.mark.parametrize("name", list(KINDS))
 def test_step_reads_reports_only_through_accumulators(name: str, tmp_path: Path) -> None:
     x, labels = make_dataset("blobs", _N, d=2, k=K, seed=7)
     backend = _Backend(Collector(open_store(tmp_path / "ldp-data")))

@@ -7,6 +7,13 @@ bitwise_randomized_response.BitwiseRRParams`; ``p = 1 - q`` keeps a bit). This m
 server half: unpacking, debiasing, distances in the encoded space, k-means and DBSCAN there, and
 decoding encoded-space centers back to the original units.
 
+Over a round (bounded memory)
+    :func:`kmeans_encoded` and :func:`dbscan_cores` work on reports held in memory: a round step
+    runs them on a sample, then makes its passes over the whole round with
+    :class:`BitVectorPass`, a mergeable accumulator of ``k x B`` sums
+    (:func:`refine_on_round`: one EM iteration per pass; :func:`dbscan_on_round`: one assignment),
+    so the same step runs in-process and on Apache Beam.
+
 Debiasing
     ``E[y] = q + (p - q) b``, so ``b_hat = (y - q) / (p - q)`` is unbiased for ``b``. Its noise
     ``e = b_hat - b`` has mean 0 and the same variance ``V = p q / (p - q)^2`` for ``b = 0`` and
@@ -50,7 +57,7 @@ Decoding
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,23 +65,47 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldp_client.errors import InvalidParameterError, ProtocolError
 
+from ..storage.base import StoredReport
+from .accumulators import ComponentParams, decode_report_payloads
+from .report_accumulator import DecodedPass
+
 __all__ = [
     "DBSCAN_SAMPLE",
     "DECODE_GRID",
+    "KMEANS_SAMPLE",
+    "MAX_ROUND_PASSES",
+    "REFINE_STOP",
     "BitVectorClustering",
     "BitVectorLayout",
+    "BitVectorMixture",
+    "BitVectorPass",
+    "BitVectorPassSums",
+    "PassCombiner",
+    "array_passes",
+    "dbscan_cores",
     "dbscan_encoded",
+    "dbscan_on_round",
     "debias_bits",
     "decode_centers",
     "decoded_center_variances",
     "expected_pattern",
     "kmeans_encoded",
+    "moved_within_noise",
     "pairwise_sq_distances",
     "public_pivots",
+    "refine_on_round",
     "report_center_sq_distances",
     "unpack_bit_payloads",
 ]
 
+#: Reports of the sample a round step seeds and first refines k-means on (a
+#: :class:`~ldp_collector.estimation.report_accumulator.ReportSample`); the last EM passes run on the whole round.
+KMEANS_SAMPLE = 1 << 16
+#: EM stops when every center moved by less than this fraction of its standard error
+#: (:func:`moved_within_noise`).
+REFINE_STOP = 0.1
+#: EM passes over the whole round after the sample's fit, at most.
+MAX_ROUND_PASSES = 100
 #: DBSCAN runs on the debiased pairwise distances of at most this many reports (an O(m^2) float64
 #: matrix: 4000^2 * 8 bytes = 128 MB); the other reports join the nearest cluster's core centroid.
 DBSCAN_SAMPLE = 4000
@@ -82,6 +113,8 @@ DBSCAN_SAMPLE = 4000
 DECODE_GRID = 1025
 #: Spread half-widths tried by :func:`decode_centers`, in pivot spacings: 0 (the point's own bits) to 8 by 1/8.
 DECODE_SPREADS = tuple(i / 8 for i in range(65))
+#: Centers :func:`decode_centers` decodes at once (its loss array: rows x spreads x grid floats, 34 MB).
+_DECODE_ROWS = 64
 #: Rows per chunk of the distance computations (bounds the float scratch to ~ rows x k or B floats).
 _CHUNK = 16384
 #: The float copies of the bits (12 bytes per bit) are kept between passes up to this size.
@@ -224,6 +257,29 @@ def pairwise_sq_distances(debiased: ArrayLike, bit_variance: float) -> NDArray[n
 
 
 @dataclass(frozen=True, kw_only=True)
+class BitVectorMixture:
+    """An isotropic Gaussian mixture in the encoded space: the state of the EM refinement.
+
+    Attributes
+    ----------
+    centers : numpy.ndarray of shape (k, B)
+        The means (debiased bit frequencies).
+    weights : numpy.ndarray of shape (k,)
+        The mixing weights (sum 1).
+    variance : float
+        The shared per-bit variance ``sigma^2`` (at least the noise variance ``V``).
+    loglik : float
+        Mean log-likelihood per report (up to a constant) of the reports the mixture was fitted
+        on, at its E-step.
+    """
+
+    centers: NDArray[np.float64]
+    weights: NDArray[np.float64]
+    variance: float
+    loglik: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class BitVectorClustering:
     """A clustering in the encoded space.
 
@@ -231,19 +287,22 @@ class BitVectorClustering:
     ----------
     centers : numpy.ndarray of shape (k, B)
         Mean debiased bits of each cluster's reports (estimated bit frequencies).
-    labels : numpy.ndarray of int64, shape (n,)
-        Each report's cluster.
+    labels : numpy.ndarray of int64, shape (n,), or None
+        Each report's cluster (None from a step over a round, which holds no per-report state).
     sizes : numpy.ndarray of int64, shape (k,)
     cost : float
         Unbiased estimate of the within-cluster sum of squared encoded-space distances.
     iterations : int
+    mixture : BitVectorMixture or None
+        The refined mixture the centers come from (k-means with refinement).
     """
 
     centers: NDArray[np.float64]
-    labels: NDArray[np.int64]
+    labels: NDArray[np.int64] | None
     sizes: NDArray[np.int64]
     cost: float
     iterations: int
+    mixture: BitVectorMixture | None = None
 
 
 class _Bits:
@@ -308,9 +367,11 @@ def _cluster_means(y: _Bits, labels: NDArray[np.int64], k: int, p_flip: float,
     sums = np.zeros((k, y.width))
     for i, start in enumerate(y.starts):
         lab = labels[start:start + _CHUNK]
-        onehot = np.zeros((len(lab), k))
+        onehot = np.zeros((len(lab), k), dtype=np.float32)
         onehot[np.arange(len(lab)), lab] = 1.0
-        sums += (y.float64(i).T @ onehot).T
+        # Counts of set bits: float32 sums of 0/1 products are exact below 2^24 rows (a chunk has
+        # _CHUNK), and twice as fast as float64.
+        sums += (y.float32(i).T @ onehot).T.astype(np.float64)
     sizes = np.bincount(labels, minlength=k).astype(np.int64)
     means = scale * (sums / np.maximum(sizes, 1)[:, None] - p_flip)
     return means, sizes
@@ -390,12 +451,13 @@ def _fill_empty(labels: NDArray[np.int64], dist: NDArray[np.float64], k: int) ->
 
 
 def _soft_refine(bits: _Bits, centers: NDArray[np.float64], p_flip: float, scale: float,
-                 bit_variance: float, max_iter: int, tol: float) -> tuple[NDArray[np.float64], NDArray[np.float64], float, int]:
+                 bit_variance: float, max_iter: int, stop: float) -> tuple[BitVectorMixture, int]:
     """EM for an isotropic mixture ``b_hat ~ sum_k pi_k N(mu_k, sigma^2 I)`` started at ``centers``.
 
     ``sigma^2`` is the shared per-bit residual variance, at least the noise variance ``V``.
-    Returns the means, the mixing weights, the mean log-likelihood per report (up to a constant)
-    and the iterations run.
+    Stops when every mean moved by less than ``stop`` of its standard error
+    (:func:`moved_within_noise`). Returns the mixture (means, mixing weights, ``sigma^2``, the mean
+    log-likelihood per report up to a constant) and the iterations run.
     """
     n, width = len(bits), bits.width
     k = len(centers)
@@ -415,17 +477,31 @@ def _soft_refine(bits: _Bits, centers: NDArray[np.float64], p_flip: float, scale
         resp = np.exp(logit - top)
         total = resp.sum(axis=1, keepdims=True)
         resp /= total
-        new_loglik = float(np.mean(np.log(total[:, 0]) + top[:, 0])) - 0.5 * width * np.log(s2)
+        loglik = float(np.mean(np.log(total[:, 0]) + top[:, 0])) - 0.5 * width * np.log(s2)
         nk = resp.sum(axis=0)
         pi = nk / n
-        mu = _weighted_means(bits, resp, p_flip, scale)
+        previous, mu = mu, _weighted_means(bits, resp, p_flip, scale)
         d2 = sq[:, None] - 2.0 * _scores(bits, mu, p_flip, scale) + (mu * mu).sum(axis=1)[None, :]
         s2 = max(bit_variance, float((resp * d2).sum()) / (n * width))
-        if abs(new_loglik - loglik) < tol:
-            loglik = new_loglik
+        if moved_within_noise(previous, mu, nk, s2, stop):
             break
-        loglik = new_loglik
-    return mu, pi, loglik, iterations
+    return BitVectorMixture(centers=mu, weights=pi, variance=s2, loglik=loglik), iterations
+
+
+def moved_within_noise(previous: NDArray[np.float64], centers: NDArray[np.float64], members: ArrayLike,
+                       variance: float, stop: float) -> bool:
+    """Whether every center moved by less than ``stop`` of its own standard error.
+
+    A center that averages ``m_k`` (soft) members, each with per-bit variance ``sigma^2`` about it
+    (the noise ``V`` and the cluster's spread), has standard error ``sqrt(B sigma^2 / m_k)`` in
+    the encoded space (the expected norm of its noise). EM along a flat likelihood moves the
+    centers by ever smaller steps; once a step is a small fraction of that error, further steps
+    change the centers by less than the data determine them (the flat directions are the ones the
+    data determine least), so iterating on buys nothing.
+    """
+    m = np.maximum(np.asarray(members, dtype=np.float64), 1.0)
+    se = np.sqrt(previous.shape[1] * variance / m)
+    return bool(np.all(np.linalg.norm(centers - previous, axis=1) < stop * se))
 
 
 def _weighted_means(bits: _Bits, resp: NDArray[np.float64], p_flip: float,
@@ -439,7 +515,7 @@ def _weighted_means(bits: _Bits, resp: NDArray[np.float64], p_flip: float,
 
 def kmeans_encoded(y: ArrayLike, k: int, *, p_flip: float, p_keep: float, rng: np.random.Generator | int,
                    n_init: int = 3, max_iter: int = 50, tol: float = 1e-3, refine: bool = True,
-                   refine_iter: int = 300) -> BitVectorClustering:
+                   refine_iter: int = 300, refine_stop: float = REFINE_STOP) -> BitVectorClustering:
     """k-means of the reports' true bit vectors from their randomized bits.
 
     1. **k-means++** seeding among the reports, D^2-sampled on unbiased report-to-report
@@ -456,6 +532,9 @@ def kmeans_encoded(y: ArrayLike, k: int, *, p_flip: float, p_keep: float, rng: n
        4-blob mixture at n = 1e5, d = 2, epsilon = 2: the partition is right but the cost ratio
        is about 25). Responsibilities computed with the known noise level do not select, and
        the refined means estimate the clusters' mean bit patterns (cost ratio about 1.2 there).
+
+       EM stops when every mean moved by less than ``refine_stop`` of its standard error
+       (:func:`moved_within_noise`), or after ``refine_iter`` iterations.
 
     The best of ``n_init`` runs is kept (by the mixture log-likelihood when refining, else by
     the unbiased cost). Final labels: the nearest center by the unbiased distance.
@@ -484,10 +563,12 @@ def kmeans_encoded(y: ArrayLike, k: int, *, p_flip: float, p_keep: float, rng: n
         seeds = _kmeans_plus_plus(bits, k, gen, p_flip, scale, bit_variance)
         centers, labels, iterations = _lloyd_plain(bits, seeds, k, p_flip, scale, bit_variance, max_iter, tol)
         score = np.nan
+        mixture = None
         if refine:
-            centers, _, loglik, extra = _soft_refine(bits, centers, p_flip, scale, bit_variance, refine_iter, 1e-7)
+            mixture, extra = _soft_refine(bits, centers, p_flip, scale, bit_variance, refine_iter, refine_stop)
+            centers = mixture.centers
             iterations += extra
-            score = -loglik
+            score = -mixture.loglik
         labels, dist = _assign(bits, centers, None, None, p_flip, scale, bit_variance)
         sizes = np.bincount(labels, minlength=k).astype(np.int64)
         cost = float(dist.sum())
@@ -495,23 +576,266 @@ def kmeans_encoded(y: ArrayLike, k: int, *, p_flip: float, p_keep: float, rng: n
             score = cost
         if best is None or score < best_score:
             best_score = score
-            best = BitVectorClustering(centers=centers, labels=labels, sizes=sizes, cost=cost, iterations=iterations)
+            best = BitVectorClustering(centers=centers, labels=labels, sizes=sizes, cost=cost, iterations=iterations,
+                                       mixture=mixture)
     assert best is not None
     return best
+
+
+@dataclass(frozen=True, kw_only=True)
+class BitVectorPassSums:
+    """What a :class:`BitVectorPass` summed over a round (attributes as its docstring names them)."""
+
+    centers: NDArray[np.float64]
+    reports: int
+    counts: NDArray[np.int64]
+    cost: float
+    totals: NDArray[np.float64]
+    sums: NDArray[np.float64]
+    sq_norms: NDArray[np.float64]
+    loglik: float
+    soft: bool
+    variance: float
+    p_flip: float
+    p_keep: float
+
+    def means(self) -> NDArray[np.float64]:
+        """Each center's members' (or responsibility-weighted) mean debiased bits (the M-step's means)."""
+        scale = 1.0 / (self.p_keep - self.p_flip)
+        return np.asarray(scale * (self.sums / np.maximum(self.totals, 1e-300)[:, None] - self.p_flip),
+                          dtype=np.float64)
+
+    def within_sums(self, means: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Per center, ``sum_i w_ik ||b_hat_i - m_k||^2`` for ``means`` ``m`` (from the sums, no report needed)."""
+        scale = 1.0 / (self.p_keep - self.p_flip)
+        debiased_sums = scale * (self.sums - self.p_flip * self.totals[:, None])
+        return np.asarray(self.sq_norms - 2.0 * (means * debiased_sums).sum(axis=1)
+                          + self.totals * (means * means).sum(axis=1), dtype=np.float64)
+
+    def mixture(self) -> BitVectorMixture:
+        """The M-step: the next mixture (a soft pass), as :func:`kmeans_encoded`'s refinement makes it."""
+        if not self.soft:
+            raise InvalidParameterError("a hard-assignment pass has no mixture to update")
+        width = self.sums.shape[1]
+        scale = 1.0 / (self.p_keep - self.p_flip)
+        bit_variance = self.p_keep * self.p_flip * scale * scale
+        mu = self.means()
+        n = max(self.reports, 1)
+        s2 = max(bit_variance, float(self.within_sums(mu).sum()) / (n * width))
+        return BitVectorMixture(centers=mu, weights=self.totals / n, variance=s2,
+                                loglik=self.loglik / n - 0.5 * width * float(np.log(self.variance)))
+
+
+class BitVectorPass(DecodedPass[BitVectorPassSums]):
+    """One pass over a round's bit-vector reports given ``k`` centers: an EM iteration, or a hard assignment.
+
+    Every report goes to its nearest center by the unbiased distance for fixed centers
+    (:func:`report_center_sq_distances`): the pass counts each center's reports and sums their
+    distances (the unbiased cost). With a mixture (``weights`` and ``variance``), it also makes
+    the E-step of :func:`kmeans_encoded`'s refinement and sums its M-step's statistics: per center
+    the responsibilities, the responsibility-weighted sums of the raw bits and of the reports'
+    squared norms, and the log-likelihood. Without one, those sums are over the hard assignment
+    (the members' counts, bit sums and squared norms): the means of the assigned reports.
+
+    State: the centers and the sums, ``(2 B + 4) k + 3`` floats whatever the number of reports.
+    Float order: every sum is of non-negative terms (bits, responsibilities, squared norms) except
+    the cost and the log-likelihood, so a sum added in another order differs by at most
+    ``2 (n - 1) u`` times itself (:func:`~.report_accumulator.summation_error_bound`); the counts
+    are integers (a report's nearest center can change only on an exact tie).
+
+    Parameters
+    ----------
+    centers : array_like of shape (k, B)
+        In the encoded space (debiased bit frequencies).
+    p_flip, p_keep : float
+        The mechanism's flip and keep probabilities.
+    weights : array_like of shape (k,), optional
+        The mixture's weights; with ``variance``, the pass is an EM iteration.
+    variance : float, optional
+        The mixture's shared per-bit variance.
+    component_params_by_group : Mapping[int, Sequence[MechanismParams]], optional
+        The round's components (needed by :meth:`decode`).
+    key : str
+        The bit-vector component ``"<group>:<component>"``.
+    """
+
+    def __init__(self, centers: ArrayLike, *, p_flip: float, p_keep: float, weights: ArrayLike | None = None,
+                 variance: float | None = None, component_params_by_group: ComponentParams | None = None,
+                 key: str = "0:0") -> None:
+        self.centers = np.array(centers, dtype=np.float64, ndmin=2)
+        self.p_flip, self.p_keep = float(p_flip), float(p_keep)
+        self.scale = 1.0 / (self.p_keep - self.p_flip)
+        self.bit_variance = self.p_keep * self.p_flip * self.scale * self.scale
+        self.soft = weights is not None and variance is not None
+        self.weights = (np.asarray(weights, dtype=np.float64).copy() if weights is not None
+                        else np.full(len(self.centers), np.nan))
+        self.variance = float(variance) if variance is not None else float("nan")
+        self._by_group = {int(g): tuple(p) for g, p in (component_params_by_group or {}).items()}
+        self._key = key
+        k, width = self.centers.shape
+        self._reports = 0
+        self._counts = np.zeros(k, dtype=np.int64)
+        self._cost = 0.0
+        self._totals = np.zeros(k)
+        self._sums = np.zeros((k, width))
+        self._sq_norms = np.zeros(k)
+        self._loglik = 0.0
+
+    @property
+    def decoding(self) -> Hashable:
+        # Every pass of a step unpacks the same component's bits.
+        return ("bitvector", self._key, self.centers.shape[1])
+
+    def decode(self, reports: Sequence[StoredReport]) -> NDArray[np.uint8]:
+        """The reports' randomized bits, shape (n, B) (:func:`unpack_bit_payloads`)."""
+        payloads = decode_report_payloads(reports, self._by_group).get(self._key, [])
+        return unpack_bit_payloads(payloads, self.centers.shape[1])
+
+    def add_decoded(self, decoded: NDArray[np.uint8]) -> None:
+        """Add randomized bits (shape (n, B)), in chunks of :data:`_CHUNK` rows."""
+        bits = np.asarray(decoded, dtype=np.uint8)
+        if bits.ndim != 2 or bits.shape[1] != self.centers.shape[1]:
+            raise InvalidParameterError(f"bits must have shape (n, {self.centers.shape[1]}), got {bits.shape}")
+        for start in range(0, len(bits), _CHUNK):
+            self._add_chunk(bits[start:start + _CHUNK])
+
+    def _add_chunk(self, y: NDArray[np.uint8]) -> None:
+        mu, q, scale = self.centers, self.p_flip, self.scale
+        rows, width = y.shape
+        yf = y.astype(np.float64)
+        # ||b_hat||^2 from the Hamming weight, <b_hat, mu> from the raw bits (as _report_sq_norms, _scores).
+        sq = scale * scale * (yf.sum(axis=1) * (1.0 - 2.0 * q) + width * q * q)
+        scores = scale * ((y.astype(np.float32) @ mu.T.astype(np.float32)).astype(np.float64)
+                          - q * mu.sum(axis=1)[None, :])
+        d2 = sq[:, None] - 2.0 * scores + (mu * mu).sum(axis=1)[None, :]
+        nearest = np.argmin(d2, axis=1)
+        self._counts += np.bincount(nearest, minlength=len(mu))
+        self._cost += float((d2[np.arange(rows), nearest] - width * self.bit_variance).sum())
+        if self.soft:
+            logit = -d2 / (2.0 * self.variance) + np.log(np.maximum(self.weights, 1e-300))[None, :]
+            top = _row_max(logit)[:, None]
+            weight = np.exp(logit - top)
+            total = weight.sum(axis=1, keepdims=True)
+            weight /= total
+            self._loglik += float((np.log(total[:, 0]) + top[:, 0]).sum())
+        else:
+            weight = np.zeros((rows, len(mu)))
+            weight[np.arange(rows), nearest] = 1.0
+        self._reports += rows
+        self._totals += weight.sum(axis=0)
+        # (B x rows) @ (rows x k): the fast orientation for BLAS (as _weighted_means).
+        self._sums += (yf.T @ weight).T
+        self._sq_norms += sq @ weight
+
+    def zero(self) -> BitVectorPass:
+        return BitVectorPass(self.centers, p_flip=self.p_flip, p_keep=self.p_keep,
+                             weights=self.weights if self.soft else None,
+                             variance=self.variance if self.soft else None,
+                             component_params_by_group=self._by_group, key=self._key)
+
+    def merge(self, other: BitVectorPass) -> None:
+        if other.centers.shape != self.centers.shape or other.soft != self.soft:
+            raise ProtocolError("cannot merge bit-vector passes over different centers")
+        self._reports += other._reports
+        self._counts += other._counts
+        self._cost += other._cost
+        self._totals += other._totals
+        self._sums += other._sums
+        self._sq_norms += other._sq_norms
+        self._loglik += other._loglik
+
+    def finalize(self) -> BitVectorPassSums:
+        return BitVectorPassSums(centers=self.centers.copy(), reports=self._reports, counts=self._counts.copy(),
+                                 cost=self._cost, totals=self._totals.copy(), sums=self._sums.copy(),
+                                 sq_norms=self._sq_norms.copy(), loglik=self._loglik, soft=self.soft,
+                                 variance=self.variance, p_flip=self.p_flip, p_keep=self.p_keep)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.centers.nbytes + self.weights.nbytes + self._counts.nbytes + self._totals.nbytes
+                   + self._sums.nbytes + self._sq_norms.nbytes) + 24
+
+
+#: Runs a pass over every report of a round and returns its sums (``lambda p: reports.combine(p).finalize()``).
+PassCombiner = Callable[[BitVectorPass], BitVectorPassSums]
+
+
+def array_passes(y: ArrayLike) -> PassCombiner:
+    """Runs passes over reports held in memory (randomized bits, shape (n, B)), in :data:`_CHUNK` rows."""
+    bits = np.ascontiguousarray(np.asarray(y, dtype=np.uint8))
+
+    def run(accumulator: BitVectorPass) -> BitVectorPassSums:
+        accumulator.add_decoded(bits)
+        return accumulator.finalize()
+    return run
+
+
+def refine_on_round(start: BitVectorMixture, passes: PassCombiner, *, p_flip: float, p_keep: float,
+                    stop: float = REFINE_STOP, max_passes: int = MAX_ROUND_PASSES,
+                    component_params_by_group: ComponentParams | None = None,
+                    key: str = "0:0") -> tuple[BitVectorClustering, bool]:
+    """EM over a whole round from ``start`` (a fit on a sample of it), one pass per iteration.
+
+    Each pass (:class:`BitVectorPass`, run by ``passes``: ``RoundReports.combine`` in a step)
+    makes one EM iteration of :func:`kmeans_encoded`'s refinement over every report and counts the
+    reports nearest to each center. Stops when every mean moved by less than ``stop`` of its
+    standard error on the whole round (:func:`moved_within_noise`), or after ``max_passes``
+    passes. The published centers are the last pass's input (the M-step it made moved them by
+    less than ``stop`` standard errors), so the sizes and the unbiased cost are those of the
+    centers published, as :func:`kmeans_encoded`'s are.
+
+    ``component_params_by_group`` and ``key`` say how a pass decodes stored reports
+    (:class:`BitVectorPass`). Returns the clustering (no labels; ``iterations`` = passes made)
+    and whether the rule stopped it (False: ``max_passes`` ran out).
+    """
+    mixture = start
+    made = 0
+    while True:
+        made += 1
+        sums = passes(BitVectorPass(mixture.centers, p_flip=p_flip, p_keep=p_keep, weights=mixture.weights,
+                                    variance=mixture.variance, component_params_by_group=component_params_by_group,
+                                    key=key))
+        following = sums.mixture()
+        converged = moved_within_noise(mixture.centers, following.centers, sums.totals, following.variance, stop)
+        if converged or made >= max_passes:
+            break
+        mixture = following
+    mixture = BitVectorMixture(centers=mixture.centers, weights=mixture.weights, variance=mixture.variance,
+                               loglik=sums.loglik / max(sums.reports, 1)
+                               - 0.5 * mixture.centers.shape[1] * float(np.log(mixture.variance)))
+    fit = BitVectorClustering(centers=mixture.centers, labels=None, sizes=sums.counts, cost=sums.cost,
+                              iterations=made, mixture=mixture)
+    return fit, converged
 
 
 def dbscan_encoded(y: ArrayLike, k: int, *, p_flip: float, p_keep: float, rng: np.random.Generator | int,
                    sample: int = DBSCAN_SAMPLE, min_samples: int | None = None,
                    radius: float | None = None) -> BitVectorClustering:
-    """DBSCAN on unbiased pairwise encoded-space distances, for moderate n.
+    """DBSCAN on unbiased pairwise encoded-space distances, for moderate n, on reports held in memory.
 
-    Up to ``sample`` reports (a uniform subsample beyond) are clustered with plain O(m^2) DBSCAN
-    on :func:`pairwise_sq_distances`: a report is a *core* when at least ``min_samples`` reports
+    Up to ``sample`` reports (a uniform subsample beyond) are clustered by :func:`dbscan_cores`;
+    then :func:`dbscan_on_round` assigns every report (no labels are returned).
+    """
+    bits = np.ascontiguousarray(np.asarray(y, dtype=np.uint8))
+    n = len(bits)
+    if n == 0:
+        raise InvalidParameterError("dbscan needs at least one report")
+    gen = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+    m = min(n, sample)
+    index = np.sort(gen.choice(n, size=m, replace=False)) if m < n else np.arange(n)
+    cores = dbscan_cores(bits[index], k, p_flip=p_flip, p_keep=p_keep, min_samples=min_samples, radius=radius)
+    return dbscan_on_round(cores, array_passes(bits), width=bits.shape[1], p_flip=p_flip, p_keep=p_keep)
+
+
+def dbscan_cores(y: ArrayLike, k: int, *, p_flip: float, p_keep: float, min_samples: int | None = None,
+                 radius: float | None = None) -> NDArray[np.float64] | None:
+    """The core centroids of DBSCAN on a sample of reports, largest cluster first; None without a core.
+
+    The sample's ``m`` reports (randomized bits) are clustered with plain O(m^2) DBSCAN on
+    :func:`pairwise_sq_distances`: a report is a *core* when at least ``min_samples`` reports
     (itself included) lie within squared distance ``radius``; clusters are the connected
-    components of cores, and the non-core reports within ``radius`` of a core join its cluster.
-    At most ``k`` clusters are kept (the largest). Every report -- sampled or not -- is then
-    assigned to the cluster whose core centroid (mean debiased bits of its cores) is nearest by
-    the unbiased distance, and the centers are the means of those assignments.
+    components of cores. At most ``k`` clusters are kept (the largest); a cluster's core centroid
+    is the mean debiased bits of its cores.
 
     Defaults: ``min_samples = max(5, m / (20 k))``; ``radius`` is the median over the cores'
     candidates of the unbiased squared distance to the ``min_samples``-th nearest report. On
@@ -519,19 +843,15 @@ def dbscan_encoded(y: ArrayLike, k: int, *, p_flip: float, p_keep: float, rng: n
     core links let a few noisy pairs bridge two clusters: measured on three blobs 7 apart in a
     10 x 10 box, 8 pivots per attribute, 30000 reports, the clusters are found from exact bits
     but merged into one already at epsilon = 16 (``V = 0.18``). Use k-means unless the noise is
-    negligible. When no core is found every report is in one cluster.
+    negligible.
     """
-    bits = np.ascontiguousarray(np.asarray(y, dtype=np.uint8))
-    n = len(bits)
-    if n == 0:
+    bits = np.asarray(y, dtype=np.uint8)
+    m = len(bits)
+    if m == 0:
         raise InvalidParameterError("dbscan needs at least one report")
-    gen = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
     scale = 1.0 / (p_keep - p_flip)
     bit_variance = p_keep * p_flip * scale * scale
-    m = min(n, sample)
-    index = np.sort(gen.choice(n, size=m, replace=False)) if m < n else np.arange(n)
-    sub = scale * (bits[index].astype(np.float64) - p_flip)
-    blocks = _Bits(bits)
+    sub = scale * (bits.astype(np.float64) - p_flip)
     d2 = pairwise_sq_distances(sub, bit_variance)
     min_pts = min(m, min_samples if min_samples is not None else max(5, m // (20 * max(k, 1))))
     kth = np.partition(d2, min_pts - 1, axis=1)[:, min_pts - 1]
@@ -552,17 +872,35 @@ def dbscan_encoded(y: ArrayLike, k: int, *, p_flip: float, p_keep: float, rng: n
                 frontier.append(int(j))
         cluster += 1
     if cluster == 0:
-        labels = np.zeros(n, dtype=np.int64)
-        centers, sizes = _cluster_means(blocks, labels, 1, p_flip, scale)
-        _, dist = _assign(blocks, centers, sizes, labels, p_flip, scale, bit_variance)
-        return BitVectorClustering(centers=centers, labels=labels, sizes=sizes, cost=float(dist.sum()), iterations=0)
+        return None
     core_sizes = np.bincount(labels_sub[labels_sub >= 0], minlength=cluster)
     keep = np.argsort(-core_sizes, kind="stable")[:k]
-    core_centroids = np.stack([sub[(labels_sub == c) & core].mean(axis=0) for c in keep])
-    labels, _ = _assign(blocks, core_centroids, None, None, p_flip, scale, bit_variance)
-    centers, sizes = _cluster_means(blocks, labels, len(keep), p_flip, scale)
-    _, dist = _assign(blocks, centers, sizes, labels, p_flip, scale, bit_variance)
-    return BitVectorClustering(centers=centers, labels=labels, sizes=sizes, cost=float(dist.sum()), iterations=1)
+    return np.stack([sub[(labels_sub == c) & core].mean(axis=0) for c in keep])
+
+
+def dbscan_on_round(core_centroids: NDArray[np.float64] | None, passes: PassCombiner, *, width: int,
+                    p_flip: float, p_keep: float, component_params_by_group: ComponentParams | None = None,
+                    key: str = "0:0") -> BitVectorClustering:
+    """DBSCAN's clusters over a whole round: one hard pass (:class:`BitVectorPass`) over every report.
+
+    Every report joins the cluster whose core centroid (:func:`dbscan_cores`) is nearest by the
+    unbiased distance (all one cluster when there is no core); the centers are the means of
+    those assignments, and the cost the unbiased within-cluster sum, from the pass's sums: a
+    member's squared distance to its own cluster's mean loses ``B V (1 - 1/m)`` (the module
+    docstring), so the cost is ``sum_k (S_k - m_k ||c_k||^2 - m_k B V (1 - 1/m_k))`` with ``S_k``
+    the members' summed squared norms. No labels (a round step holds no per-report state).
+    """
+    scale = 1.0 / (p_keep - p_flip)
+    bit_variance = p_keep * p_flip * scale * scale
+    start = core_centroids if core_centroids is not None else np.zeros((1, width))
+    sums = passes(BitVectorPass(start, p_flip=p_flip, p_keep=p_keep, component_params_by_group=component_params_by_group,
+                                key=key))
+    centers = sums.means()
+    sizes = sums.counts
+    own = sizes * width * bit_variance * (1.0 - 1.0 / np.maximum(sizes, 1))
+    cost = float((sums.within_sums(centers) - own).sum())
+    return BitVectorClustering(centers=centers, labels=None, sizes=sizes, cost=cost,
+                               iterations=0 if core_centroids is None else 1)
 
 
 def expected_pattern(z: ArrayLike, spread: float, pivots: ArrayLike, half_width: float) -> NDArray[np.float64]:
@@ -599,18 +937,19 @@ def decode_centers(centers: ArrayLike, layout: BitVectorLayout, *, grid: int = D
             out[:, j] = 0.5 * (lo + hi)
             continue
         step = (hi - lo) / len(pivots)
-        cj = c[:, layout.columns(j)]
-        losses = []
-        for h in spreads:
-            beta = expected_pattern(zs, h * step, pivots, layout.half_widths[j])  # (G, T)
-            losses.append((beta * beta).sum(axis=1)[None, :] - 2.0 * cj @ beta.T + (cj * cj).sum(axis=1)[:, None])
-        loss = np.stack(losses, axis=1)  # (k, H, G)
-        for i in range(len(c)):
-            li = loss[i]
-            low = li.min()
-            tied = li <= low + 1e-9 * max(1.0, abs(low))
-            h_best = int(np.flatnonzero(tied.any(axis=1))[0])
-            out[i, j] = float(np.median(zs[tied[h_best]]))
+        # The model patterns depend on the layout only: made once per attribute for every center.
+        betas = [expected_pattern(zs, h * step, pivots, layout.half_widths[j]) for h in spreads]  # (G, T) each
+        norms = [(beta * beta).sum(axis=1)[None, :] for beta in betas]
+        for r0 in range(0, len(c), _DECODE_ROWS):
+            cj = c[r0:r0 + _DECODE_ROWS, layout.columns(j)]
+            cn = (cj * cj).sum(axis=1)[:, None]
+            loss = np.stack([nb - 2.0 * cj @ beta.T + cn for beta, nb in zip(betas, norms)], axis=1)  # (rows, H, G)
+            for i in range(len(cj)):
+                li = loss[i]
+                low = li.min()
+                tied = li <= low + 1e-9 * max(1.0, abs(low))
+                h_best = int(np.flatnonzero(tied.any(axis=1))[0])
+                out[r0 + i, j] = float(np.median(zs[tied[h_best]]))
     return out
 
 
@@ -632,8 +971,12 @@ def decoded_center_variances(centers: ArrayLike, sizes: ArrayLike, layout: BitVe
         return out
     base = decode_centers(c[live], layout)
     sd = np.sqrt(bit_variance / m[live])[:, None]
+    # One draw and one decode for every replicate (the same normals, in the same order, as one draw per replicate).
+    noise = rng.standard_normal((replicates, *c[live].shape))
+    decoded = decode_centers((c[live][None, :, :] + sd[None, :, :] * noise).reshape(-1, c.shape[1]),
+                             layout).reshape(replicates, len(base), layout.dimension)
     total = np.zeros_like(base)
-    for _ in range(replicates):
-        total += (decode_centers(c[live] + sd * rng.standard_normal(c[live].shape), layout) - base) ** 2
+    for r in range(replicates):
+        total += (decoded[r] - base) ** 2
     out[live] = total / replicates
     return out

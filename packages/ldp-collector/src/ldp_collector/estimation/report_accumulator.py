@@ -149,9 +149,14 @@ class ReportSample(ReportAccumulator[list[StoredReport]]):
         return sum(len(r.report_id) + len(r.payloads) + 64 for _, _, r in self._heap)
 
 
+#: b -> 255 - b, for bytes.translate.
+_NEGATION = bytes(range(255, -1, -1))
+
+
 def _negated(report_id: bytes) -> bytes:
     # Orders report ids in reverse, so a larger id is evicted first on a key tie (an involution).
-    return bytes(255 - b for b in report_id)
+    # translate: one C call per id (a generator over the bytes cost a third of a 1e5-report sample).
+    return report_id.translate(_NEGATION)
 
 
 _A = TypeVar("_A", bound=ReportAccumulator[object])
