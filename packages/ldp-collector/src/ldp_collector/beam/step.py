@@ -31,7 +31,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ldp_client.spec import RoundSpec
 
-from ..columnar import Manifest, export_round, read_manifest, report_batches
+from ..columnar import Manifest, export_round, read_manifest
 from ..core import Collector
 from ..errors import FailedPreconditionError
 from ..estimation.accumulators import RoundCounts, component_params_from_spec
@@ -61,8 +61,8 @@ class BeamRoundReports(RoundReports):
 
     :meth:`combine` runs a step's report accumulator as a Beam pipeline over the files (with
     ``args``, default the local runner), so a step that reads raw reports holds its accumulator,
-    never the round. :meth:`batches` still reads the files in round order, for the steps that
-    need every report (their memory grows with n: docs/beam.md).
+    never the round; an iterative step runs one pipeline per pass. :meth:`batches` refuses: no
+    step reads the round into the driver.
     """
 
     def __init__(self, directories: Sequence[str | os.PathLike[str]], accumulators: Mapping[str, bytes],
@@ -78,7 +78,9 @@ class BeamRoundReports(RoundReports):
         return sum(m.reports for m in self._manifests)
 
     def batches(self, batch_size: int = 65536) -> Iterator[list[StoredReport]]:
-        return report_batches(self._directories, batch_size)
+        # Every step reads its round through report accumulators (combine); reading the round's
+        # files into the driver would make its memory grow with n, which is what Beam is for avoiding.
+        raise FailedPreconditionError("a step on Beam reads its round only through report accumulators (combine)")
 
     def accumulators(self) -> dict[str, bytes]:
         return dict(self._blobs)

@@ -56,7 +56,7 @@ from numpy.typing import ArrayLike, NDArray
 from ldp_client.errors import InvalidParameterError
 
 from ..storage.base import StoredReport
-from .report_accumulator import DecodedPass, _sample_key
+from .report_accumulator import DecodedPass, sample_key
 
 __all__ = [
     "FarthestPoints",
@@ -338,7 +338,7 @@ def sample_keys(salt: bytes | None, reports: Sequence[StoredReport]) -> NDArray[
     """Every report's key in a :class:`~ldp_collector.estimation.report_accumulator.ReportSample` of that salt (None: none)."""
     if salt is None:
         return None
-    return np.fromiter((_sample_key(salt, r.report_id) for r in reports), dtype=np.uint64, count=len(reports))
+    return np.fromiter((sample_key(salt, r.report_id) for r in reports), dtype=np.uint64, count=len(reports))
 
 
 class PointDecoder(abc.ABC):

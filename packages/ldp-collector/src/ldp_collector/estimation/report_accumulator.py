@@ -24,7 +24,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from ..storage.base import StoredReport
 
-__all__ = ["UNIT_ROUNDOFF", "DecodedPass", "ReportAccumulator", "ReportSample", "combine_batches",
+__all__ = ["UNIT_ROUNDOFF", "DecodedPass", "ReportAccumulator", "ReportSample", "combine_batches", "sample_key",
            "summation_error_bound"]
 
 #: u = 2^-53, the unit roundoff of float64.
@@ -96,7 +96,8 @@ class DecodedPass(ReportAccumulator[_T_co]):
 DEFAULT_SAMPLE_SIZE = 1 << 16
 
 
-def _sample_key(salt: bytes, report_id: bytes) -> int:
+def sample_key(salt: bytes, report_id: bytes) -> int:
+    """A report's key in a :class:`ReportSample` of ``salt``: ``BLAKE2b-64(report_id, key=salt)``, big-endian."""
     return int.from_bytes(hashlib.blake2b(report_id, digest_size=8, key=salt).digest(), "big")
 
 
@@ -134,7 +135,7 @@ class ReportSample(ReportAccumulator[list[StoredReport]]):
 
     def add(self, reports: Sequence[StoredReport]) -> None:
         for r in reports:
-            self._offer(_sample_key(self.salt, r.report_id), r)
+            self._offer(sample_key(self.salt, r.report_id), r)
 
     def merge(self, other: ReportSample) -> None:
         for neg_key, _, report in other._heap:
