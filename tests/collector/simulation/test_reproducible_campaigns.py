@@ -12,7 +12,6 @@ import hashlib
 import json
 from typing import Any
 
-import numpy as np
 import pytest
 
 from ldp_collector import cli, cli_simulate, serde
@@ -121,25 +120,3 @@ def test_run_campaign_seeds_a_campaign_that_sets_no_seed(tmp_path: Any) -> None:
     unset = run_campaign(collector, model, x, seed=41, quiet=True)
     chosen = run_campaign(collector, dataclasses.replace(model, seed=7), x, seed=42, quiet=True)
     assert unset.campaign.config.seed == 41 and chosen.campaign.config.seed == 7
-
-
-@pytest.mark.parametrize("mode", ["device", "direct", "vector"])
-def test_a_seeded_population_makes_the_same_report_ids_whenever_it_runs(mode: str,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Report ids carry their creation second; a seeded population's come from a simulated clock.
-
-    Steps that sample a round by report id (``ReportSample``) then draw the same sample on a
-    repeated run, however far apart the runs are in time.
-    """
-    from ldp_client import report as report_module
-    from ldp_collector.simulation.population import IDS_PER_SECOND, SIMULATION_EPOCH, Population
-
-    spec = make_engine(prepare_campaign(_nettree_config(campaign_id="ids", seed=3)).config).first_round().spec
-    points = np.random.default_rng(0).uniform(0.0, 1.0, size=(IDS_PER_SECOND + 500, 3))
-    runs = []
-    for now in (1.0e9, 2.0e9):
-        monkeypatch.setattr(report_module.time, "time", lambda now=now: now)
-        runs.append([r.report_id for r in Population(points, seed=11, mode=mode).participate(spec)])  # type: ignore[arg-type]
-    assert runs[0] == runs[1]
-    seconds = sorted({int.from_bytes(rid[:4], "big") for rid in runs[0]})
-    assert seconds == [SIMULATION_EPOCH, SIMULATION_EPOCH + 1]

@@ -80,7 +80,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -266,8 +266,7 @@ class Device:
 
     @classmethod
     def in_memory(cls, policy: DevicePolicy | None = None, *, rng: Rng | None = None,
-                  device_id: str | None = None, capabilities: Iterable[str] | None = None,
-                  clock: Callable[[], float] | None = None) -> Device:
+                  device_id: str | None = None, capabilities: Iterable[str] | None = None) -> Device:
         """A device with identical semantics whose ledger and outbox live in memory (simulations).
 
         Parameters
@@ -280,14 +279,10 @@ class Device:
             32 lowercase hex digits; drawn from ``rng`` by default.
         capabilities : iterable of str, optional
             As for a device with a state directory.
-        clock : callable, optional
-            Unix seconds for the time prefix of the report ids it makes (``time.time`` by default):
-            a simulation passes a simulated clock so that a seeded run makes the same ids.
         """
         self = cls.__new__(cls)
         self._setup(policy, rng, Ledger.in_memory(device_id=device_id, rng=rng), Outbox.in_memory(), None,
                     capabilities)
-        self._clock = clock
         self._may_hold_strays = False  # a new in-memory outbox is empty ...
         self._seen_generation = self._ledger.generation  # ... and no other process shares it
         return self
@@ -301,7 +296,6 @@ class Device:
             raise TypeError(f"policy must be a DevicePolicy, got {type(policy).__name__}")
         self._policy = policy
         self._rng = resolve_rng(rng)
-        self._clock: Callable[[], float] | None = None
         # The device's own randomness is memoized from its secret; an injected generator is named in
         # every charge it pays for.
         self._memo = Memo(ledger.secret) if is_secure(rng) else None
@@ -423,7 +417,7 @@ class Device:
             else:
                 seeds = [None] * len(task.components)
                 report_id = (self._memo.report_id(campaign, round_) if self._memo is not None
-                             else new_report_id(self._rng, None if self._clock is None else self._clock()))
+                             else new_report_id(self._rng))
             used = ledger._by_id.get(report_id)
             if used is not None or report_id in outbox.report_ids():  # the names: no file is read
                 where = "a stored report" if used is None else f"campaign {used.campaign_id!r} round {used.round}"

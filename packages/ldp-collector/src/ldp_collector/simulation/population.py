@@ -121,27 +121,6 @@ class VectorFallbackWarning(UserWarning):
     """A ``mode="vector"`` population ran a round ``direct`` (the message says which and why)."""
 
 
-#: The simulated clock's first second (2024-01-01T00:00:00Z): a seeded population's report ids carry
-#: simulated creation seconds from here, so the same run makes the same ids (steps that sample the
-#: round by report id, ``ReportSample``, then draw the same sample).
-SIMULATION_EPOCH = 1_704_067_200
-#: Report ids a simulated second holds: ids of one second sort together in the collector's
-#: duplicate index, as a real fleet's do (``ldp_client.report.new_report_id``).
-IDS_PER_SECOND = 10_000
-
-
-class _SimulatedClock:
-    """Unix seconds for the report ids of a seeded population: :data:`IDS_PER_SECOND` ids per second."""
-
-    def __init__(self) -> None:
-        self.issued = 0
-
-    def __call__(self) -> float:
-        second = SIMULATION_EPOCH + self.issued // IDS_PER_SECOND
-        self.issued += 1
-        return float(second)
-
-
 class _Preset:
     """An :class:`~ldp_client.rng.Rng` that hands out values drawn beforehand with numpy.
 
@@ -225,7 +204,6 @@ class Population:
         if not isinstance(self._policy, DevicePolicy):
             raise TypeError(f"policy must be a DevicePolicy, got {type(self._policy).__name__}")
         self._rng = SeededRng(seed)
-        self._clock = _SimulatedClock()
         self._devices: list[Device | None] = [None] * len(self._points) if self._mode == "device" else []
         self._campaigns: dict[str, _CampaignState] = {}
         self._unacknowledged: dict[bytes, int] = {}
@@ -258,8 +236,7 @@ class Population:
     def _device(self, i: int) -> Device:
         device = self._devices[i]
         if device is None:
-            device = self._devices[i] = Device.in_memory(self._policy, rng=self._rng, device_id=self._new_device_id(),
-                                                         clock=self._clock)
+            device = self._devices[i] = Device.in_memory(self._policy, rng=self._rng, device_id=self._new_device_id())
         return device
 
     def _new_device_id(self) -> str:
@@ -365,7 +342,7 @@ class Population:
             state.groups[i] = group  # recorded when the group sits out, or with the charge below
             if task is None:
                 continue
-            report_id = new_report_id(rng, self._clock())
+            report_id = new_report_id(rng)
             payloads = tuple(c.mechanism.check_payload(run_component(c, points[i], rng=rng)) for c in task.components)
             out.append(Report(report_id=report_id, campaign_id=spec.campaign_id, round=spec.round, group=group,
                               payloads=payloads))
@@ -454,7 +431,7 @@ class Population:
         charged[reporters] = True
         ids = _Preset(data=self._generator.bytes(REPORT_ID_BYTES * order.size))
         campaign_id, round_ = spec.campaign_id, spec.round
-        return [Report(report_id=new_report_id(ids, self._clock()), campaign_id=campaign_id, round=round_, group=group,
+        return [Report(report_id=new_report_id(ids), campaign_id=campaign_id, round=round_, group=group,
                        payloads=payload)
                 for group, payload in zip(groups[order].tolist(), payloads)]
 
