@@ -135,3 +135,14 @@ def test_decoded_passes_are_replayed_within_the_budget(budget: int, reads: int) 
     assert round_reports.reads == reads
     assert _SumPass.decodes == 10 * reads
     assert math.isclose(round_reports.combine(_SumPass(0.5)).finalize(), expected / 2)
+
+
+def test_sample_is_listed_in_the_order_of_its_content_not_its_ids() -> None:
+    """A round that fits in the sample gives the same list when its reports come under other ids."""
+    reports = _reports(300, seed=1)
+    renamed = [StoredReport(report_id=r.report_id[::-1], campaign_id=r.campaign_id, round=r.round, group=r.group,
+                            payloads=r.payloads) for r in reversed(reports)]
+    first = combine_batches(ReportSample(b"salt", 500), [reports]).finalize()
+    second = combine_batches(ReportSample(b"salt", 500), [renamed]).finalize()
+    assert [(r.group, r.payloads) for r in first] == [(r.group, r.payloads) for r in second] == \
+        sorted((r.group, r.payloads) for r in reports)

@@ -487,8 +487,8 @@ class PointSample(PointPass[NDArray[np.float64]]):
     """The points of a :class:`~ldp_collector.estimation.report_accumulator.ReportSample`, drawn from decoded batches.
 
     Keeps the ``size`` rows of smallest sample key (:attr:`Points.keys`: the decoder's salt), so it
-    holds the points of the reports that ``ReportSample(salt, size)`` keeps, in the same order
-    (increasing key), whatever order the batches come in and merge (two reports of equal 64-bit
+    holds the points of the reports that ``ReportSample(salt, size)`` keeps, whatever order the
+    batches come in and merge (two reports of equal 64-bit
     keys, about one chance in 2^64 / n^2, are ordered by their points instead of their ids). It
     shares its decoding with the passes that follow (the decoded batches are replayed in-process,
     no second reading of the round) and selects with numpy. State: ``size (d + 1)`` numbers.
@@ -520,8 +520,12 @@ class PointSample(PointPass[NDArray[np.float64]]):
         self._keep(other.keys, other.x)
 
     def finalize(self) -> NDArray[np.float64]:
-        """The kept points, ``(min(size, n), d)``, in increasing key order."""
-        return self.x
+        """The kept points, ``(min(size, n), d)``, in lexicographic order of their coordinates.
+
+        An order that does not depend on the report ids: a round that fits in the sample seeds the
+        same way on a repeated run whose devices sent the same points under other ids.
+        """
+        return self.x[np.lexsort(self.x.T[::-1])] if len(self.x) else self.x
 
     @property
     def nbytes(self) -> int:

@@ -108,7 +108,9 @@ class ReportSample(ReportAccumulator[list[StoredReport]]):
     report id), so the sample depends only on the set of reports and the salt: the in-process and
     the Beam path draw the same one, exactly, and merging two samples keeps the bottom ``size`` of
     their union. Report ids are random (the devices draw them), so for a fixed salt the sample is a
-    uniform draw without replacement; a step derives the salt from its campaign seed. Used where an
+    uniform draw without replacement; a step derives the salt from its campaign seed. Which reports
+    a sample of a larger round keeps depends on their ids, so a repeated simulation (other ids)
+    draws another sample there. Used where an
     iterative step needs a starting point drawn from the data (k-means++ seeding) without holding
     the round. Memory: ``size`` stored reports.
     """
@@ -142,8 +144,14 @@ class ReportSample(ReportAccumulator[list[StoredReport]]):
             self._offer(-neg_key, report)
 
     def finalize(self) -> list[StoredReport]:
-        """The kept reports in increasing key order (a fixed order whatever the engine)."""
-        return [r for _, _, r in sorted(self._heap, key=lambda item: (-item[0], _negated(item[1])))]
+        """The kept reports in the order of their content (group, payloads, then id).
+
+        A fixed order whatever the engine, and one that does not depend on the ids: a round that
+        fits in the sample gives the same list, in the same order, on a repeated run whose
+        devices sent the same reports under other ids (a seeded simulation), so what a step seeds
+        from it repeats too.
+        """
+        return sorted((r for _, _, r in self._heap), key=lambda r: (r.group, r.payloads, r.report_id))
 
     @property
     def nbytes(self) -> int:

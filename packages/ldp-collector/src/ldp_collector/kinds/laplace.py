@@ -448,7 +448,10 @@ class LaplaceEngine(CampaignEngine):
         sample = reports.combine(PointSample(SEED_SAMPLE_SIZE, d, decoder)).finalize()
         fit = cluster_source(reports, sample, k, np.random.default_rng(self._seed()), algorithm=p.algorithm,
                              fuzzifier=float(p.fuzzifier), noise_scale=sigma0, decoder=decoder, stats=stats)
-        centers, shares = fit.centers, fit.shares
+        # Published in lexicographic order: restarts that reach the same centers in another order
+        # tie in the objective up to the last bits, and which one wins must not reorder the result.
+        order = np.lexsort(fit.centers.T[::-1])
+        centers, shares = fit.centers[order], np.asarray(fit.shares)[order]
         diagnostics.update(iterations=float(fit.iterations), objective=fit.objective)
         if fuzzy:
             diagnostics.update(converged=float(fit.converged))
