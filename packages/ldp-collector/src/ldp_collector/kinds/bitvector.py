@@ -40,7 +40,7 @@ The step (:mod:`ldp_collector.estimation.bitvector`)
     1. A sample of :data:`~ldp_collector.estimation.bitvector.KMEANS_SAMPLE` reports (``2^16``;
        DBSCAN: :data:`~ldp_collector.estimation.bitvector.DBSCAN_SAMPLE`), the bottom-m by a keyed
        hash of the report id (:class:`~ldp_collector.estimation.report_accumulator.ReportSample`,
-       the same sample on every engine).
+       the same sample on every engine), its rows in lexicographic order.
     2. k-means on the sample (k-means++, Lloyd, the EM refinement, best of 3 starts), or
        DBSCAN's core centroids.
     3. k-means: EM over the whole round from the sample's mixture, one
@@ -260,9 +260,9 @@ class BitVectorEngine(CampaignEngine):
         size = DBSCAN_SAMPLE if algorithm == BitVectorAlgorithm.DBSCAN else KMEANS_SAMPLE
         sample = reports.combine(ReportSample(_SAMPLE_SALT + self._seed().to_bytes(8, "little"), size)).finalize()
         bits = unpack_bit_payloads(decode_report_payloads(sample, params_by_group).get(_KEY, []), mechanism.length)
-        # In a canonical order (rows sorted lexicographically): the sample's order follows the hash of
-        # the report ids, which carry their creation second, so the clustering of a round that fits
-        # in the sample then depends on its reports' bits only and a repeated campaign repeats it.
+        # In a canonical order (rows sorted lexicographically), whatever the ids: the clustering of a
+        # round that fits in the sample depends on its reports' bits only, and a repeated campaign
+        # (the same reports under other ids) repeats it.
         bits = bits[np.lexsort(bits.T[::-1])]
 
         def passes(accumulator: BitVectorPass) -> BitVectorPassSums:
