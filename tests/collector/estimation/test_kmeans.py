@@ -25,12 +25,10 @@ from ldp_collector.estimation.kmeans import (
     kmeans_plus_plus,
     lloyd,
     plus_plus_starts,
-    sample_keys,
     weighted_kmeans,
 )
-from ldp_collector.estimation.report_accumulator import ReportSample, combine_batches, summation_error_bound
+from ldp_collector.estimation.report_accumulator import summation_error_bound
 from ldp_collector.simulation.scores import kmeans_cost, reference_kmeans, reference_kmeans_cost
-from ldp_collector.storage.base import StoredReport
 
 
 @pytest.mark.parametrize(("n", "d", "k", "std"), [(5000, 2, 3, 1.0), (20_000, 5, 8, 2.0), (10_000, 20, 16, 1.5),
@@ -232,25 +230,33 @@ def test_restarts_sharing_a_pass_are_the_restarts_run_in_turn() -> None:
                and together.centers == pytest.approx(f.centers, rel=1e-12) for f in ties)
 
 
-def test_point_sample_holds_the_points_of_the_report_sample_whatever_the_order() -> None:
-    """Drawn from decoded batches with their keys, it keeps ReportSample's reports on any engine, in point order."""
+def test_point_sample_is_a_function_of_the_points_whatever_the_order() -> None:
+    """Any order of batches and merges gives the same sample, in point order; equal points are counted."""
     rng = np.random.default_rng(12)
-    ids = [rng.bytes(16) for _ in range(3000)]
-    x = rng.normal(size=(3000, 2))
-    reports = [StoredReport(report_id=i, campaign_id="c", round=1, group=0, payloads=b"") for i in ids]
-    row = {i: j for j, i in enumerate(ids)}
-    kept = x[[row[r.report_id] for r in combine_batches(ReportSample(b"salt", 500), [reports]).finalize()]]
-    expected = kept[np.lexsort(kept.T[::-1])]
-    keys = sample_keys(b"salt", reports)
-    assert keys is not None and sample_keys(None, reports) is None
-    order = rng.permutation(3000)
-    parts = [order[a:b] for a, b in [(0, 100), (100, 1700), (1700, 3000)]]
-    partials = [InMemory(Points(x[p], keys=keys[p])).combine(PointSample(500, 2)) for p in parts]
+    distinct = rng.normal(size=(2000, 2))
+    x = distinct[rng.integers(0, 2000, size=6000)]  # about 1 900 distinct points, most repeated
+    whole = InMemory(Points(x)).combine(PointSample(500, 2, salt=b"salt")).finalize()
+    assert whole.shape == (500, 2) and np.array_equal(whole, whole[np.lexsort(whole.T[::-1])])
+    assert len(np.unique(whole, axis=0)) < 500
+    order = rng.permutation(6000)
+    parts = [order[a:b] for a, b in [(0, 100), (100, 3700), (3700, 6000)]]
+    partials = [InMemory(Points(x[p[: len(p) // 2]]), Points(x[p[len(p) // 2:]]))
+                .combine(PointSample(500, 2, salt=b"salt")) for p in parts]
     merged = partials[2]
     merged.merge(partials[0])
     merged.merge(partials[1])
-    assert np.array_equal(merged.finalize(), expected)
-    assert np.array_equal(InMemory(Points(x, keys=keys)).combine(PointSample(500, 2)).finalize(), expected)
-    assert InMemory(Points(x[:40], keys=keys[:40])).combine(PointSample(500, 2)).finalize().shape == (40, 2)
-    with pytest.raises(InvalidParameterError, match="sample keys"):
-        InMemory(Points(x)).combine(PointSample(5, 2))
+    assert np.array_equal(merged.finalize(), whole)
+    assert not np.array_equal(InMemory(Points(x)).combine(PointSample(500, 2, salt=b"other")).finalize(), whole)
+    few = InMemory(Points(x[:40])).combine(PointSample(500, 2, salt=b"salt")).finalize()
+    assert np.array_equal(few, x[:40][np.lexsort(x[:40].T[::-1])])
+    with pytest.raises(ValueError, match="salt"):
+        PointSample(5, 2, salt=b"")
+
+
+def test_point_sample_of_few_points_draws_them_as_often_as_they_occur() -> None:
+    """Fewer distinct points than the sample: each listed a hypergeometric number of times, summing to the size."""
+    x = np.repeat(np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]), [10, 30, 960], axis=0)
+    sample = InMemory(Points(x)).combine(PointSample(100, 2, salt=b"s")).finalize()
+    assert sample.shape == (100, 2)
+    rows, counts = np.unique(sample, axis=0, return_counts=True)
+    assert counts.sum() == 100 and len(rows) <= 3 and counts.max() > 80

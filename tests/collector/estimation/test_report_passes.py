@@ -1,8 +1,9 @@
 """The pieces of iterative steps that never hold the round: report samples and decoded passes.
 
-:class:`~ldp_collector.estimation.report_accumulator.ReportSample` must be a function of the set of
-reports and its salt only (any order of adding and merging gives the same sample, exactly: the
-Beam path's equals the in-process one), and uniform over the reports for a fixed salt.
+:class:`~ldp_collector.estimation.report_accumulator.ReportSample` must be a function of the reports'
+contents and its salt only (any order of adding and merging gives the same sample, exactly: the
+Beam path's equals the in-process one; other report ids give the same sample), and uniform over the
+reports for a fixed salt.
 :class:`~ldp_collector.estimation.report_accumulator.DecodedPass` passes must add the same decoded
 batches in the same order whether a reader keeps them (within its byte budget) or reads the round
 again.
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ldp_collector.estimation.report_accumulator import DecodedPass, ReportSample, combine_batches
+from ldp_collector.estimation.report_accumulator import DecodedPass, ReportSample, combine_batches, sample_draw
 from ldp_collector.storage.base import StoredReport
 from support.round_reports import ListRoundReports
 
@@ -146,3 +147,63 @@ def test_sample_is_listed_in_the_order_of_its_content_not_its_ids() -> None:
     second = combine_batches(ReportSample(b"salt", 500), [renamed]).finalize()
     assert [(r.group, r.payloads) for r in first] == [(r.group, r.payloads) for r in second] == \
         sorted((r.group, r.payloads) for r in reports)
+
+
+def _with_counts(counts: Sequence[int], seed: int) -> list[StoredReport]:
+    """``counts[i]`` reports of content ``i`` (group ``i % 3``), under random ids, shuffled."""
+    rng = random.Random(seed)
+    reports = [StoredReport(report_id=rng.randbytes(16), campaign_id="c", round=1, group=i % 3,
+                            payloads=i.to_bytes(4, "big")) for i, c in enumerate(counts) for _ in range(c)]
+    rng.shuffle(reports)
+    return reports
+
+
+def _contents(sample: Sequence[StoredReport]) -> list[tuple[int, bytes]]:
+    return [(r.group, r.payloads) for r in sample]
+
+
+def test_sample_of_repeated_contents_is_the_same_under_other_ids_and_any_merges() -> None:
+    """Far more reports than the sample, many of equal content: ids, order and merges change nothing."""
+    counts = [1 + (i * 7919) % 13 for i in range(3000)]  # 3 000 contents, 1 to 13 reports each
+    first, second = _with_counts(counts, seed=1), _with_counts(counts, seed=2)
+    assert {r.report_id for r in first}.isdisjoint(r.report_id for r in second)
+    whole = combine_batches(ReportSample(b"salt", 400), [first]).finalize()
+    assert len(whole) == 400 and len(set(_contents(whole))) < 400  # some contents listed more than once
+    assert _contents(combine_batches(ReportSample(b"salt", 400), [second]).finalize()) == _contents(whole)
+    parts = [combine_batches(ReportSample(b"salt", 400), [second[a:b]]) for a, b in
+             [(0, 5), (5, 9000), (9000, len(second))]]
+    parts[2].merge(parts[0])
+    parts[2].merge(parts[1])
+    assert _contents(parts[2].finalize()) == _contents(whole)
+    assert whole == sorted(whole, key=lambda r: (r.group, r.payloads))
+
+
+def test_sample_of_few_contents_is_a_uniform_draw_of_the_reports() -> None:
+    """With no more distinct contents than its size, the sample is a uniform draw of the reports themselves.
+
+    8 contents hold 1 to 312 of 500 reports; a sample of 100 lists every content a multivariate
+    hypergeometric number of times (100 of 500 without replacement), so over 300 salts content
+    ``c`` is listed ``300 * 100 * C_c / 500`` times in expectation, with the multinomial's covariance
+    times the finite-population factor ``(500 - 100) / 499``. The Pearson statistic scaled by that
+    factor is then chi-square with 7 degrees of freedom (the smallest expectation is 60); it fails by
+    chance with probability 1e-6.
+    """
+    counts = [1, 2, 5, 10, 20, 50, 100, 312]
+    reports = _with_counts(counts, seed=5)
+    listed = np.zeros(len(counts))
+    for salt in range(300):
+        sample = combine_batches(ReportSample(salt.to_bytes(4, "big"), 100), [reports]).finalize()
+        assert len(sample) == 100
+        for r in sample:
+            listed[int.from_bytes(r.payloads, "big")] += 1
+    expected = 300 * 100 * np.array(counts) / 500
+    chi2 = float(((listed - expected) ** 2 / expected).sum()) / ((500 - 100) / 499)
+    assert chi2 < stats.chi2.ppf(1 - 1e-6, len(counts) - 1)
+
+
+def test_sample_draw_lists_everything_it_can_and_refuses_nothing_else() -> None:
+    counts = np.array([3, 0, 5], dtype=np.int64)
+    assert sample_draw(b"s", counts, 8).tolist() == [3, 0, 5]
+    taken = sample_draw(b"s", counts, 4)
+    assert taken.sum() == 4 and (taken <= counts).all()
+    assert np.array_equal(taken, sample_draw(b"s", counts, 4))

@@ -56,7 +56,7 @@ from numpy.typing import ArrayLike, NDArray
 from ldp_client.errors import InvalidParameterError
 
 from ..storage.base import StoredReport
-from .report_accumulator import DecodedPass, sample_key
+from .report_accumulator import DecodedPass, check_sample, sample_draw, sample_key
 
 __all__ = [
     "FarthestPoints",
@@ -75,7 +75,6 @@ __all__ = [
     "kmeans_plus_plus",
     "lloyd",
     "plus_plus_starts",
-    "sample_keys",
     "squared_distances",
     "weighted_kmeans",
 ]
@@ -318,27 +317,15 @@ class _Shifted:
 
 @dataclass(frozen=True, eq=False)
 class Points:
-    """A batch of decoded points, ``(rows, d)``, with optional signed weights: what a point pass adds.
-
-    ``keys`` (uint64, one per row), when the decoder was given a salt, are the reports' sample keys
-    (:func:`sample_keys`), from which :class:`PointSample` draws its sample.
-    """
+    """A batch of decoded points, ``(rows, d)``, with optional signed weights: what a point pass adds."""
 
     x: NDArray[np.float64]
     weights: NDArray[np.float64] | None = None
-    keys: NDArray[np.uint64] | None = None
 
     @property
     def nbytes(self) -> int:
         """Size of the batch (the decoded-batch budget of :meth:`~ldp_collector.kinds.base.RoundReports.combine`)."""
-        return int(self.x.nbytes) + sum(int(a.nbytes) for a in (self.weights, self.keys) if a is not None)
-
-
-def sample_keys(salt: bytes | None, reports: Sequence[StoredReport]) -> NDArray[np.uint64] | None:
-    """Every report's key in a :class:`~ldp_collector.estimation.report_accumulator.ReportSample` of that salt (None: none)."""
-    if salt is None:
-        return None
-    return np.fromiter((sample_key(salt, r.report_id) for r in reports), dtype=np.uint64, count=len(reports))
+        return int(self.x.nbytes) + (0 if self.weights is None else int(self.weights.nbytes))
 
 
 class PointDecoder(abc.ABC):
@@ -483,53 +470,89 @@ class PointStats(PointPass["PointStats"]):
         return 4 * 8 * self.dimension + 3 * 8
 
 
-class PointSample(PointPass[NDArray[np.float64]]):
-    """The points of a :class:`~ldp_collector.estimation.report_accumulator.ReportSample`, drawn from decoded batches.
+def point_keys(salt: bytes, x: NDArray[np.float64]) -> NDArray[np.uint64]:
+    """Each row's sample key: :func:`~ldp_collector.estimation.report_accumulator.sample_key` of its float64 bytes."""
+    rows = np.ascontiguousarray(x, dtype=np.float64)
+    width = rows.shape[1] * 8
+    data = memoryview(rows.tobytes())
+    return np.fromiter((sample_key(salt, data[i:i + width]) for i in range(0, len(rows) * width, width)),
+                       dtype=np.uint64, count=len(rows))
 
-    Keeps the ``size`` rows of smallest sample key (:attr:`Points.keys`: the decoder's salt), so it
-    holds the points of the reports that ``ReportSample(salt, size)`` keeps, whatever order the
-    batches come in and merge (two reports of equal 64-bit
-    keys, about one chance in 2^64 / n^2, are ordered by their points instead of their ids). It
-    shares its decoding with the passes that follow (the decoded batches are replayed in-process,
-    no second reading of the round) and selects with numpy. State: ``size (d + 1)`` numbers.
+
+class PointSample(PointPass[NDArray[np.float64]]):
+    """A sample of a round's decoded points that depends only on the points, drawn from decoded batches.
+
+    The points' counterpart of :class:`~ldp_collector.estimation.report_accumulator.ReportSample`,
+    with a point's float64 coordinates as its content (:func:`point_keys`): keeps the ``size``
+    distinct points of smallest key (ties by coordinates) with their exact counts, then lists
+    ``size`` of them (:func:`~ldp_collector.estimation.report_accumulator.sample_draw`; what that
+    draws is said there). The same whatever order batches come in and merge, and whatever the
+    reports' ids. It shares its decoding with the passes that follow (the decoded batches are
+    replayed in-process, no second reading of the round) and selects with numpy. Weights are not
+    sampled. State: at most ``2 size (d + 2)`` numbers.
     """
 
-    def __init__(self, size: int, dimension: int, decoder: PointDecoder | None = None) -> None:
+    def __init__(self, size: int, dimension: int, decoder: PointDecoder | None = None, *, salt: bytes) -> None:
         super().__init__(decoder)
+        check_sample(salt, size)
         self.size = int(size)
+        self.salt = bytes(salt)
         self.keys = np.zeros(0, dtype=np.uint64)
         self.x = np.zeros((0, int(dimension)))
+        self.counts = np.zeros(0, dtype=np.int64)
+        #: The size-th (key, point) once that many are kept: rows of a larger key are out.
+        self._bound: int | None = None
 
     def zero(self) -> PointSample:
-        return PointSample(self.size, self.x.shape[1], self.decoder)
+        return PointSample(self.size, self.x.shape[1], self.decoder, salt=self.salt)
 
-    def _keep(self, keys: NDArray[np.uint64], x: NDArray[np.float64]) -> None:
-        keys, x = np.concatenate([self.keys, keys]), np.concatenate([self.x, x])
-        if len(keys) > self.size:
-            keep = np.argpartition(keys, self.size - 1)[: self.size]
-            keys, x = keys[keep], x[keep]
-        order = np.lexsort((*x.T[::-1], keys))
-        self.keys, self.x = keys[order], x[order]
+    def _keep(self, keys: NDArray[np.uint64], x: NDArray[np.float64], counts: NDArray[np.int64]) -> None:
+        if self._bound is not None:
+            # A key equal to the bound's may still be below it (by its coordinates): kept until the compaction.
+            inside = keys <= np.uint64(self._bound)
+            keys, x, counts = keys[inside], x[inside], counts[inside]
+        if not len(keys):
+            return
+        self.keys = np.concatenate([self.keys, keys])
+        self.x = np.concatenate([self.x, x])
+        self.counts = np.concatenate([self.counts, counts])
+        if len(self.keys) >= 2 * self.size:
+            self._compact()
+
+    def _compact(self) -> None:
+        # The bound only falls: a point above it is above the size-th of every later state too.
+        order = np.lexsort((*self.x.T[::-1], self.keys))
+        keys, x, counts = self.keys[order], self.x[order], self.counts[order]
+        if len(keys):
+            same = (keys[1:] == keys[:-1]) & (x[1:] == x[:-1]).all(axis=1)
+            starts = np.flatnonzero(np.concatenate([[True], ~same]))
+            keys, x, counts = keys[starts], x[starts], np.add.reduceat(counts, starts)
+        if len(keys) >= self.size:
+            keys, x, counts = keys[: self.size], x[: self.size], counts[: self.size]
+            self._bound = int(keys[-1])
+        self.keys, self.x, self.counts = keys, x, counts
 
     def add_decoded(self, decoded: Points) -> None:
-        if decoded.keys is None:
-            raise InvalidParameterError("a point sample needs the reports' sample keys (a decoder with a salt)")
-        self._keep(decoded.keys, _batch(decoded)[0])
+        x = _batch(decoded)[0]
+        self._keep(point_keys(self.salt, x), x, np.ones(len(x), dtype=np.int64))
 
     def merge(self, other: PointSample) -> None:
-        self._keep(other.keys, other.x)
+        self._keep(other.keys, other.x, other.counts)
 
     def finalize(self) -> NDArray[np.float64]:
-        """The kept points, ``(min(size, n), d)``, in lexicographic order of their coordinates.
+        """The listed points, ``(min(size, n), d)``, in lexicographic order of their coordinates.
 
-        An order that does not depend on the report ids: a round that fits in the sample seeds the
-        same way on a repeated run whose devices sent the same points under other ids.
+        An order that does not depend on the report ids or the engine.
         """
-        return self.x[np.lexsort(self.x.T[::-1])] if len(self.x) else self.x
+        self._compact()
+        order = np.lexsort(self.x.T[::-1])
+        x, counts = self.x[order], self.counts[order]
+        out: NDArray[np.float64] = np.repeat(x, sample_draw(self.salt, counts, self.size), axis=0)
+        return out
 
     @property
     def nbytes(self) -> int:
-        return int(self.keys.nbytes + self.x.nbytes)
+        return int(self.keys.nbytes + self.x.nbytes + self.counts.nbytes)
 
 
 class LloydPass(PointPass["LloydPass"]):

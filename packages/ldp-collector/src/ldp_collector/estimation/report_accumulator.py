@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import abc
 import hashlib
-import heapq
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Generic, Self, TypeVar
 
+import numpy as np
+from numpy.typing import NDArray
+
 from ..storage.base import StoredReport
 
-__all__ = ["UNIT_ROUNDOFF", "DecodedPass", "ReportAccumulator", "ReportSample", "combine_batches", "sample_key",
-           "summation_error_bound"]
+__all__ = ["UNIT_ROUNDOFF", "DecodedPass", "ReportAccumulator", "ReportSample", "check_sample", "combine_batches",
+           "sample_draw", "sample_key", "summation_error_bound"]
 
 #: u = 2^-53, the unit roundoff of float64.
 UNIT_ROUNDOFF = 2.0**-53
@@ -96,76 +98,111 @@ class DecodedPass(ReportAccumulator[_T_co]):
 DEFAULT_SAMPLE_SIZE = 1 << 16
 
 
-def sample_key(salt: bytes, report_id: bytes) -> int:
-    """A report's key in a :class:`ReportSample` of ``salt``: ``BLAKE2b-64(report_id, key=salt)``, big-endian."""
-    return int.from_bytes(hashlib.blake2b(report_id, digest_size=8, key=salt).digest(), "big")
+def sample_key(salt: bytes, content: bytes | memoryview) -> int:
+    """A content's key in a sample of ``salt``: ``BLAKE2b-64(content, key=salt)``, big-endian."""
+    return int.from_bytes(hashlib.blake2b(content, digest_size=8, key=salt).digest(), "big")
+
+
+def check_sample(salt: bytes, size: int) -> None:
+    """Refuse a sample's salt or size with a one-line reason."""
+    if not 1 <= size <= 1 << 24:
+        raise ValueError(f"a report sample holds between 1 and 2^24 reports, got {size}")
+    if not 1 <= len(salt) <= 64:
+        raise ValueError(f"a report sample's salt is 1 to 64 bytes, got {len(salt)}")
+
+
+def sample_draw(salt: bytes, counts: NDArray[np.int64], size: int) -> NDArray[np.int64]:
+    """How many reports of each kept content (``counts`` of them, in content order) a sample lists.
+
+    All of them when they number at most ``size``; otherwise ``size`` drawn without replacement
+    (multivariate hypergeometric), from a generator seeded by the salt: a function of the kept
+    contents, their counts and the salt only, so every engine draws the same.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    if int(counts.sum()) <= size:
+        return counts
+    seed = int.from_bytes(hashlib.blake2b(b"sample draw", digest_size=8, key=salt).digest(), "big")
+    taken: NDArray[np.int64] = np.random.default_rng(seed).multivariate_hypergeometric(counts, size)
+    return taken
 
 
 class ReportSample(ReportAccumulator[list[StoredReport]]):
-    """A uniform sample of a round's reports, the same whatever order they come in (bottom-m).
+    """A sample of a round's reports that depends only on their contents, whatever order they come in.
 
-    Keeps the ``size`` reports of smallest keyed hash ``BLAKE2b-64(report_id, key=salt)`` (ties by
-    report id), so the sample depends only on the set of reports and the salt: the in-process and
-    the Beam path draw the same one, exactly, and merging two samples keeps the bottom ``size`` of
-    their union. Report ids are random (the devices draw them), so for a fixed salt the sample is a
-    uniform draw without replacement; a step derives the salt from its campaign seed. Which reports
-    a sample of a larger round keeps depends on their ids, so a repeated simulation (other ids)
-    draws another sample there. Used where an
-    iterative step needs a starting point drawn from the data (k-means++ seeding) without holding
-    the round. Memory: ``size`` stored reports.
+    Keeps the ``size`` distinct contents (group and payloads) of smallest keyed hash
+    ``BLAKE2b-64(group as 4 bytes little-endian + payloads, key=salt)`` (ties by content) with
+    their exact counts, then lists ``size`` of the reports of those contents (:func:`sample_draw`).
+    A content kept in the whole round's sample is kept, with its count, in every part's
+    (fewer contents lie below it there), so merging parts gives the whole round's sample exactly:
+    the in-process and the Beam path draw the same one, and so does a repeated run whose devices
+    sent the same reports under other ids (a seeded simulation). Report ids play no part.
+
+    What it draws: a round with at most ``size`` distinct contents is listed exactly, or a uniform
+    sample without replacement of ``size`` of its reports. With more, each content is kept with
+    probability ``size / D`` (D distinct contents), then its reports are drawn with the others'; a
+    report's chance of being listed is its share ``size / n`` when contents hold few reports each (the
+    devices' randomizers make almost every report distinct), and a content holding ``c`` reports,
+    against ``n / D`` on average, gets about ``1 / (1 + c D / (size n))`` of its share (no less than
+    half until it holds ``size`` times the average). Used where an iterative step needs a starting
+    point drawn from the data (k-means++ seeding) without holding the round. Memory: at most
+    ``2 size`` distinct contents with one stored report each.
     """
 
     def __init__(self, salt: bytes, size: int = DEFAULT_SAMPLE_SIZE) -> None:
-        if not 1 <= size <= 1 << 24:
-            raise ValueError(f"a report sample holds between 1 and 2^24 reports, got {size}")
-        if not 1 <= len(salt) <= 64:
-            raise ValueError(f"a report sample's salt is 1 to 64 bytes, got {len(salt)}")
+        check_sample(salt, size)
         self.salt = bytes(salt)
         self.size = int(size)
-        # A max-heap of the kept keys (negated): its top is the largest kept, the next to evict.
-        self._heap: list[tuple[int, bytes, StoredReport]] = []
+        # (key, group, payloads) -> [count, the report of least id]; contents above ``_bound`` are out.
+        self._kept: dict[tuple[int, int, bytes], list[Any]] = {}
+        self._bound: tuple[int, int, bytes] | None = None
 
     def zero(self) -> ReportSample:
         return ReportSample(self.salt, self.size)
 
-    def _offer(self, key: int, report: StoredReport) -> None:
-        item = (-key, _negated(report.report_id), report)
-        if len(self._heap) < self.size:
-            heapq.heappush(self._heap, item)
-        elif item[:2] > self._heap[0][:2]:
-            heapq.heapreplace(self._heap, item)
+    def _offer(self, entry: tuple[int, int, bytes], count: int, report: StoredReport) -> None:
+        if self._bound is not None and entry > self._bound:
+            return
+        slot = self._kept.get(entry)
+        if slot is None:
+            self._kept[entry] = [count, report]
+            if len(self._kept) >= 2 * self.size:
+                self._compact()
+        else:
+            slot[0] += count
+            if report.report_id < slot[1].report_id:
+                slot[1] = report
+
+    def _compact(self) -> None:
+        # The bound only falls: a content above it is above the size-th of every later state too.
+        if len(self._kept) <= self.size:
+            return
+        order = sorted(self._kept)
+        self._bound = order[self.size - 1]
+        for entry in order[self.size:]:
+            del self._kept[entry]
 
     def add(self, reports: Sequence[StoredReport]) -> None:
         for r in reports:
-            self._offer(sample_key(self.salt, r.report_id), r)
+            self._offer((sample_key(self.salt, r.group.to_bytes(4, "little") + r.payloads), r.group, r.payloads), 1, r)
 
     def merge(self, other: ReportSample) -> None:
-        for neg_key, _, report in other._heap:
-            self._offer(-neg_key, report)
+        for entry, (count, report) in other._kept.items():
+            self._offer(entry, count, report)
 
     def finalize(self) -> list[StoredReport]:
-        """The kept reports in the order of their content (group, payloads, then id).
+        """The listed reports in the order of their content (group, payloads), equal contents together.
 
-        A fixed order whatever the engine, and one that does not depend on the ids: a round that
-        fits in the sample gives the same list, in the same order, on a repeated run whose
-        devices sent the same reports under other ids (a seeded simulation), so what a step seeds
-        from it repeats too.
+        A fixed order whatever the engine and whatever the ids. Each listed report of a content is
+        that content's report of least id.
         """
-        return sorted((r for _, _, r in self._heap), key=lambda r: (r.group, r.payloads, r.report_id))
+        self._compact()
+        entries = sorted(self._kept, key=lambda e: (e[1], e[2]))
+        taken = sample_draw(self.salt, np.array([self._kept[e][0] for e in entries], dtype=np.int64), self.size)
+        return [self._kept[e][1] for e, t in zip(entries, taken.tolist()) for _ in range(t)]
 
     @property
     def nbytes(self) -> int:
-        return sum(len(r.report_id) + len(r.payloads) + 64 for _, _, r in self._heap)
-
-
-#: b -> 255 - b, for bytes.translate.
-_NEGATION = bytes(range(255, -1, -1))
-
-
-def _negated(report_id: bytes) -> bytes:
-    # Orders report ids in reverse, so a larger id is evicted first on a key tie (an involution).
-    # translate: one C call per id (a generator over the bytes cost a third of a 1e5-report sample).
-    return report_id.translate(_NEGATION)
+        return sum(len(r.report_id) + 2 * len(r.payloads) + 128 for _, r in self._kept.values())
 
 
 _A = TypeVar("_A", bound=ReportAccumulator[object])

@@ -38,9 +38,10 @@ Result
 
 The step (:mod:`ldp_collector.estimation.bitvector`)
     1. A sample of :data:`~ldp_collector.estimation.bitvector.KMEANS_SAMPLE` reports (``2^16``;
-       DBSCAN: :data:`~ldp_collector.estimation.bitvector.DBSCAN_SAMPLE`), the bottom-m by a keyed
-       hash of the report id (:class:`~ldp_collector.estimation.report_accumulator.ReportSample`,
-       the same sample on every engine), its rows in lexicographic order.
+       DBSCAN: :data:`~ldp_collector.estimation.bitvector.DBSCAN_SAMPLE`), drawn by a keyed hash
+       of the reports' contents (:class:`~ldp_collector.estimation.report_accumulator.ReportSample`:
+       the same sample on every engine and on a repeated run whose devices sent the same bits
+       under other ids), its rows in lexicographic order.
     2. k-means on the sample (k-means++, Lloyd, the EM refinement, best of 3 starts), or
        DBSCAN's core centroids.
     3. k-means: EM over the whole round from the sample's mixture, one
@@ -256,7 +257,7 @@ class BitVectorEngine(CampaignEngine):
         params_by_group = component_params_from_spec(spec)
         algorithm = self.params.algorithm
         # The start (k-means++, Lloyd, the first EM iterations) or DBSCAN's cores come from a sample
-        # drawn by report id, the same on every engine; only the last passes read the whole round.
+        # drawn by content, the same on every engine; only the last passes read the whole round.
         size = DBSCAN_SAMPLE if algorithm == BitVectorAlgorithm.DBSCAN else KMEANS_SAMPLE
         sample = reports.combine(ReportSample(_SAMPLE_SALT + self._seed().to_bytes(8, "little"), size)).finalize()
         bits = unpack_bit_payloads(decode_report_payloads(sample, params_by_group).get(_KEY, []), mechanism.length)

@@ -27,13 +27,13 @@ and clusters the noisy points with ``LaplaceParameters.algorithm`` (DESIGN.md §
 
 The step never holds the round: one pass over the reports per iteration (DESIGN.md §9;
 :func:`cluster_source`). A statistics pass (the points' spread), k-means++ seeds drawn from a
-sample of :data:`SEED_SAMPLE_SIZE` reports (:class:`~ldp_collector.estimation.kmeans.PointSample`:
-the points of a :class:`~ldp_collector.estimation.report_accumulator.ReportSample` salted by the
-campaign seed, the same sample on every engine), then one pass per
+sample of :data:`SEED_SAMPLE_SIZE` points (:class:`~ldp_collector.estimation.kmeans.PointSample`
+salted by the campaign seed: a function of the decoded points only, the same on every engine and on
+a repeated run whose devices sent the same points under other ids), then one pass per
 iteration in which the :data:`N_INIT` restarts share the reading of the reports, each with its own
 centers and sums (:class:`~ldp_collector.estimation.kmeans.LloydPass`,
 :class:`~ldp_collector.estimation.fuzzy.FuzzyPass`), and a last pass at the final centers. Memory:
-the sample (``SEED_SAMPLE_SIZE x (d + 1)`` numbers, 1.5 MB at ``d = 2``), one batch, and per pass ``N_INIT k (2 d + 2)`` float64 (``N_INIT k (d + 2)`` for
+the sample (at most ``2 SEED_SAMPLE_SIZE x (d + 2)`` numbers, 4 MB at ``d = 2``), one batch, and per pass ``N_INIT k (2 d + 2)`` float64 (``N_INIT k (d + 2)`` for
 k-means): about 24 KB at ``k = 256``, ``d = 2``, whatever ``n``. In-process the decoded batches
 of the first pass are replayed to the next ones within
 :attr:`~ldp_collector.kinds.base.RoundReports.decoded_cache_bytes` (``8 d`` bytes a report).
@@ -86,7 +86,6 @@ from ..estimation.kmeans import (
     PointStats,
     kmeans_passes,
     plus_plus_starts,
-    sample_keys,
 )
 from ..model import CampaignConfig, CampaignState, Clustering, Result
 from ..storage.base import StoredReport
@@ -171,21 +170,17 @@ def decode_points(batches: Iterable[list[StoredReport]], params: DiscreteLaplace
 
 
 class LaplacePoints(PointDecoder):
-    """The decoding of a laplace round's reports into its noisy points (:func:`decode_points`), batch by batch.
+    """The decoding of a laplace round's reports into its noisy points (:func:`decode_points`), batch by batch."""
 
-    With a ``salt``, every point carries its report's sample key (:func:`~ldp_collector.estimation.kmeans.sample_keys`).
-    """
-
-    def __init__(self, params: DiscreteLaplaceParams, salt: bytes | None = None) -> None:
+    def __init__(self, params: DiscreteLaplaceParams) -> None:
         self.params = params
-        self.salt = salt
 
     @property
     def key(self) -> Hashable:
-        return ("laplace", self.params.dimension, self.params.grid_size, self.salt)
+        return ("laplace", self.params.dimension, self.params.grid_size)
 
     def decode(self, reports: Sequence[StoredReport]) -> Points:
-        return Points(decode_points([list(reports)], self.params), keys=sample_keys(self.salt, reports))
+        return Points(decode_points([list(reports)], self.params))
 
 
 class LaplaceAlgorithm(ProtoEnum):
@@ -411,7 +406,7 @@ class LaplaceEngine(CampaignEngine):
         mechanism = component.mechanism
         if not isinstance(mechanism, DiscreteLaplaceParams):
             raise ProtocolError(f"a laplace round must use discrete_laplace, got {mechanism.KIND}")
-        decoder = LaplacePoints(mechanism, self._sample_salt())
+        decoder, salt = LaplacePoints(mechanism), self._sample_salt()
         d = mechanism.dimension
         stats = reports.combine(PointStats(d, decoder))
         n = stats.count
@@ -433,7 +428,7 @@ class LaplaceEngine(CampaignEngine):
         if n < k:
             # Best effort: with fewer reports than clusters, each decoded report is its own cluster's estimate,
             # in lexicographic order (an order every engine agrees on; the sample's is by keyed hash).
-            points = reports.combine(PointSample(k, d, decoder)).finalize()
+            points = reports.combine(PointSample(k, d, decoder, salt=salt)).finalize()
             points = points[np.lexsort(points.T[::-1])]
             warnings.append(f"the round received {n} reports, fewer than the k = {k} clusters: best-effort centers, "
                             f"the {n} decoded reports themselves")
@@ -445,7 +440,7 @@ class LaplaceEngine(CampaignEngine):
                                               warnings=tuple(warnings)), diagnostics=diagnostics)
         if n < 10 * k:
             warnings.append(f"only {n} reports for k = {k} clusters: the centers are unreliable")
-        sample = reports.combine(PointSample(SEED_SAMPLE_SIZE, d, decoder)).finalize()
+        sample = reports.combine(PointSample(SEED_SAMPLE_SIZE, d, decoder, salt=salt)).finalize()
         fit = cluster_source(reports, sample, k, np.random.default_rng(self._seed()), algorithm=p.algorithm,
                              fuzzifier=float(p.fuzzifier), noise_scale=sigma0, decoder=decoder, stats=stats)
         # Published in lexicographic order: restarts that reach the same centers in another order

@@ -131,12 +131,12 @@ Cost
     for the l2 ball, a few bytes per coordinate for discrete Laplace).
     Server: round 1 runs k-means on the ``n`` decoded vectors, one pass over the reports per
     Lloyd iteration (:func:`ldp_collector.estimation.kmeans.kmeans_passes`: a statistics pass,
-    k-means++ seeds from a sample of :data:`SEED_SAMPLE_SIZE` reports salted by the campaign seed
-    (:class:`~ldp_collector.estimation.kmeans.PointSample`), the :data:`INIT_RESTARTS`
+    k-means++ seeds from a sample of :data:`SEED_SAMPLE_SIZE` decoded vectors salted by the campaign
+    seed (:class:`~ldp_collector.estimation.kmeans.PointSample`, a function of the vectors only), the :data:`INIT_RESTARTS`
     restarts sharing every pass). A label round makes two passes, ``O(n k d)``: the label counts
     and label-wise vector sums (:class:`LabelSums`), then, given the centers they give, the
     spread of the vectors about them that the centers' variances need (:class:`LabelSpread`).
-    Neither holds the round: memory is the sample (``SEED_SAMPLE_SIZE x (d + 1)``
+    Neither holds the round: memory is the sample (at most ``2 SEED_SAMPLE_SIZE x (d + 2)``
     numbers, round 1 only), one batch, and per pass ``3 k (d + 2)``
     float64 (round 1) or ``k (2 d + 1) + d`` (a label round), whatever ``n``.
 
@@ -175,7 +175,6 @@ from ..estimation.kmeans import (
     PointStats,
     kmeans_passes,
     plus_plus_starts,
-    sample_keys,
 )
 from ..estimation.report_accumulator import DecodedPass
 from ..estimation.vectors import vector_component, vector_estimates
@@ -349,23 +348,20 @@ class _TaskPayloads:
 
 
 class VectorPoints(_TaskPayloads, PointDecoder):
-    """Round 1's reports decoded into their unbiased vectors (:func:`vector_estimates`), with their sample keys."""
+    """Round 1's reports decoded into their unbiased vectors (:func:`vector_estimates`)."""
 
-    def __init__(self, spec: RoundSpec, salt: bytes) -> None:
+    def __init__(self, spec: RoundSpec) -> None:
         super().__init__(spec)
-        if len(self.task.groups) != 1:  # the keys follow the reports' order, the vectors their group's
+        if len(self.task.groups) != 1:
             raise ProtocolError(f"round {spec.round} of ldp_kmeans has {len(self.task.groups)} groups reporting, not 1")
-        self.salt = salt
 
     @property
     def key(self) -> Hashable:
-        return ("ldp_kmeans:vectors", self.round, self.salt)
+        return ("ldp_kmeans:vectors", self.round)
 
     def decode(self, reports: Sequence[StoredReport]) -> Points:
         (payloads,) = self.columns(reports)
-        # Every report is of the task's one group (a report of another group fails to decode): keys and
-        # vectors are in the same order.
-        return Points(vector_estimates(self.task.components[0].mechanism, payloads), keys=sample_keys(self.salt, reports))
+        return Points(vector_estimates(self.task.components[0].mechanism, payloads))
 
 
 class LabelVectors(_TaskPayloads):
@@ -748,12 +744,12 @@ class LdpKmeansEngine(CampaignEngine):
 
     def _close_init(self, spec: RoundSpec, reports: RoundReports) -> RoundOutcome:
         component = spec.tasks[0].components[0]
-        decoder = VectorPoints(spec, self._sample_salt())
+        decoder = VectorPoints(spec)
         stats = reports.combine(PointStats(self.dimension, decoder))
         n, k = stats.count, self.k
         warnings: list[str] = []
         if n >= k:
-            sample = reports.combine(PointSample(SEED_SAMPLE_SIZE, self.dimension, decoder)).finalize()
+            sample = reports.combine(PointSample(SEED_SAMPLE_SIZE, self.dimension, decoder, salt=self._sample_salt())).finalize()
             starts = plus_plus_starts(sample, k, self._seed(), INIT_RESTARTS)
             fit = kmeans_passes(reports, starts, stats, decoder=decoder)
             centers = np.clip(fit.centers, 0.0, 1.0)
