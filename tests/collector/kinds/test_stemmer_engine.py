@@ -77,11 +77,12 @@ def test_registered_and_defaults() -> None:
 
 
 def test_vector_shape_picks_the_bucketized_randomizer() -> None:
-    """Unspecified: the smaller-variance of the ball and the box at d + 1; otherwise the shape asked for, everywhere."""
+    """Unspecified: the least-error randomizer at d + 1 (nettree's rule); otherwise the shape asked for, everywhere."""
     from ldp_client.mechanisms.bucketized_vector import VectorShape
+    from ldp_collector.kinds._lsh import vector_shape
 
     default = engine_for(stemmer_config([0.0] * 5, [1.0] * 5, k=3, campaign_id="st-shape-default"))
-    assert default.vector_shape in (VectorShape.L2_BALL, VectorShape.BOX)
+    assert default.vector_shape == vector_shape(6, default.vector_components[0].mechanism.epsilon)
     for shape in (VectorShape.L2_BALL, VectorShape.BOX, VectorShape.PRIVUNIT):
         engine = engine_for(stemmer_config([0.0] * 5, [1.0] * 5, k=3, vector_shape=int(shape),
                                            campaign_id=f"st-shape-{int(shape)}"))

@@ -12,9 +12,9 @@ The round
        randomly shifted dyadic grid, both over the optionally JL-projected centred point) with
        the variance-optimal frequency oracle for ``2^(l b)`` values at ``node_share * epsilon``;
     2. the bucketized vector ``(2t - 1, 1)`` of its point in the *original* space, bucketed by its
-       depth-``T`` node, at the remaining epsilon, with the SDK's box or l2-ball randomizer,
-       whichever has the smaller per-coordinate variance at ``d + 1`` dimensions, or the one
-       ``vector_shape`` names (``PRIVUNIT``: lower total variance, ``benchmarks/README.md``).
+       depth-``T`` node, at the remaining epsilon, with the SDK's box, l2-ball or PrivUnit
+       randomizer, whichever adds the least error per report at ``d + 1`` dimensions
+       (:func:`~ldp_collector.kinds._lsh.vector_shape`), or the one ``vector_shape`` names.
 
     Sequential composition within the report: each device spends exactly epsilon, once.
 
@@ -234,7 +234,7 @@ class NetTreeParams(KindParams):
         point's bucketized vector bucketed by its nearest round-1 center (PARTITION only).
     vector_shape : VectorShapeParam
         The bucketized vector's randomizer: L2_BALL, BOX or PRIVUNIT (UNSPECIFIED: the one of least
-        worst-case per-coordinate variance among L2_BALL and BOX, left unspecified by :meth:`resolve`).
+        error per report, :func:`~ldp_collector.kinds._lsh.vector_shape`, left unspecified by :meth:`resolve`).
     seed_pool_size : int
         The local-hashing node levels' public seed pool (``docs/protocol.md`` §14; 0 = per-report seeds).
     """

@@ -174,7 +174,7 @@ class StemmerParams(KindParams):
         Round D (one Lloyd step from bucketized vectors by nearest center); ``None`` (unset) = on.
     vector_shape : VectorShapeParam
         The bucketized vectors' randomizer: L2_BALL, BOX or PRIVUNIT (UNSPECIFIED: the one of least
-        worst-case per-coordinate variance among L2_BALL and BOX, left unspecified by :meth:`resolve`).
+        error per report, :func:`~ldp_collector.kinds._lsh.vector_shape`, left unspecified by :meth:`resolve`).
     seed_pool_size : int
         The key round's local-hashing scales draw their seeds from a public pool of this many seeds
         (``docs/protocol.md`` §14), at most ``MAX_SEED_POOL``; 0 = per-report seeds.
@@ -317,8 +317,8 @@ class StemmerEngine(CampaignEngine):
                          campaign_epsilon=self.config.epsilon,
                          max_reports_per_device=self.rounds if self.split else 1, kind="stemmer")
 
-    def _share(self, phase: str) -> float:
-        """Expected share of the population reporting in ``phase``."""
+    def share(self, phase: str) -> float:
+        """Expected share of the population reporting in ``phase`` (``keys``, ``means``, ``weights``, ``lloyd``)."""
         if self.split:
             return 1.0
         w = self._weights()

@@ -378,8 +378,8 @@ class StemmerParameters(_message.Message):
     lloyd_refinement: _builtins.bool
     """Round D (one Lloyd step from bucketized vectors by nearest center); unset = on."""
     vector_shape: _mechanisms_pb2.BucketizedVector.Shape.ValueType
-    """The bucketized vectors' randomizer (SHAPE_UNSPECIFIED = the one of least worst-case
-    per-coordinate variance at d + 1 dimensions among L2_BALL and BOX).
+    """The bucketized vectors' randomizer (SHAPE_UNSPECIFIED = the one of least error per report
+    at d + 1 dimensions among BOX, L2_BALL and PRIVUNIT: docs/protocol.md).
     """
     seed_pool_size: _builtins.int
     """The key round's local-hashing scales draw their seeds from a public pool of this many seeds
@@ -464,8 +464,8 @@ class NetTreeParameters(_message.Message):
     center. Needs the PARTITION budget policy.
     """
     vector_shape: _mechanisms_pb2.BucketizedVector.Shape.ValueType
-    """The bucketized vector's randomizer (SHAPE_UNSPECIFIED = the one of least worst-case
-    per-coordinate variance at d + 1 dimensions among L2_BALL and BOX).
+    """The bucketized vector's randomizer (SHAPE_UNSPECIFIED = the one of least error per report
+    at d + 1 dimensions among BOX, L2_BALL and PRIVUNIT: docs/protocol.md).
     """
     seed_pool_size: _builtins.int
     """The node levels whose oracle is local hashing draw their seeds from a public pool of this many
