@@ -14,6 +14,12 @@ Experiments (``--experiment``)
     ``small``    a 5-D mixture of six clusters with shares 50/20/15/10/3/2 %, every mean at least
                  ``SEPARATION`` standard deviations from the others: does the 2 % cluster get its own
                  center (a published center whose nearest true mean is the 2 % cluster's)?
+    ``small-bound``  no campaign: for the ``small`` data and each of ``--kinds`` (nettree, stemmer), the
+                 chance that a center at the 2 % cluster's true mean plus the noise of the kind's
+                 own vector sums (``sqrt(n' M) / c`` per coordinate: every report of the round adds its
+                 second moment M to every bucket, c of them are the cluster's, n' report in the round
+                 the centers come from) lies nearest that mean: the ceiling of any center those sums
+                 give, even one that isolates the cluster's reports perfectly. Seconds.
     ``real``     PCA projections of scikit-learn's bundled real data (digits to 10-D: 10 overlapping
                  classes; breast cancer to 10-D; wine to 5-D), upsampled with jitter to ``--n``: each
                  kind's ARI over non-private k-means++'s on the same points.
@@ -44,6 +50,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.cli_args import build_campaign_config
 from ldp_collector.core import Collector
 from ldp_collector.serde import config_from_proto
@@ -61,7 +68,8 @@ CENTER_KINDS = ("nettree", "stemmer", "ldp_kmeans", "bitvector", "laplace")
 #: standard deviations of the clusters (all spherical, equal spread).
 SMALL_SHARES = (0.50, 0.20, 0.15, 0.10, 0.03, 0.02)
 SEPARATION = 4.0
-SCORES = ("ari", "cost_ratio", "cost_over_floor", "center_error_over_floor", "small_cluster_found")
+SCORES = ("ari", "cost_ratio", "cost_over_floor", "center_error_over_floor", "small_cluster_found",
+          "found_probability", "noise_norm", "nearest_other_mean")
 
 
 def small_cluster_data(n: int, seed: int, d: int = 5) -> tuple[NDArray[np.float64], NDArray[np.int64],
@@ -117,6 +125,30 @@ def _small_found(centers: NDArray[np.float64], means: NDArray[np.float64]) -> fl
     return float(len(means) - 1 in set(nearest.tolist()))
 
 
+def small_found_bound(kind: str, x: NDArray[np.float64], means: NDArray[np.float64], n: int, epsilon: float,
+                      seed: int, params: dict[str, Any], draws: int = 200_000) -> dict[str, float]:
+    """The ``small-bound`` experiment's figures for one seed and ``n`` devices (module docstring); ``x``
+    (a sample of the points is enough) gives the campaign's box."""
+    config = config_from_proto(build_campaign_config(kind, epsilon=epsilon, k=len(means), bounds=numeric_bounds(x),
+                                                     seed=seed, **params))
+    engine: Any = prepare_campaign(config).engine
+    if kind == "nettree":
+        mechanism, share = engine.vector.mechanism, 1.0 - float(engine.params.refinement_share)
+    elif kind == "stemmer":
+        mechanism, share = engine.vector_components[0].mechanism, engine.share("lloyd" if engine.lloyd else "means")
+    else:
+        raise ValueError(f"the small-cluster bound covers nettree and stemmer, not {kind}")
+    reports = share * n
+    lower, upper = (np.asarray(b, dtype=np.float64) for b in numeric_bounds(x))
+    # Per coordinate in box units ([-1, 1]), then in the data's units (the clusters' sigma is 1).
+    se = math.sqrt(reports * mechanism.report_mean_second_moment) / (SMALL_SHARES[-1] * reports) * (upper - lower) / 2
+    centers = means[-1] + np.random.default_rng(seed).standard_normal((draws, means.shape[1])) * se
+    found = np.argmin(((centers[:, None, :] - means[None]) ** 2).sum(axis=2), axis=1) == len(means) - 1
+    return {"found_probability": float(found.mean()), "noise_norm": float(np.linalg.norm(se)),
+            "nearest_other_mean": float(np.sort(np.linalg.norm(means[:-1] - means[-1], axis=1))[0]),
+            "vector_epsilon": float(mechanism.epsilon), "reports": reports}
+
+
 def _param_value(value: str) -> int | float | str:
     """A ``--param`` value: a number, or else a choice's name as the command line takes it (``privunit``)."""
     for parse in (int, float):
@@ -150,6 +182,16 @@ def rows(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
         elif args.experiment == "small":
             x, y, means = small_cluster_data(args.n, seed)
             cases = [("small 2% d=5 k=6", x, y, len(SMALL_SHARES), means)]
+        elif args.experiment == "small-bound":
+            # The bounds need the points' box only: a sample of them gives it to well within the noise.
+            x, _, means = small_cluster_data(min(args.n, 200_000), seed)
+            for kind in args.kinds:
+                row = {"data": "small 2% d=5 k=6 (bound)", "kind": kind, "seed": seed, "n": args.n,
+                       "epsilon": args.epsilon, **small_found_bound(kind, x, means, args.n, args.epsilon, seed,
+                                                                     _params(args.param, kind, args.n))}
+                print(json.dumps(row), file=sys.stderr)
+                yield row
+            continue
         else:
             cases = [(name, *real_data(name, args.n, seed), 0, None) for name in args.datasets]
         for label, x, y, k, means in cases:
@@ -177,7 +219,7 @@ def rows(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
 def summary(all_rows: list[dict[str, Any]]) -> str:
     """Median [worst seed] per (data, kind) and score."""
     keys = sorted({(r["data"], r["kind"]) for r in all_rows})
-    lower = {"cost_ratio", "cost_over_floor", "center_error_over_floor"}
+    lower = {"cost_ratio", "cost_over_floor", "center_error_over_floor", "noise_norm"}
     head = ["data", "kind", "seeds", *SCORES]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for data, kind in keys:
@@ -191,12 +233,23 @@ def summary(all_rows: list[dict[str, Any]]) -> str:
             worst = max(values) if score in lower else min(values)
             cells.append(f"{statistics.median(values):.3g} [{worst:.3g}]")
         lines.append("| " + " | ".join(cells) + " |")
+    for data, kind in keys:
+        chances = [float(r["found_probability"]) for r in all_rows
+                   if r["data"] == data and r["kind"] == kind and "found_probability" in r]
+        if chances:
+            # Poisson-binomial: the number of seeds (of these) on which the bound's center is found.
+            law = np.array([1.0])
+            for p in chances:
+                law = np.convolve(law, [1.0 - p, p])
+            need = math.ceil(0.9 * len(chances))
+            lines.append(f"\n{kind}: expected {sum(chances):.2f} of {len(chances)} seeds; "
+                         f"P(at least {need} of {len(chances)}) = {law[need:].sum():.3f}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--experiment", choices=("mixture", "floor", "small", "real"), required=True)
+    parser.add_argument("--experiment", choices=("mixture", "floor", "small", "small-bound", "real"), required=True)
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--epsilon", type=float, default=2.0)
     parser.add_argument("--kinds", nargs="+", default=list(CENTER_KINDS), choices=CENTER_KINDS)
