@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ldp_client.grpc import CollectorClient
 
 __all__ = [
+    "PHASES",
     "CampaignRun",
     "CollectorBackend",
     "InProcessCollector",
@@ -47,6 +48,10 @@ __all__ = [
     "SubmitCounts",
     "run_campaign",
 ]
+
+
+#: The phases of :attr:`SimulationStats.phase_s`, in the order a round runs them.
+PHASES = ("devices", "reports", "ingest", "steps", "other")
 
 
 class SimulationError(RuntimeError):
@@ -229,6 +234,13 @@ class SimulationStats:
         The most frequent reasons of rejected reports.
     fallbacks : tuple of str
         ``vector`` mode: the rounds it ran ``direct``, and why (:attr:`Population.fallbacks`).
+    phase_s : dict of str to float
+        Seconds per phase (:data:`PHASES`): ``devices`` (setting up the population, before
+        ``wall_time_s`` starts), then where ``wall_time_s`` went: ``reports`` (the devices' admission and report
+        draws), ``ingest`` (submitting the reports: validation, storage, ingest-time accumulation),
+        ``steps`` (closing the rounds: the server steps) and ``other`` (creating the campaign,
+        polling for rounds, the result). A caller may add phases outside the campaign (the ``simulate``
+        command adds ``data`` and ``evaluation``).
     """
 
     devices: int
@@ -244,6 +256,7 @@ class SimulationStats:
     mode: str
     rejection_reasons: dict[str, int] = field(default_factory=dict)
     fallbacks: tuple[str, ...] = ()
+    phase_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def reports_per_second(self) -> float:
@@ -258,6 +271,7 @@ class SimulationStats:
             "mean_epsilon_per_device": self.mean_epsilon_per_device, "wall_time_s": self.wall_time_s,
             "reports_per_second": self.reports_per_second, "mode": self.mode,
             "rejection_reasons": dict(self.rejection_reasons), "fallbacks": list(self.fallbacks),
+            "phase_s": dict(self.phase_s),
         }
 
 
@@ -354,15 +368,19 @@ def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig
         raise InvalidParameterError(f"batch_size must be an integer in [1, 10000], got {batch_size!r}")
     backend: CollectorBackend = InProcessCollector(collector, seed=seed) if isinstance(collector, Collector) \
         else collector
+    started = time.perf_counter()
     population = Population(points, seed=seed, policy=policy, mode=mode)
     n = len(population)
-    started = time.perf_counter()
+    devices_s = time.perf_counter() - started
+    started += devices_s
     campaign = backend.create_campaign(config if config.seed is not None else replace(config, seed=seed))
     campaign_id = campaign.config.campaign_id
     sent = accepted = duplicates = rejected = rounds = 0
     reasons: Counter[str] = Counter()
     first_spec: RoundSpec | None = None
     disable = _progress_disabled(quiet)
+    phase = dict.fromkeys(PHASES[1:-1], 0.0)
+    clock = time.perf_counter
     while True:
         spec, finished = _wait_for_round(backend, campaign_id, round_timeout_s)
         if finished or spec is None:
@@ -374,7 +392,10 @@ def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig
         with tqdm(total=n, desc=f"round {spec.round}", unit="dev", disable=disable, leave=False) as bar:
             for start in range(0, n, batch_size):
                 stop = min(n, start + batch_size)
+                before = clock()
                 reports = population.participate(spec, start, stop)
+                drawn = clock()
+                phase["reports"] += drawn - before
                 if reports:
                     counts = backend.submit(reports)
                     sent += len(reports)
@@ -383,8 +404,11 @@ def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig
                     rejected += counts.rejected
                     reasons.update(counts.reasons)
                     population.acknowledge(reports)
+                    phase["ingest"] += clock() - drawn
                 bar.update(stop - start)
+        before = clock()
         _close_if_open(backend, campaign_id, spec.round)
+        phase["steps"] += clock() - before
     campaign = backend.get_campaign(campaign_id)
     if campaign.state == CampaignState.FAILED:
         raise SimulationError(f"campaign {campaign_id} failed: {campaign.error or 'no reason given'}")
@@ -397,5 +421,5 @@ def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig
         devices=n, rounds=rounds, reports_sent=sent, accepted=accepted, duplicates=duplicates, rejected=rejected,
         refused=population.refused, epsilon_per_device=float(spent.max()), mean_epsilon_per_device=float(spent.mean()),
         wall_time_s=wall, mode=population.mode, rejection_reasons=dict(reasons.most_common(5)),
-        fallbacks=tuple(population.fallbacks))
+        fallbacks=tuple(population.fallbacks), phase_s={"devices": devices_s, **phase, "other": wall - sum(phase.values())})
     return CampaignRun(campaign_id=campaign_id, campaign=campaign, result=result, first_spec=first_spec, stats=stats)
