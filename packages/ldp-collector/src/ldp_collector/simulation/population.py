@@ -192,22 +192,33 @@ class Population:
     """
 
     def __init__(self, points: Any, *, seed: int, policy: DevicePolicy | None = None, mode: Mode = "auto") -> None:
-        self._points = as_points(points)
-        if not self._points:
+        # The points as Python values (what the SDK encoders take) are made when a round first needs
+        # them: a vector-mode population whose every round is drawn on the array never does (at
+        # n = 1e7 the list of tuples alone would hold about 2 GB).
+        self._points: list[Any] | None = None
+        self._source: Any = points
+        if isinstance(points, np.ndarray):
+            if points.ndim not in (1, 2):
+                raise InvalidParameterError(f"points must be a 1-D or 2-D array, got shape {points.shape}")
+            self._n = len(points)
+        else:
+            self._points = as_points(points)
+            self._n = len(self._points)
+        if not self._n:
             raise InvalidParameterError("a population needs at least one device (point)")
         if mode not in ("auto", "device", "direct", "vector"):
             raise InvalidParameterError(f"mode must be 'auto', 'device', 'direct' or 'vector', got {mode!r}")
         self._mode: Literal["device", "direct", "vector"] = (
-            ("device" if len(self._points) <= AUTO_DEVICE_LIMIT else "vector") if mode == "auto" else mode)
+            ("device" if self._n <= AUTO_DEVICE_LIMIT else "vector") if mode == "auto" else mode)
         self._warn_fallback = mode == "vector"
         self._policy = SIMULATION_POLICY if policy is None else policy
         if not isinstance(self._policy, DevicePolicy):
             raise TypeError(f"policy must be a DevicePolicy, got {type(self._policy).__name__}")
         self._rng = SeededRng(seed)
-        self._devices: list[Device | None] = [None] * len(self._points) if self._mode == "device" else []
+        self._devices: list[Device | None] = [None] * self._n if self._mode == "device" else []
         self._campaigns: dict[str, _CampaignState] = {}
         self._unacknowledged: dict[bytes, int] = {}
-        arrays = len(self._points) if self._mode != "device" else 0
+        arrays = self._n if self._mode != "device" else 0
         self._total_spent = [0] * arrays
         self._started = np.zeros(arrays, dtype=np.bool_)
         self.refused = 0
@@ -221,7 +232,7 @@ class Population:
         self._round_fallback: dict[tuple[str, int], str | None] = {}
 
     def __len__(self) -> int:
-        return len(self._points)
+        return self._n
 
     @property
     def mode(self) -> Literal["device", "direct", "vector"]:
@@ -231,6 +242,8 @@ class Population:
     @property
     def points(self) -> list[Any]:
         """The devices' points, as the encoders take them."""
+        if self._points is None:
+            self._points = as_points(self._source)
         return self._points
 
     def _device(self, i: int) -> Device:
@@ -257,7 +270,7 @@ class Population:
         EncodingError
             A point does not fit the round's encoders.
         """
-        stop = len(self._points) if stop is None else min(stop, len(self._points))
+        stop = self._n if stop is None else min(stop, self._n)
         if self._mode == "device":
             return self._participate_devices(spec, start, stop)
         if self._mode == "vector" and self._vector_round(spec):
@@ -292,7 +305,7 @@ class Population:
 
     def _participate_devices(self, spec: RoundSpec, start: int, stop: int) -> list[Report]:
         out: list[Report] = []
-        points = self._points
+        points = self.points
         for i in range(start, stop):
             try:
                 report = self._device(i).participate(spec, points[i])
@@ -309,14 +322,14 @@ class Population:
     def _state(self, spec: RoundSpec) -> _CampaignState:
         state = self._campaigns.get(spec.campaign_id)
         if state is None:
-            n = len(self._points)
+            n = self._n
             state = self._campaigns[spec.campaign_id] = _CampaignState(
                 groups=np.full(n, -1, dtype=np.int32), spent=[0] * n, reports=np.zeros(n, dtype=np.int32),
                 charged={})
         return state
 
     def _participate_direct(self, spec: RoundSpec, start: int, stop: int) -> list[Report]:
-        policy, rng, points = self._policy, self._rng, self._points
+        policy, rng, points = self._policy, self._rng, self.points
         policy.check(spec)
         state = self._state(spec)
         charged = state.charged.setdefault(spec.round, np.zeros(len(points), dtype=np.bool_))
@@ -381,7 +394,7 @@ class Population:
         policy = self._policy
         policy.check(spec)
         state = self._state(spec)
-        charged = state.charged.setdefault(spec.round, np.zeros(len(self._points), dtype=np.bool_))
+        charged = state.charged.setdefault(spec.round, np.zeros(self._n, dtype=np.bool_))
         self._started[start:stop] = True  # a vector-mode device draws no id (as in direct mode, none is kept)
         devices = start + np.flatnonzero(~charged[start:stop])
         if not devices.size:
@@ -450,7 +463,7 @@ class Population:
             return np.array([d.spent(campaign_id) if d is not None else 0.0 for d in self._devices])
         state = self._campaigns.get(campaign_id)
         if state is None:
-            return np.zeros(len(self._points))
+            return np.zeros(self._n)
         as_float: dict[int, float] = {}  # few distinct sums: convert each once (exact, then rounded)
         return np.array([as_float[s] if s in as_float else as_float.setdefault(s, float(s * UNIT))
                          for s in state.spent], dtype=np.float64)
