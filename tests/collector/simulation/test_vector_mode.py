@@ -34,8 +34,8 @@ from ldp_client.encoders.grid import CellListEncoder, GridTreeEncoder
 from ldp_client.encoders.lsh import ShiftedGridEncoder, SimHashEncoder
 from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.encoders.projection import RandomProjection
-from ldp_client.errors import InvalidParameterError
 from ldp_client.encoders.vectors import SymmetricBoxEncoder, UnitBallEncoder, UnitCubeEncoder
+from ldp_client.errors import InvalidParameterError
 from ldp_client.mechanisms import GRRParams, oue, sue
 from ldp_client.mechanisms.base import MechanismParams
 from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
