@@ -516,8 +516,11 @@ class _IntegersCheck:
                 or len(v.values) != width or set(map(type, v.values)) - {int}]
 
     def stored(self, values: Sequence[Integers]) -> list[bytes]:
-        """The stored payloads of checked values: ``pack_payloads((v,))`` each."""
-        return [pack_payloads((v,)) for v in values]
+        """The stored payloads of checked values: ``pack_payloads((v,))`` each, packed from their wire
+        form ``[tag, values]`` directly."""
+        tag = _wire_tag(Integers((0,)))
+        packb = msgpack.Packer(use_bin_type=True).pack
+        return [packb([[tag, v.values]]) for v in values]
 
 
 @dataclass(frozen=True)
@@ -538,8 +541,16 @@ class _SignedBitsCheck:
         return sorted(bad + [rows[k] for k in inner_bad])
 
     def stored(self, values: Sequence[SignedVector]) -> list[bytes]:
-        """The stored payloads of checked values: ``pack_payloads((v,))`` each."""
-        return [pack_payloads((v,)) for v in values]
+        """The stored payloads of checked values: ``pack_payloads((v,))`` each, packed from their wire
+        form ``[tag, seed, bits]`` directly."""
+        tag = _wire_tag(SignedVector(0, b""))
+        packb = msgpack.Packer(use_bin_type=True).pack
+        return [packb([[tag, v.seed, v.inner]]) for v in values]
+
+
+def _wire_tag(payload: Payload) -> Any:
+    """The tag of a tagged payload's wire form ``[tag, ...]`` (:func:`~ldp_client.payload.payload_to_wire`)."""
+    return payload_to_wire(payload)[0]
 
 
 _PayloadCheck = _IndexCheck | _BitsCheck | _IntegersCheck | _SignedBitsCheck
