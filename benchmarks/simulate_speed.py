@@ -11,14 +11,19 @@ machine the wall time mostly measures the other jobs), its peak resident memory,
 wall time (simulation, ingestion and the server steps, without the evaluation against non-private
 k-means), the mode used, any round that fell back to ``direct`` mode, and the ARI; then a second
 table of where the time went, wall / CPU seconds of each phase (the output's ``stats.phase_s`` and
-``stats.phase_cpu_s``): ``data`` (the
-dataset's draw), ``devices`` (the population's setup), ``reports`` (the devices' report draws),
-``ingest`` (validation and storage), ``steps`` (the server steps), ``other`` (the rest of the
-campaign) and ``evaluation`` (the scores, with the reference non-private k-means). Several seeds give
-the median and the worst (slowest) seed.
+``stats.phase_cpu_s``): ``data`` (the dataset's draw), ``devices`` (the population's setup),
+``reports`` (the devices' report draws), ``ingest`` (validation and storage), ``steps`` (the server
+steps), ``other`` (the rest of the campaign) and ``evaluation`` (the scores, with the reference
+non-private k-means). Several seeds give the median and the worst (slowest) seed.
 
-Usage: ``python benchmarks/simulate_speed.py [--ns 100000,1000000] [--kinds nettree,...]
-[--seeds 7] [--mode auto]``; add ``10000000`` to ``--ns`` for the 1e7 row (minutes per kind).
+Usage: ``OPENBLAS_NUM_THREADS=1 python benchmarks/simulate_speed.py [--ns 100000,1000000]
+[--kinds nettree,...] [--seeds 7] [--mode auto]``; add ``10000000`` to ``--ns`` for the 1e7 row
+(minutes per kind). The runs inherit the environment: on a shared box set ``OPENBLAS_NUM_THREADS=1``,
+as for the other benchmarks (the estimators' small matrix products gain nothing from BLAS threads,
+and contended threads spin: at 1e5 on a machine with load 5, bitvector took 27 CPU s with the
+default threads and 7 with one; the estimator's output on a fixed input is the same bit for bit
+either way). The load average is printed before and
+after the runs.
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="auto", choices=("auto", "device", "direct", "vector"))
     ns = parser.parse_args(argv)
     seeds = [int(s) for s in ns.seeds.split(",")]
+    print(f"load average {_load()}; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}\n")
     print("| kind | n | wall s (median) | wall s (worst seed) | CPU s (median) | peak GiB (max) | campaign s (median) | "
           "mode | fallbacks | ARI (median) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -111,7 +117,13 @@ def main(argv: list[str] | None = None) -> int:
                 phase: statistics.median(r[clock].get(phase, 0.0) for r in good) for phase in PHASES}
                 for clock in ("phase_s", "phase_cpu_s")}})
     _phase_table(phases)
+    print(f"\nload average {_load()}")
     return 1 if failed else 0
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages."""
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 if __name__ == "__main__":
