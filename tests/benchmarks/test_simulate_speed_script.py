@@ -1,0 +1,19 @@
+"""``benchmarks/simulate_speed.py``: one row per kind and n, and the phase split of the same runs."""
+
+from __future__ import annotations
+
+import pytest
+import simulate_speed
+
+
+def test_prints_the_runs_and_their_phase_split(capsys: pytest.CaptureFixture[str]) -> None:
+    assert simulate_speed.main(["--ns", "3000", "--kinds", "laplace", "--mode", "vector"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| laplace | 3e+03 |")]
+    assert len(rows) == 2, out  # the run, then its phases
+    run, phases = (row.strip("|").split("|") for row in rows)
+    assert run[7].strip() == "vector" and float(run[3]) > 0 and float(run[5]) > 0  # CPU s, peak GiB
+    # Every phase as "wall / CPU" seconds, the campaign's and the command's own.
+    assert len(phases) == 2 + len(simulate_speed.PHASES)
+    assert all(len(cell.split(" / ")) == 2 and min(map(float, cell.split(" / "))) >= 0 for cell in phases[2:])
+    assert out.startswith("load average ") and "\nload average " in out
