@@ -18,8 +18,9 @@ two take the same decisions and, for one seed, send the same reports bit for bit
     a few bytes per device). For large populations.
 ``vector``
     The ``direct`` state, and the same admission decisions, but every device's report of a round
-    drawn with numpy in bulk (5-10 us per report on a busy 2-core machine, half of it building the
-    :class:`~ldp_client.report.Report` objects). It applies to a round whose group tasks' components
+    drawn with numpy in bulk, handed over as one :class:`~ldp_client.report.ReportColumns` per batch
+    (:meth:`Population.participate_columns`; about 5 CPU us per report of a net-tree round, 5.5 s
+    for 1e6 devices on a busy 2-core machine). It applies to a round whose group tasks' components
     all have an array path (:func:`.vector.unsupported`: the cell, SimHash, shifted-grid and
     nearest-candidate encoders with a GRR, unary-encoding or local-hashing oracle; a kCluster bit
     vector with bitwise randomized response; the vector maps with discrete Laplace, the box, the

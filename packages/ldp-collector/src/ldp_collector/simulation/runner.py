@@ -1,8 +1,10 @@
 """Simulated campaigns: a :class:`~.population.Population` plays every round of a campaign on a collector.
 
 :func:`run_campaign` creates a campaign on a collector and plays every round until the campaign
-is finished: fetch the round spec, let the population participate, submit the reports in batches,
-close the round. The collector is either in-process (:class:`InProcessCollector` over a
+is finished: fetch the round spec, let the population participate, submit the reports in batches
+(a vector round's batch as :class:`~ldp_client.report.ReportColumns`, which the in-process collector
+validates and stores column by column), close the round. :attr:`SimulationStats.phase_s` says where
+the time went. The collector is either in-process (:class:`InProcessCollector` over a
 :class:`~ldp_collector.core.Collector`, which validates and stores exactly as the gRPC service
 does) or a running server reached over gRPC (:class:`RemoteCollector`: the SDK's
 :class:`~ldp_client.grpc.CollectorClient` for the device calls, the operator's
