@@ -17,7 +17,7 @@ steps), ``other`` (the rest of the campaign) and ``evaluation`` (the scores, wit
 non-private k-means). Several seeds give the median and the worst (slowest) seed.
 
 Usage: ``OPENBLAS_NUM_THREADS=1 python benchmarks/simulate_speed.py [--ns 100000,1000000]
-[--kinds nettree,...] [--seeds 7] [--mode auto]``; add ``10000000`` to ``--ns`` for the 1e7 row
+[--kinds nettree,...] [--seeds 7] [--mode auto] [--out DIR]``; add ``10000000`` to ``--ns`` for the 1e7 row
 (minutes per kind). The runs inherit the environment: on a shared box set ``OPENBLAS_NUM_THREADS=1``,
 as for the other benchmarks (the estimators' small matrix products gain nothing from BLAS threads,
 and contended threads spin: at 1e5 on a machine with load 5, bitvector took 27 CPU s with the
@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 KINDS = ("nettree", "stemmer", "bitvector", "laplace", "ldp_kmeans")
@@ -57,7 +58,7 @@ def _run_child(command: list[str]) -> tuple[int, str, str, float, float]:
                 usage.ru_maxrss / 2**20)
 
 
-def run(kind: str, n: int, seed: int, mode: str) -> dict[str, Any]:
+def run(kind: str, n: int, seed: int, mode: str, out_dir: Path | None = None) -> dict[str, Any]:
     """One ``simulate`` run in a fresh interpreter: its timings, memory, mode, fallbacks, phases and ARI."""
     command = [sys.executable, "-m", "ldp_collector.cli", "simulate", "--kind", kind, "--dataset", "mixture",
                "--d", "5", "--k", "6", "--n", str(n), "--seed", str(seed), "--mode", mode, "--json", "--quiet"]
@@ -67,6 +68,8 @@ def run(kind: str, n: int, seed: int, mode: str) -> dict[str, Any]:
     if code != 0:
         return {"kind": kind, "n": n, "seed": seed, "error": stderr.strip().splitlines()[-1:]}
     out = json.loads(stdout)
+    if out_dir is not None:  # the whole output, to compare the results of two commits' seeded runs
+        (out_dir / f"{kind}-{n}-{seed}.json").write_text(stdout)
     return {"kind": kind, "n": n, "seed": seed, "wall_s": wall, "cpu_s": cpu, "campaign_s": out["wall_time_s"],
             "peak_gib": peak_gib, "mode": out["stats"]["mode"], "fallbacks": out["stats"]["fallbacks"],
             "phase_s": out["stats"]["phase_s"], "phase_cpu_s": out["stats"]["phase_cpu_s"],
@@ -89,8 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds")
     parser.add_argument("--seeds", default="7", help="comma-separated seeds")
     parser.add_argument("--mode", default="auto", choices=("auto", "device", "direct", "vector"))
+    parser.add_argument("--out", type=Path, help="directory to keep each run's JSON output in (KIND-N-SEED.json)")
     ns = parser.parse_args(argv)
     seeds = [int(s) for s in ns.seeds.split(",")]
+    if ns.out is not None:
+        ns.out.mkdir(parents=True, exist_ok=True)
     print(f"load average {_load()}; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}\n")
     print("| kind | n | wall s (median) | wall s (worst seed) | CPU s (median) | peak GiB (max) | campaign s (median) | "
           "mode | fallbacks | ARI (median) |")
@@ -99,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     phases: list[dict[str, Any]] = []
     for n in (int(v) for v in ns.ns.split(",")):
         for kind in ns.kinds.split(","):
-            rows = [run(kind, n, seed, ns.mode) for seed in seeds]
+            rows = [run(kind, n, seed, ns.mode, ns.out) for seed in seeds]
             good = [r for r in rows if "error" not in r]
             if len(good) < len(rows):
                 failed = True
