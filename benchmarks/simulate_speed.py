@@ -72,7 +72,8 @@ def run(kind: str, n: int, seed: int, mode: str, out_dir: Path | None = None) ->
         (out_dir / f"{kind}-{n}-{seed}.json").write_text(stdout)
     return {"kind": kind, "n": n, "seed": seed, "wall_s": wall, "cpu_s": cpu, "campaign_s": out["wall_time_s"],
             "peak_gib": peak_gib, "mode": out["stats"]["mode"], "fallbacks": out["stats"]["fallbacks"],
-            "phase_s": out["stats"]["phase_s"], "phase_cpu_s": out["stats"]["phase_cpu_s"],
+            # A commit from before the phase split has none (its phases print as "-").
+            "phase_s": out["stats"].get("phase_s", {}), "phase_cpu_s": out["stats"].get("phase_cpu_s", {}),
             "ari": out.get("clustering", {}).get("ari")}
 
 
@@ -82,8 +83,12 @@ def _phase_table(rows: list[dict[str, Any]]) -> None:
     print("|---|---|" + "---|" * len(PHASES))
     for row in rows:
         print(f"| {row['kind']} | {row['n']:.0e} | "
-              + " | ".join(f"{row['phase_s'][phase]:.1f} / {row['phase_cpu_s'][phase]:.1f}" for phase in PHASES)
-              + " |")
+              + " | ".join(f"{_seconds(row['phase_s'].get(phase))} / {_seconds(row['phase_cpu_s'].get(phase))}"
+                           for phase in PHASES) + " |")
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{statistics.median(r['campaign_s'] for r in good):.1f} | {good[0]['mode']} | {fallbacks} | "
                   f"{ari} |", flush=True)
             phases.append({"kind": kind, "n": n, **{clock: {
-                phase: statistics.median(r[clock].get(phase, 0.0) for r in good) for phase in PHASES}
-                for clock in ("phase_s", "phase_cpu_s")}})
+                phase: statistics.median(r[clock][phase] for r in good) for phase in PHASES
+                if all(phase in r[clock] for r in good)} for clock in ("phase_s", "phase_cpu_s")}})
     _phase_table(phases)
     print(f"\nload average {_load()}")
     return 1 if failed else 0
