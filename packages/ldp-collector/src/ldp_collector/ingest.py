@@ -618,8 +618,9 @@ def _group_check(spec: RoundSpec, group: int) -> _TaskCheck | None:
     task = spec.task_for(group)
     if task is None:
         return None
-    checks = tuple(_payload_check(c.mechanism) for c in task.components)
-    return _TaskCheck(checks) if all(check is not None for check in checks) else None  # type: ignore[arg-type]
+    checks = [_payload_check(c.mechanism) for c in task.components]
+    present = tuple(check for check in checks if check is not None)
+    return _TaskCheck(present) if len(present) == len(checks) else None
 
 
 @dataclass
