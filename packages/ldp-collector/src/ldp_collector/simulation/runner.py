@@ -242,11 +242,10 @@ class SimulationStats:
         Wall and CPU seconds per phase (:data:`PHASES`; the process's CPU time, every thread: on a
         shared machine the wall time mostly measures the other jobs): ``devices`` (setting up the
         population, before ``wall_time_s`` starts), then where ``wall_time_s`` went: ``reports``
-        (the devices' admission and report
-        draws), ``ingest`` (submitting the reports: validation, storage, ingest-time accumulation),
-        ``steps`` (closing the rounds: the server steps) and ``other`` (creating the campaign,
-        polling for rounds, the result). A caller may add phases outside the campaign (the ``simulate``
-        command adds ``data`` and ``evaluation``).
+        (the devices' admission and report draws), ``ingest`` (submitting the reports: validation,
+        storage, ingest-time accumulation), ``steps`` (closing the rounds: the server steps) and
+        ``other`` (creating the campaign, polling for rounds, the result). A caller may add phases
+        outside the campaign (the ``simulate`` command adds ``data`` and ``evaluation``).
     """
 
     devices: int
