@@ -251,6 +251,9 @@ def test_simulate_histogram_json_in_process(capsys: pytest.CaptureFixture[str]) 
     assert result["parameters"]["cells"] == [16, 16] and result["parameters"]["collector"] == "in-process"
     assert result["reports_sent"] == 20_000 and result["epsilon_per_device"] == 2.0
     assert result["wall_time_s"] > 0 and result["stats"]["accepted"] == 20_000
+    # The campaign's phases, and the command's own: the dataset's draw and the evaluation.
+    phases = {"data", "devices", "reports", "ingest", "steps", "other", "evaluation"}
+    assert set(result["stats"]["phase_s"]) == set(result["stats"]["phase_cpu_s"]) == phases
     errors = result["errors"]
     # 256 cells, OUE at epsilon 2 (frequency SE about 0.006): bounds at 5 SE per cell, and the mean
     # |error|/SE of 256 cells within 4 of its standard deviations (0.04) of 0.80.

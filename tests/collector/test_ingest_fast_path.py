@@ -34,9 +34,15 @@ from hypothesis import strategies as st
 from ldp.v1 import campaigns_pb2, reports_pb2, service_pb2
 from ldp_client import serde
 from ldp_client.encoders import BitVectorEncoder, NumericDomain
+from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.categorical import CategoricalEncoder
+from ldp_client.encoders.lsh import ShiftedGridEncoder
+from ldp_client.encoders.vectors import SymmetricBoxEncoder, UnitCubeEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms import BitwiseRRParams, GRRParams, LocalHashingParams, oue
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, VectorShape
+from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
+from ldp_client.mechanisms.vector_box import VectorBoxParams
 from ldp_client.payload import payload_from_wire, payload_to_wire
 from ldp_client.report import MAX_CONTAINERS_PER_REPORT, Report, ReportColumns, unpack_batch, unpack_batch_columns
 from ldp_client.rng import SeededRng
@@ -68,16 +74,36 @@ BRR11 = Component(
     mechanism=BitwiseRRParams(length=11, epsilon=2.0, sensitivity=4))
 LH64 = Component(encoder=CategoricalEncoder(domain_size=64),
                  mechanism=LocalHashingParams(domain_size=64, epsilon=1.0))
-#: Group -> components (group 6 is a group that does not report; 8 and up are not groups).
+# The center kinds' vectors: the box randomizer (3 signs in one byte), discrete Laplace, and the
+# bucketized vector sum over the box beside a GRR cell (the net tree's group).
+_SQUARE = NumericDomain(lower=(0.0, 0.0), upper=(1.0, 1.0))
+BOX3 = Component(encoder=SymmetricBoxEncoder(domain=NumericDomain(lower=(0.0,) * 3, upper=(1.0,) * 3)),
+                 mechanism=VectorBoxParams(dimension=3, epsilon=1.0))
+LAP2 = Component(encoder=UnitCubeEncoder(domain=_SQUARE), mechanism=DiscreteLaplaceParams(dimension=2, epsilon=1.0))
+_BUCKETED = BucketedVectorEncoder(domain=_SQUARE, shifted_grid=ShiftedGridEncoder(domain=_SQUARE, level=2, seed=10))
+BVEC = Component(encoder=_BUCKETED, mechanism=BucketizedVectorParams(
+    bucket_bits=_BUCKETED.bucket_bits, dimension=3, epsilon=1.0, shape=VectorShape.BOX))
+#: Group -> components (group 6 is a group that does not report; 11 and up are not groups).
 TASKS: dict[int, tuple[Component, ...]] = {0: (GRR6,), 7: (GRR6,), 1: (GRR300,), 2: (UE60,), 3: (BRR11,),
-                                           4: (LH64,), 5: (GRR6, UE60)}
+                                           4: (LH64,), 5: (GRR6, UE60), 8: (BOX3,), 9: (LAP2,), 10: (GRR6, BVEC)}
+#: The points of the components that take one.
+_POINTS = {BRR11: 1, BOX3: 3, LAP2: 2, BVEC: 2}
+
+
+def value_of(component: Component, u: int) -> Any:
+    """A value ``component``'s encoder takes, made from ``u``: an index, or a point of its unit cube."""
+    if component in _POINTS:
+        return tuple(((u >> (4 * j)) % 11) / 10 for j in range(_POINTS[component]))
+    return u % component.encoder.output_size
 
 
 def make_spec(campaign_id: str, round: int = ROUND) -> RoundSpec:
-    return RoundSpec(campaign_id=campaign_id, round=round, group_weights=(1,) * 8, campaign_epsilon=4.0, tasks=(
+    return RoundSpec(campaign_id=campaign_id, round=round, group_weights=(1,) * 11, campaign_epsilon=4.0, tasks=(
         GroupTask(groups=(0, 7), components=(GRR6,)), GroupTask(groups=(1,), components=(GRR300,)),
         GroupTask(groups=(2,), components=(UE60,)), GroupTask(groups=(3,), components=(BRR11,)),
-        GroupTask(groups=(4,), components=(LH64,)), GroupTask(groups=(5,), components=(GRR6, UE60))))
+        GroupTask(groups=(4,), components=(LH64,)), GroupTask(groups=(5,), components=(GRR6, UE60)),
+        GroupTask(groups=(8,), components=(BOX3,)), GroupTask(groups=(9,), components=(LAP2,)),
+        GroupTask(groups=(10,), components=(GRR6, BVEC))))
 
 
 CONTEXTS: dict[str, RoundContext | str] = {
@@ -98,7 +124,7 @@ report_ids = st.one_of(st.sampled_from(ID_POOL), st.binary(min_size=16, max_size
                        st.binary(max_size=20))
 campaign_ids = st.sampled_from(["camp", "camp", "camp", "other", "gone", "nope", "bad id"])
 rounds = st.sampled_from([ROUND, ROUND, ROUND, 2, U32 + 1, -1])
-groups = st.one_of(st.sampled_from([0, 0, 1, 2, 3, 4, 5, 6, 7]), st.sampled_from([8, 4095, 4096]))
+groups = st.one_of(st.sampled_from([0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]), st.sampled_from([11, 4095, 4096]))
 garbage = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), U64) | st.floats(allow_nan=False) | st.text(max_size=6)
     | st.binary(max_size=20),
@@ -112,17 +138,20 @@ def wire_payload(draw: st.DrawFn, component: Component | None) -> Any:
     mechanism = component.mechanism if component is not None else GRR6.mechanism
     choice = draw(st.integers(0, 9))
     if choice <= 5:  # honest output (the fast path's bread and butter)
+        if component is not None and component.mechanism.INPUT_KIND != GRR6.mechanism.INPUT_KIND:
+            rng = SeededRng(draw(st.integers(0, 2**32)))
+            return payload_to_wire(component.run(value_of(component, draw(st.integers(0, 2**20))), rng=rng))
         value: Any = draw(st.integers(0, (component.encoder.output_size if component else 6) - 1))
-        if isinstance(mechanism, BitwiseRRParams):
-            value = tuple(draw(st.lists(st.integers(0, 1), min_size=11, max_size=11)))
         return payload_to_wire(mechanism.randomize(value, rng=SeededRng(draw(st.integers(0, 2**32)))))
     if choice == 6:  # an index, in range or not
         return draw(st.integers(0, U64) | st.integers(0, 400))
     if choice == 7:  # bits: random contents, any length (implausible weights, spare bits set)
         return draw(st.binary(min_size=0, max_size=9))
     if choice == 8:  # the other payload kinds, well formed or not
-        return draw(st.sampled_from([[3, 5, 1], [3, 5, 64], [4, [1, -2]], [5, struct.pack("<2f", 0.6, 0.8)],
-                                     [5, b"\x00"], [9, 1], True, -3]))
+        return draw(st.sampled_from([[3, 5, 1], [3, 5, 64], [4, [1, -2]], [4, [1, -2, 3]], [4, [1, 2**63 - 1]],
+                                     [5, struct.pack("<2f", 0.6, 0.8)], [5, b"\x00"], [6, 7, b"\x01"],
+                                     [6, 7, b"\x08"], [6, 2**32, b"\x01"], [6, 7, b"\x01\x00"],
+                                     [6, 7, [5, struct.pack("<2f", 0.6, 0.8)]], [9, 1], True, -3]))
     return draw(garbage)
 
 
@@ -175,8 +204,7 @@ def clean_batch(draw: st.DrawFn) -> list[Any]:
     items: list[Any] = []
     for k in range(draw(st.integers(1, 40))):
         group = chosen[k % len(chosen)]
-        payloads = [c.run(rng.randbelow(6) if c is not BRR11 else (rng.randbelow(11) / 10,), rng=rng)
-                    for c in TASKS[group]]
+        payloads = [c.run(value_of(c, rng.randbelow(2**20)), rng=rng) for c in TASKS[group]]
         items.append([1, draw(st.sampled_from(ID_POOL)) if k % 9 == 8 else rng.token_bytes(16), campaign_id,
                       ROUND, group, [payload_to_wire(p) for p in payloads]])
     for position, odd in draw(st.lists(st.tuples(st.integers(0, 39), wire_report()), max_size=2)):
@@ -308,20 +336,30 @@ def test_validate_columns_equals_validate_reports(items: list[Any], stored: list
 
 
 def test_normal_batches_skip_every_per_report_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No Report object, no validate_report, no msgpack decoding of payloads: the batch-wide path."""
+    """No Report object, no validate_report, no msgpack decoding of payloads: the batch-wide path.
+
+    Indexes and bits decode column by column too; the tagged payloads (discrete Laplace, the signed
+    vector) decode per report on the wire, so their columns are built as a simulation builds them.
+    """
     def forbidden(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the per-report path was taken")
 
     rng = SeededRng(7)
     spec = CONTEXTS["camp"]
     assert isinstance(spec, RoundContext)
-    for group, component in ((0, GRR6), (7, GRR6), (1, GRR300), (2, UE60)):
-        values = [component.run(i % 6, rng=rng) for i in range(200)]
-        items = [[1, rng.token_bytes(16), "camp", ROUND, group, [v]] for v in values]
+    for group in (0, 7, 1, 2, 3, 5, 8, 9, 10):
+        payloads = [[c.run(value_of(c, 7 * i), rng=rng) for c in TASKS[group]] for i in range(200)]
+        items = [[1, rng.token_bytes(16), "camp", ROUND, group, [payload_to_wire(p) for p in row]] for row in payloads]
+        tagged = group in (9, 10)
+        if tagged:
+            columns = ReportColumns(report_ids=[item[1] for item in items], campaign_ids=["camp"] * len(items),
+                                    rounds=[ROUND] * len(items), groups=[group] * len(items), payloads=payloads)
         monkeypatch.setattr(Report, "from_wire", forbidden)
+        monkeypatch.setattr(Report, "__init__", forbidden)
         monkeypatch.setattr(ingest, "validate_report", forbidden)
         monkeypatch.setattr(accumulators, "decode_report_payloads", forbidden)
-        _, columns = unpack_batch_columns(pack("r", items))
+        if not tagged:
+            _, columns = unpack_batch_columns(pack("r", items))
         batch = validate_batch(columns, lookup)
         assert not batch.rejected and isinstance(batch.valid, StoredReportColumns)
         fn = make_accumulate_fn(component_params_from_spec(spec.spec))
@@ -357,6 +395,10 @@ def test_only_the_odd_reports_take_the_per_report_path(monkeypatch: pytest.Monke
     (1, [[300], [299, 1], [b"\x00"]]),  # GRR over 300 values: stored payloads of 2 to 4 bytes
     (2, [[b"\x00" * 7], [b"\xff" * 7 + b"\x0f"], [b"\x00" * 7 + b"\x10"], [5], [b"\x01" + b"\x00" * 7, 1]]),  # UE
     (3, [[b"\x00"], [b"\x00\x08"], [b"\xff\x0f"], [7]]),  # bitwise RR: length, spare bits
+    (8, [[b"\x08"], [b""], [b"\x01\x00"], [3]]),  # the box: spare bits, length, kind
+    (9, [[[4, [1]]], [[4, [1, 2, 3]]], [[4, []]], [b"\x01"]]),  # discrete Laplace: length, kind
+    (10, [[1, [6, 7, b"\x08"]], [1, [6, 2**32, b"\x01"]], [1, [6, 7, b""]], [1, b"\x01"], [6, [6, 7, b"\x01"]],
+          [1, [6, 7, [5, struct.pack("<2f", 0.6, 0.8)]]], [1, [6, 7, b"\x01"], 1]]),  # GRR beside a signed box
 ])
 def test_batch_checks_send_exactly_the_odd_reports_per_report(monkeypatch: pytest.MonkeyPatch, group: int,
                                                               odd: list[list[Any]]) -> None:
@@ -368,9 +410,8 @@ def test_batch_checks_send_exactly_the_odd_reports_per_report(monkeypatch: pytes
         return reference(report, context)
 
     rng = SeededRng(group)
-    component = TASKS[group][0]
-    items = [[1, bytes([i]) * 16, "camp", ROUND, group, [component.run(i % 6 if component is not BRR11 else (0.3,),
-                                                                      rng=rng)]] for i in range(1, 60)]
+    items = [[1, bytes([i]) * 16, "camp", ROUND, group, [payload_to_wire(c.run(value_of(c, 3 * i), rng=rng))
+                                                         for c in TASKS[group]]] for i in range(1, 60)]
     for k, payloads in enumerate(odd):
         items[5 * k + 2][5] = payloads
     _, columns = unpack_batch_columns(pack("r", items))

@@ -26,6 +26,7 @@ from ldp_collector.errors import InvalidArgumentError
 from ldp_collector.estimation import bitvector as bitvector_estimation
 from ldp_collector.estimation.bitvector import (
     BitVectorPass,
+    _Bits,
     array_passes,
     dbscan_encoded,
     dbscan_on_round,
@@ -463,3 +464,11 @@ def test_end_to_end_mixture(epsilon: float) -> None:
     assert run.stats.accepted == len(x) and run.stats.rejected == 0
     scores = evaluate_clustering(result, x, labels, k=4)
     assert scores["ari"] >= ARI_FLOORS[epsilon], scores
+
+
+def test_the_reports_hamming_weights_are_counted_once_and_exactly() -> None:
+    """Every distance pass reads the weights: counted once, equal to the bits' row sums."""
+    bits = (np.random.default_rng(2).random((40_000, 70)) < 0.4).astype(np.uint8)
+    cached = _Bits(bits)
+    assert np.array_equal(cached.weights, bits.sum(axis=1).astype(np.float64))
+    assert cached.weights is cached.weights

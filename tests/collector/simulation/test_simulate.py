@@ -33,7 +33,7 @@ from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import DATASETS, load_file, make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering, evaluate_histogram, histogram_truth, kmeans
 from ldp_collector.simulation.population import Population, numeric_bounds, simulate_round
-from ldp_collector.simulation.runner import InProcessCollector, run_campaign
+from ldp_collector.simulation.runner import PHASES, InProcessCollector, run_campaign
 from ldp_collector.simulation.scores import adjusted_rand_index, kmeans_cost, normalized_mutual_info
 from ldp_collector.simulation.scores import hungarian_accuracy as clustering_accuracy
 from ldp_collector.storage import open_store
@@ -315,6 +315,13 @@ def test_run_campaign_in_process_estimates_within_their_standard_errors(store: R
                                                                                                  20_000, 0)
     assert stats.epsilon_per_device == 2.0 and stats.mean_epsilon_per_device == 2.0
     assert stats.mode == "device" and stats.wall_time_s > 0
+    # The phases split the campaign's wall time (the population's setup comes before it).
+    assert tuple(stats.phase_s) == tuple(stats.phase_cpu_s) == PHASES
+    assert all(seconds >= 0 for seconds in (*stats.phase_s.values(), *stats.phase_cpu_s.values()))
+    assert min(stats.phase_s["reports"], stats.phase_s["ingest"], stats.phase_s["steps"]) > 0
+    assert min(stats.phase_cpu_s["reports"], stats.phase_cpu_s["ingest"], stats.phase_cpu_s["steps"]) > 0
+    assert math.isclose(sum(stats.phase_s.values()) - stats.phase_s["devices"], stats.wall_time_s, rel_tol=1e-9)
+    assert stats.to_dict()["phase_s"] == stats.phase_s and stats.to_dict()["phase_cpu_s"] == stats.phase_cpu_s
     assert run.campaign.state == campaigns_pb2.FINISHED
     errors = evaluate_histogram(run.result.estimates, histogram_truth(run.first_spec, x))
     assert errors["reports"] == 20_000 and errors["values"] == 256

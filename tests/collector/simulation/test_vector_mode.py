@@ -35,6 +35,7 @@ from ldp_client.encoders.lsh import ShiftedGridEncoder, SimHashEncoder
 from ldp_client.encoders.nearest import NearestCandidateEncoder
 from ldp_client.encoders.projection import RandomProjection
 from ldp_client.encoders.vectors import SymmetricBoxEncoder, UnitBallEncoder, UnitCubeEncoder
+from ldp_client.errors import InvalidParameterError
 from ldp_client.mechanisms import GRRParams, oue, sue
 from ldp_client.mechanisms.base import MechanismParams
 from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
@@ -166,6 +167,21 @@ def test_groups_are_kept_and_a_refused_draw_is_not_recorded() -> None:
     third = population.participate(_grid_spec(component, round=3, weights=(1, 2, 1), groups=(1,),
                                               campaign_epsilon=1.0))
     assert len(third) == 4000 - len(first), "group 1 sat out round 1 and keeps its group"
+
+
+def test_a_vector_population_makes_the_points_list_only_for_a_round_that_needs_it() -> None:
+    """Every round drawn on the array: no list of point tuples (about 2 GB at n = 1e7); a round that
+    falls back to ``direct`` makes it, equal to the array's rows."""
+    points = np.random.default_rng(4).random((300, 2))
+    population = Population(points, seed=1, mode="vector")
+    component = Component(encoder=ENCODERS["uniform"], mechanism=GRRParams(domain_size=16, epsilon=1.0))
+    assert len(population.participate(_grid_spec(component))) == 300 and len(population) == 300
+    assert population._points is None
+    assert population.points == [tuple(row) for row in points.tolist()]
+    with pytest.raises(InvalidParameterError, match="1-D or 2-D"):
+        Population(np.zeros((2, 2, 2)), seed=1)
+    with pytest.raises(InvalidParameterError, match="at least one device"):
+        Population(np.zeros((0, 2)), seed=1)
 
 
 def test_unsupported_rounds_fall_back_to_direct_and_say_so() -> None:

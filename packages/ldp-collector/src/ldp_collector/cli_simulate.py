@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -166,7 +167,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         from .plotting import require_matplotlib
 
         require_matplotlib()  # before the campaign runs, not after
+    started = time.perf_counter(), time.process_time()
     x, labels, data_info = _load_points(args)
+    data_s = time.perf_counter() - started[0], time.process_time() - started[1]
     lower, upper = numeric_bounds(x)
     d = x.shape[1]
     cells: tuple[int, ...] | None = args.cells
@@ -215,9 +218,13 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         "reports_sent": run.stats.reports_sent, "epsilon_per_device": run.stats.epsilon_per_device,
         "wall_time_s": run.stats.wall_time_s, "stats": run.stats.to_dict(),
     }
+    output["stats"]["phase_s"]["data"], output["stats"]["phase_cpu_s"]["data"] = data_s
     if not status.failed:  # nothing published, nothing to score or draw: the output says why
+        started = time.perf_counter(), time.process_time()
         for section, scores in evaluate_run(kind, run, points, x, labels, k=args.k, seed=args.seed).items():
             output[section] = {key: finite(value) for key, value in scores.items()}
+        output["stats"]["phase_s"]["evaluation"] = time.perf_counter() - started[0]
+        output["stats"]["phase_cpu_s"]["evaluation"] = time.process_time() - started[1]
     output["warnings"] = list(run.result.warnings)
     output["diagnostics"] = {key: finite(value) for key, value in run.result.diagnostics.items()}
     if args.plot is not None and not status.failed:

@@ -22,9 +22,10 @@ per-report path.
 Batch-wide fast path
 --------------------
 A batch decoded column by column (:class:`~ldp_client.report.ReportColumns`, what the service
-decodes) is validated column by column too: the reports of the open round whose group reports one
-component of a GRR, unary-encoding or bitwise-RR mechanism are checked together (one C-level pass
-per check; numpy for the bit payloads) and their stored rows come out as a
+decodes) is validated column by column too: the reports of the open round whose group's every
+component has a batch check -- GRR, unary encoding, bitwise RR, the box randomizer, discrete
+Laplace, the bucketized vector sum over the box -- are checked together (one C-level pass per
+check; numpy for the bit payloads) and their stored rows come out as a
 :class:`StoredReportColumns`, which carries the decoded payloads on to the accumulators. Every other
 report -- and every report that fails a batch check -- goes through :func:`validate_report`, so the
 outcomes, reasons and stored bytes are those of the per-report path by construction; the batch
@@ -52,6 +53,7 @@ for tiny qD (large epsilon) it stays correct where that rule would reject honest
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -65,9 +67,13 @@ from ldp_client.device import RoundAssignment
 from ldp_client.errors import ProtocolError, RejectionCode
 from ldp_client.mechanisms.base import MechanismParams
 from ldp_client.mechanisms.bitwise_randomized_response import BitwiseRRParams
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
+from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
+from ldp_client.mechanisms.local_hashing import SEED_BITS
 from ldp_client.mechanisms.randomized_response import GRRParams
 from ldp_client.mechanisms.unary_encoding import UnaryEncodingParams
-from ldp_client.payload import Payload, payload_to_wire
+from ldp_client.mechanisms.vector_box import VectorBoxParams
+from ldp_client.payload import Integers, Payload, SignedVector, payload_to_wire
 from ldp_client.report import MAX_BATCH_REPORTS, MAX_REQUEST_ID, Report, ReportColumns
 from ldp_client.spec import RoundSpec
 
@@ -492,7 +498,91 @@ class _BitsCheck:
         return [prefix + v for v in values]
 
 
-_PayloadCheck = _IndexCheck | _BitsCheck
+@dataclass(frozen=True)
+class _IntegersCheck:
+    """``DiscreteLaplaceParams.check_payload`` for a whole batch."""
+
+    dimension: int
+
+    def failing(self, values: Sequence[Any]) -> list[int]:
+        """Indexes (into ``values``) of the payloads it might refuse: anything but exactly
+        :class:`Integers` of ``dimension`` exact ints (the per-report path decides those)."""
+        width = self.dimension
+        if (set(map(type, values)) == {Integers} and set(type(v.values) for v in values) == {tuple}
+                and set(map(len, (v.values for v in values))) == {width}
+                and set(map(type, itertools.chain.from_iterable(v.values for v in values))) <= {int}):
+            return []
+        return [k for k, v in enumerate(values) if type(v) is not Integers or type(v.values) is not tuple
+                or len(v.values) != width or set(map(type, v.values)) - {int}]
+
+    def stored(self, values: Sequence[Integers]) -> list[bytes]:
+        """The stored payloads of checked values: ``pack_payloads((v,))`` each, packed from their wire
+        form ``[tag, values]`` directly."""
+        tag = _wire_tag(Integers((0,)))
+        packb = msgpack.Packer(use_bin_type=True).pack
+        return [packb([[tag, v.values]]) for v in values]
+
+
+@dataclass(frozen=True)
+class _SignedBitsCheck:
+    """``BucketizedVectorParams.check_payload`` over a box inner mechanism, for a whole batch."""
+
+    inner: _BitsCheck
+
+    def failing(self, values: Sequence[Any]) -> list[int]:
+        """Indexes (into ``values``) of the payloads it might refuse: anything but exactly a
+        :class:`SignedVector` with an exact int seed in range and an inner payload the box accepts."""
+        limit = 1 << SEED_BITS
+        bad = [k for k, v in enumerate(values)
+               if type(v) is not SignedVector or type(v.seed) is not int or not 0 <= v.seed < limit]
+        refused = set(bad)
+        rows = [k for k in range(len(values)) if k not in refused] if bad else range(len(values))
+        inner_bad = self.inner.failing([values[k].inner for k in rows])
+        return sorted(bad + [rows[k] for k in inner_bad])
+
+    def stored(self, values: Sequence[SignedVector]) -> list[bytes]:
+        """The stored payloads of checked values: ``pack_payloads((v,))`` each, packed from their wire
+        form ``[tag, seed, bits]`` directly."""
+        tag = _wire_tag(SignedVector(0, b""))
+        packb = msgpack.Packer(use_bin_type=True).pack
+        return [packb([[tag, v.seed, v.inner]]) for v in values]
+
+
+def _wire_tag(payload: Payload) -> Any:
+    """The tag of a tagged payload's wire form ``[tag, ...]`` (:func:`~ldp_client.payload.payload_to_wire`)."""
+    return payload_to_wire(payload)[0]
+
+
+_PayloadCheck = _IndexCheck | _BitsCheck | _IntegersCheck | _SignedBitsCheck
+#: msgpack's fixarray header of a one-payload list, which :meth:`_TaskCheck.stored` replaces.
+_ONE_PAYLOAD_HEADER = 0x91
+
+
+@dataclass(frozen=True)
+class _TaskCheck:
+    """The batch check of a group task: one payload check per component, on reports with that many payloads."""
+
+    checks: tuple[_PayloadCheck, ...]
+
+    def failing(self, payloads: Sequence[Sequence[Any]]) -> list[int]:
+        """Indexes (into ``payloads``, each holding one payload per component) of the reports a component refuses."""
+        if len(self.checks) == 1:
+            return self.checks[0].failing([p[0] for p in payloads])
+        failing: set[int] = set()
+        for c, check in enumerate(self.checks):
+            failing.update(check.failing([p[c] for p in payloads]))
+        return sorted(failing)
+
+    def stored(self, payloads: Sequence[Sequence[Any]]) -> list[bytes]:
+        """:func:`pack_payloads` of checked reports' payloads."""
+        if len(self.checks) == 1:
+            return self.checks[0].stored([p[0] for p in payloads])
+        # msgpack of a list is its fixarray header (MAX_COMPONENTS < 16) and then its items packed
+        # one after the other: each component's one-payload form without its own header.
+        columns = [check.stored([p[c] for p in payloads]) for c, check in enumerate(self.checks)]
+        assert all(row[0] == _ONE_PAYLOAD_HEADER for column in columns for row in column[:1])
+        header = bytes([0x90 | len(self.checks)])
+        return [header + b"".join(item[1:] for item in row) for row in zip(*columns)]
 
 
 def _payload_check(mechanism: MechanismParams) -> _PayloadCheck | None:
@@ -508,17 +598,29 @@ def _payload_check(mechanism: MechanismParams) -> _PayloadCheck | None:
     if kind is BitwiseRRParams:
         assert isinstance(mechanism, BitwiseRRParams)
         return _BitsCheck(mechanism.payload_bytes, mechanism.length % 8, None)
+    if kind is VectorBoxParams:
+        assert isinstance(mechanism, VectorBoxParams)
+        return _BitsCheck((mechanism.dimension + 7) // 8, mechanism.dimension % 8, None)
+    if kind is DiscreteLaplaceParams:
+        assert isinstance(mechanism, DiscreteLaplaceParams)
+        return _IntegersCheck(mechanism.dimension)
+    if kind is BucketizedVectorParams:
+        assert isinstance(mechanism, BucketizedVectorParams)
+        inner = _payload_check(mechanism.inner) if type(mechanism.inner) is VectorBoxParams else None
+        return _SignedBitsCheck(inner) if isinstance(inner, _BitsCheck) else None
     return None
 
 
-def _group_check(spec: RoundSpec, group: int) -> _PayloadCheck | None:
-    """The batch check of a group's reports: one component with a batch check, else None."""
+def _group_check(spec: RoundSpec, group: int) -> _TaskCheck | None:
+    """The batch check of a group's reports: every component with a batch check, else None."""
     if group >= len(spec.group_weights):
         return None
     task = spec.task_for(group)
-    if task is None or len(task.components) != 1:
+    if task is None:
         return None
-    return _payload_check(task.components[0].mechanism)
+    checks = [_payload_check(c.mechanism) for c in task.components]
+    present = tuple(check for check in checks if check is not None)
+    return _TaskCheck(present) if len(present) == len(checks) else None
 
 
 @dataclass
@@ -587,7 +689,7 @@ def _validate_part(columns: ReportColumns, positions: list[int] | None, context:
     rounds, groups, payloads = column(columns.rounds), column(columns.groups), column(columns.payloads)
     checks = {group: _group_check(context.spec, group) for group in set(groups)}
     # Rows (indexes into this part) by batch check; None collects the rows for validate_report.
-    by_check: dict[_PayloadCheck | None, list[int] | range] = {}
+    by_check: dict[_TaskCheck | None, list[int] | range] = {}
     if len(set(checks.values())) == 1 and rounds.count(context.round) == len(rounds):
         by_check[next(iter(checks.values()))] = range(len(rounds))
     else:
@@ -599,19 +701,19 @@ def _validate_part(columns: ReportColumns, positions: list[int] | None, context:
     for check, rows in by_check.items():
         assert check is not None
         row_payloads = [payloads[k] for k in rows] if not isinstance(rows, range) else payloads
-        if set(map(len, row_payloads)) != {1}:  # the wrong number of payloads: validate_report says so
-            slow.extend(k for k, p in zip(rows, row_payloads) if len(p) != 1)
-            rows = [k for k, p in zip(rows, row_payloads) if len(p) == 1]
+        count = len(check.checks)
+        if set(map(len, row_payloads)) != {count}:  # the wrong number of payloads: validate_report says so
+            slow.extend(k for k, p in zip(rows, row_payloads) if len(p) != count)
+            rows = [k for k, p in zip(rows, row_payloads) if len(p) == count]
             row_payloads = [payloads[k] for k in rows]
-        values = [p[0] for p in row_payloads]
-        failing = check.failing(values)
+        failing = check.failing(row_payloads)
         if failing:
             slow.extend(rows[k] for k in failing)
             keep = sorted(set(range(len(rows))).difference(failing))
             rows = [rows[k] for k in keep]
-            values = [values[k] for k in keep]
             row_payloads = [row_payloads[k] for k in keep]
-        accepted.add(rows if positions is None else [positions[k] for k in rows], check.stored(values), row_payloads)
+        accepted.add(rows if positions is None else [positions[k] for k in rows], check.stored(row_payloads),
+                     row_payloads)
     for k in sorted(slow):
         position = every[k]
         report = columns[position]

@@ -249,21 +249,34 @@ def decode_report_payloads(reports: Iterable[StoredReport],
     component of its group. Malformed reports raise ``ProtocolError`` naming the report.
     """
     pending: dict[str, list[Any]] = {}
+    # Per group, the lists its components' payloads go to (a round has few groups).
+    lists: dict[int, list[list[Any]]] = {}
     for report in reports:
         params = component_params_by_group.get(report.group)
-        where = f"report {report.report_id.hex()} (group {report.group})"
         if params is None:
-            raise ProtocolError(f"{where}: the group does not report in this round")
+            raise ProtocolError(f"{_where(report)}: the group does not report in this round")
         try:
             wire = msgpack.unpackb(report.payloads, raw=False, strict_map_key=True)
         except Exception as exc:  # msgpack raises several unrelated types on garbage
-            raise ProtocolError(f"{where}: payloads are not valid msgpack: {exc}") from exc
+            raise ProtocolError(f"{_where(report)}: payloads are not valid msgpack: {exc}") from exc
         if not isinstance(wire, list) or len(wire) != len(params):
-            raise ProtocolError(f"{where}: expected a list of {len(params)} payloads")
+            raise ProtocolError(f"{_where(report)}: expected a list of {len(params)} payloads")
+        targets = lists.get(report.group)
+        if targets is None:
+            targets = lists[report.group] = [pending.setdefault(accumulator_key(report.group, index), [])
+                                             for index in range(len(params))]
         for index, item in enumerate(wire):
-            pending.setdefault(accumulator_key(report.group, index), []).append(
-                payload_from_wire(item, where=f"{where} component {index}"))
+            try:
+                payload = payload_from_wire(item)
+            except ProtocolError:  # decoded again, to raise the message naming the report (made only then)
+                payload = payload_from_wire(item, where=f"{_where(report)} component {index}")
+            targets[index].append(payload)
     return pending
+
+
+def _where(report: StoredReport) -> str:
+    """How :func:`decode_report_payloads`' errors name a report."""
+    return f"report {report.report_id.hex()} (group {report.group})"
 
 
 @runtime_checkable

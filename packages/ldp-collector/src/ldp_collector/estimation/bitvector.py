@@ -320,9 +320,17 @@ class _Bits:
         self._cache = bits.size * (4 + 8) <= _FLOAT_CACHE_BYTES
         self._f32: list[NDArray[np.float32]] = []
         self._f64: list[NDArray[np.float64]] = []
+        self._weights: NDArray[np.float64] | None = None
 
     def __len__(self) -> int:
         return len(self.bits)
+
+    @property
+    def weights(self) -> NDArray[np.float64]:
+        """Each report's Hamming weight (as float64): every distance pass needs it, so it is counted once."""
+        if self._weights is None:
+            self._weights = self.bits.sum(axis=1, dtype=np.int64).astype(np.float64)
+        return self._weights
 
     @property
     def width(self) -> int:
@@ -379,7 +387,7 @@ def _cluster_means(y: _Bits, labels: NDArray[np.int64], k: int, p_flip: float,
 
 def _report_sq_norms(y: _Bits, p_flip: float, scale: float) -> NDArray[np.float64]:
     # ||b_hat||^2 = scale^2 * sum (y - q)^2 = scale^2 * (w (1 - 2q) + B q^2) with w the Hamming weight.
-    w = y.bits.sum(axis=1, dtype=np.int64).astype(np.float64)
+    w = y.weights
     return np.asarray(scale * scale * (w * (1.0 - 2.0 * p_flip) + y.width * p_flip * p_flip), dtype=np.float64)
 
 
@@ -943,7 +951,15 @@ def decode_centers(centers: ArrayLike, layout: BitVectorLayout, *, grid: int = D
         for r0 in range(0, len(c), _DECODE_ROWS):
             cj = c[r0:r0 + _DECODE_ROWS, layout.columns(j)]
             cn = (cj * cj).sum(axis=1)[:, None]
-            loss = np.stack([nb - 2.0 * cj @ beta.T + cn for beta, nb in zip(betas, norms)], axis=1)  # (rows, H, G)
+            # loss[:, h] = nb - 2 cj beta^T + cn, the same operations in the same order as one
+            # expression per spread, written in place (no temporaries, no stacking copy).
+            loss = np.empty((len(cj), len(betas), len(zs)))  # (rows, H, G)
+            product = np.empty((len(cj), len(zs)))
+            for h, (beta, nb) in enumerate(zip(betas, norms)):
+                np.matmul(cj, beta.T, out=product)
+                product *= 2.0
+                np.subtract(nb, product, out=loss[:, h])
+                loss[:, h] += cn
             for i in range(len(cj)):
                 li = loss[i]
                 low = li.min()

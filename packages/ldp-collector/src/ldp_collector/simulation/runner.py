@@ -1,8 +1,10 @@
 """Simulated campaigns: a :class:`~.population.Population` plays every round of a campaign on a collector.
 
 :func:`run_campaign` creates a campaign on a collector and plays every round until the campaign
-is finished: fetch the round spec, let the population participate, submit the reports in batches,
-close the round. The collector is either in-process (:class:`InProcessCollector` over a
+is finished: fetch the round spec, let the population participate, submit the reports in batches
+(a vector round's batch as :class:`~ldp_client.report.ReportColumns`, which the in-process collector
+validates and stores column by column), close the round. :attr:`SimulationStats.phase_s` says where
+the time went. The collector is either in-process (:class:`InProcessCollector` over a
 :class:`~ldp_collector.core.Collector`, which validates and stores exactly as the gRPC service
 does) or a running server reached over gRPC (:class:`RemoteCollector`: the SDK's
 :class:`~ldp_client.grpc.CollectorClient` for the device calls, the operator's
@@ -22,7 +24,7 @@ from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
 
 from ldp_client.device import DevicePolicy
 from ldp_client.errors import InvalidParameterError
-from ldp_client.report import REPORT_ID_BYTES, Report
+from ldp_client.report import REPORT_ID_BYTES, Report, ReportColumns
 from ldp_client.rng import SeededRng
 from ldp_client.spec import RoundNotOpen, RoundSpec
 
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from ldp_client.grpc import CollectorClient
 
 __all__ = [
+    "PHASES",
     "CampaignRun",
     "CollectorBackend",
     "InProcessCollector",
@@ -47,6 +50,10 @@ __all__ = [
     "SubmitCounts",
     "run_campaign",
 ]
+
+
+#: The phases of :attr:`SimulationStats.phase_s`, in the order a round runs them.
+PHASES = ("devices", "reports", "ingest", "steps", "other")
 
 
 class SimulationError(RuntimeError):
@@ -130,7 +137,9 @@ class InProcessCollector:
 
     def submit(self, reports: Sequence[Report]) -> SubmitCounts:
         request_id = self._rng.token_bytes(REPORT_ID_BYTES).hex()
-        return _counts([(int(o), r) for o, r in self.collector.submit(request_id, list(reports))])
+        # Columns (a vector round) go as they are: the collector validates and stores them column by column.
+        batch = reports if isinstance(reports, ReportColumns) else list(reports)
+        return _counts([(int(o), r) for o, r in self.collector.submit(request_id, batch)])
 
     def close_round(self, campaign_id: str, round: int) -> Campaign:
         return self.collector.close_round(campaign_id, round)
@@ -229,6 +238,14 @@ class SimulationStats:
         The most frequent reasons of rejected reports.
     fallbacks : tuple of str
         ``vector`` mode: the rounds it ran ``direct``, and why (:attr:`Population.fallbacks`).
+    phase_s, phase_cpu_s : dict of str to float
+        Wall and CPU seconds per phase (:data:`PHASES`; the process's CPU time, every thread: on a
+        shared machine the wall time mostly measures the other jobs): ``devices`` (setting up the
+        population, before ``wall_time_s`` starts), then where ``wall_time_s`` went: ``reports``
+        (the devices' admission and report draws), ``ingest`` (submitting the reports: validation,
+        storage, ingest-time accumulation), ``steps`` (closing the rounds: the server steps) and
+        ``other`` (creating the campaign, polling for rounds, the result). A caller may add phases
+        outside the campaign (the ``simulate`` command adds ``data`` and ``evaluation``).
     """
 
     devices: int
@@ -244,6 +261,8 @@ class SimulationStats:
     mode: str
     rejection_reasons: dict[str, int] = field(default_factory=dict)
     fallbacks: tuple[str, ...] = ()
+    phase_s: dict[str, float] = field(default_factory=dict)
+    phase_cpu_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def reports_per_second(self) -> float:
@@ -258,6 +277,7 @@ class SimulationStats:
             "mean_epsilon_per_device": self.mean_epsilon_per_device, "wall_time_s": self.wall_time_s,
             "reports_per_second": self.reports_per_second, "mode": self.mode,
             "rejection_reasons": dict(self.rejection_reasons), "fallbacks": list(self.fallbacks),
+            "phase_s": dict(self.phase_s), "phase_cpu_s": dict(self.phase_cpu_s),
         }
 
 
@@ -282,6 +302,31 @@ class CampaignRun:
     result: Result
     first_spec: RoundSpec
     stats: SimulationStats
+
+
+class _Phases:
+    """Wall and CPU seconds per phase of :data:`PHASES`, charged from the last mark."""
+
+    def __init__(self) -> None:
+        self.wall = dict.fromkeys(PHASES, 0.0)
+        self.cpu = dict.fromkeys(PHASES, 0.0)
+        self.mark()
+
+    def mark(self) -> None:
+        """Start timing a phase now."""
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+
+    def charge(self, phase: str) -> None:
+        """Add the time since the last mark to ``phase``, and mark again."""
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.wall[phase] += wall - self._wall
+        self.cpu[phase] += cpu - self._cpu
+        self._wall, self._cpu = wall, cpu
+
+    def rest(self, phase: str, wall: float, cpu: float) -> None:
+        """``phase`` gets what the others (but ``devices``, outside the campaign) left of ``wall`` and ``cpu``."""
+        self.wall[phase] = wall - sum(v for k, v in self.wall.items() if k not in (phase, "devices"))
+        self.cpu[phase] = cpu - sum(v for k, v in self.cpu.items() if k not in (phase, "devices"))
 
 
 def _progress_disabled(quiet: bool) -> bool:
@@ -354,9 +399,11 @@ def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig
         raise InvalidParameterError(f"batch_size must be an integer in [1, 10000], got {batch_size!r}")
     backend: CollectorBackend = InProcessCollector(collector, seed=seed) if isinstance(collector, Collector) \
         else collector
+    phases = _Phases()
     population = Population(points, seed=seed, policy=policy, mode=mode)
     n = len(population)
-    started = time.perf_counter()
+    phases.charge("devices")
+    started, cpu_started = time.perf_counter(), time.process_time()
     campaign = backend.create_campaign(config if config.seed is not None else replace(config, seed=seed))
     campaign_id = campaign.config.campaign_id
     sent = accepted = duplicates = rejected = rounds = 0
@@ -374,7 +421,9 @@ def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig
         with tqdm(total=n, desc=f"round {spec.round}", unit="dev", disable=disable, leave=False) as bar:
             for start in range(0, n, batch_size):
                 stop = min(n, start + batch_size)
-                reports = population.participate(spec, start, stop)
+                phases.mark()
+                reports = population.participate_columns(spec, start, stop)
+                phases.charge("reports")
                 if reports:
                     counts = backend.submit(reports)
                     sent += len(reports)
@@ -383,8 +432,11 @@ def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig
                     rejected += counts.rejected
                     reasons.update(counts.reasons)
                     population.acknowledge(reports)
+                    phases.charge("ingest")
                 bar.update(stop - start)
+        phases.mark()
         _close_if_open(backend, campaign_id, spec.round)
+        phases.charge("steps")
     campaign = backend.get_campaign(campaign_id)
     if campaign.state == CampaignState.FAILED:
         raise SimulationError(f"campaign {campaign_id} failed: {campaign.error or 'no reason given'}")
@@ -392,10 +444,11 @@ def run_campaign(collector: Collector | CollectorBackend, config: CampaignConfig
         raise SimulationError(f"campaign {campaign_id} finished before any round was played")
     result = backend.get_result(campaign_id)
     wall = time.perf_counter() - started
+    phases.rest("other", wall, time.process_time() - cpu_started)
     spent = population.epsilon_spent(campaign_id)
     stats = SimulationStats(
         devices=n, rounds=rounds, reports_sent=sent, accepted=accepted, duplicates=duplicates, rejected=rejected,
         refused=population.refused, epsilon_per_device=float(spent.max()), mean_epsilon_per_device=float(spent.mean()),
         wall_time_s=wall, mode=population.mode, rejection_reasons=dict(reasons.most_common(5)),
-        fallbacks=tuple(population.fallbacks))
+        fallbacks=tuple(population.fallbacks), phase_s=phases.wall, phase_cpu_s=phases.cpu)
     return CampaignRun(campaign_id=campaign_id, campaign=campaign, result=result, first_spec=first_spec, stats=stats)
