@@ -42,3 +42,19 @@ def test_params_take_numbers_and_choices_by_name() -> None:
     # The choice's name is what the kind's flag takes: the campaign is built with PRIVUNIT (3).
     config = acceptance.build_campaign_config("nettree", epsilon=2.0, k=3, bounds=((0.0, 0.0), (1.0, 1.0)), **params)
     assert config.nettree.vector_shape == 3
+
+
+def test_the_small_cluster_bound_scales_with_the_devices_not_the_sample(capsys: pytest.CaptureFixture[str]) -> None:
+    """The ideal center's noise is sqrt(n' M) / c with c = 2 % of n': 1 / sqrt(n), whatever sample gave the box."""
+    x, _, means = acceptance.small_cluster_data(20_000, seed=100)
+    small = acceptance.small_found_bound("stemmer", x, means, 100_000, 2.0, 100, {})
+    large = acceptance.small_found_bound("stemmer", x, means, 10_000_000, 2.0, 100, {})
+    assert small["noise_norm"] / large["noise_norm"] == pytest.approx(10.0, rel=1e-12)
+    assert large["reports"] == pytest.approx(0.35 * 10_000_000, rel=1e-4)  # the Lloyd round's share
+    assert 0.0 <= small["found_probability"] < large["found_probability"] == 1.0
+    with pytest.raises(ValueError, match="nettree and stemmer"):
+        acceptance.small_found_bound("laplace", x, means, 100_000, 2.0, 100, {})
+    assert acceptance.main(["--experiment", "small-bound", "--n", "1000000", "--seeds", "2",
+                            "--kinds", "nettree", "stemmer"]) == 0
+    out = capsys.readouterr().out
+    assert "| small 2% d=5 k=6 (bound) | nettree | 2 |" in out and "P(at least 2 of 2)" in out
