@@ -58,3 +58,7 @@ def test_the_small_cluster_bound_scales_with_the_devices_not_the_sample(capsys: 
                             "--kinds", "nettree", "stemmer"]) == 0
     out = capsys.readouterr().out
     assert "| small 2% d=5 k=6 (bound) | nettree | 2 |" in out and "P(at least 2 of 2)" in out
+    with pytest.raises(SystemExit) as refused:
+        acceptance.main(["--experiment", "small-bound", "--kinds", "laplace"])
+    assert refused.value.code == 2
+    assert "small-bound covers nettree and stemmer, not laplace" in capsys.readouterr().err
