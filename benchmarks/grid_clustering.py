@@ -250,7 +250,7 @@ def _rows_device(seeds: int, scale: float) -> Iterator[dict[str, Any]]:
                    "payload_bytes": float(size)}
 
 
-NOISE_FACTORS: tuple[float, ...] = (1.0, 0.93, 0.87, 0.8, 0.7, 0.5)
+NOISE_FACTORS: tuple[float, ...] = (1.0, 0.93, 0.87, 0.8, 0.7, 0.5, 0.1)
 
 
 def _rows_noise_limit(seeds: int, scale: float) -> Iterator[dict[str, Any]]:
