@@ -610,6 +610,32 @@ def test_densities_estimate_the_true_cell_shares(name: str, variant: int) -> Non
     assert 0.75 < float(np.sqrt(np.mean(z**2))) < 1.35, float(np.sqrt(np.mean(z**2)))
 
 
+@pytest.mark.parametrize("name", ["moons", "circles"])
+def test_density_estimates_are_pooled_with_the_calibration_round(name: str) -> None:
+    """DENSITY publishes the aggregation counts made consistent with the calibration round's: unbiased
+    against the true cell counts (scaled to the aggregation's reports), with standard errors that say so,
+    and smaller than the oracle's alone (the diagnostic ratio). Bounds as in the test above: 5.5 SE of
+    the mean of the z, RMS within about 5 of its standard deviations (sampling variance not in the SE).
+    """
+    run, _ = campaign(name, E2E_N, E2E_SEED, DENSITY)
+    x, _ = dataset(name, E2E_N, E2E_SEED)
+    result = run.result
+    cell_map = result.clustering.cell_map
+    domain = NumericDomain(lower=tuple(cell_map.domain.lower), upper=tuple(cell_map.domain.upper))
+    encoder = CellListEncoder(domain=domain, cells=tuple(cells_of(result)))
+    reports = result.estimates.reports
+    truth = np.bincount([encoder.encode(tuple(p)) for p in x.tolist()], minlength=len(cell_map.cells)) * (
+        reports / len(x))
+    counts = np.array([e.count for e in result.estimates.estimates])
+    se = np.array([e.std_error for e in result.estimates.estimates])
+    z = (counts - truth) / se
+    assert abs(float(z.mean())) <= 5.5 / math.sqrt(len(z)), float(z.mean())
+    assert 0.75 < float(np.sqrt(np.mean(z**2))) < 1.35, float(np.sqrt(np.mean(z**2)))
+    # Level 4 or 5 from a level-4 calibration at n = 20 000: K = 1 or 4 fine cells per coarse cell and
+    # tau^2 = 4 sigma^2, so the error falls to sqrt(4 / 5) or sqrt(7 / 8) of the oracle's.
+    assert result.diagnostics["calibration_pooled_std_error_ratio"] < 0.95
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "QUALITY BUG vs DESIGN.md §7.2 ('moons, circles must come out right'): the TREE refinement starts at the "
     "granularity level L0 and refines sparse edge cells to L0+1, L0+2, which the aggregation group can never "

@@ -17,6 +17,18 @@ Level (:func:`snr_level`)
     are counted on the calibration round's coarser histogram (the cells that pass the dense test)
     and scaled by ``2^d`` per level, the refinement of an area.
 
+Pooling the calibration round (:func:`pool_levels`)
+    The calibration round's devices estimated the same population on a coarser grid of the same
+    box (or, when the noise affords only a coarser level, a finer one). Its counts, scaled to the
+    aggregation round's reports, are a second unbiased estimate of every coarse cell's total, so
+    the two levels are made consistent by their best linear unbiased combination (constrained
+    inference over a hierarchical histogram, Hay et al. 2010): each fine cell takes its share of
+    the difference between the two estimates of its coarse cell, in proportion to its variance.
+    This removes most of the coarse-scale error, the error smoothing cannot average out and the
+    one that bridges two clusters or breaks one into arcs; a fine cell's variance falls from
+    ``sigma^2`` to ``sigma^2 - sigma^4 / (K sigma^2 + tau^2)`` (``K`` fine cells per coarse cell,
+    ``tau^2`` the scaled coarse variance). Everything stays a post-processing of the reports.
+
 Smoothing (:func:`smooth_counts`)
     A separable Gaussian kernel of :data:`SMOOTHING_BANDWIDTH` cells, zero outside the box (no
     data lies there). The smoothed count of a cell is the kernel-weighted mean of its neighbours'
@@ -78,6 +90,7 @@ __all__ = [
     "cluster_density",
     "dense_threshold_z",
     "mode_clusters",
+    "pool_levels",
     "smooth_counts",
     "snr_level",
 ]
@@ -142,6 +155,76 @@ def smooth_counts(counts: ArrayLike, std_error: float, bandwidth: float) -> tupl
         out = np.apply_along_axis(lambda row: np.convolve(row, kernel, mode="same"), axis, out)
     factor = float((kernel**2).sum()) ** grid.ndim
     return out, float(std_error) * math.sqrt(factor)
+
+
+def _block_sums(grid: NDArray[np.float64], factor: int) -> NDArray[np.float64]:
+    """Sums of the ``factor^d`` blocks of a ``(m,) * d`` grid (``m`` a multiple of ``factor``)."""
+    side = grid.shape[0] // factor
+    shape = tuple(x for _ in range(grid.ndim) for x in (side, factor))
+    out: NDArray[np.float64] = grid.reshape(shape).sum(axis=tuple(range(1, 2 * grid.ndim, 2)))
+    return out
+
+
+def _expand(grid: NDArray[np.float64], factor: int) -> NDArray[np.float64]:
+    """Each cell of a ``(m,) * d`` grid repeated into its ``factor^d`` block."""
+    out = grid
+    for axis in range(grid.ndim):
+        out = np.repeat(out, factor, axis=axis)
+    return out
+
+
+def pool_levels(counts: ArrayLike, std_errors: ArrayLike, other_counts: ArrayLike,
+                other_std_errors: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Best linear unbiased counts of a uniform grid given a second, independent estimate of the same
+    population on a grid of the same box at another level (module docstring).
+
+    Parameters
+    ----------
+    counts, std_errors : array_like, shape (m,) * d
+        Unbiased counts of the grid to estimate, and their standard errors (arrays or one value).
+    other_counts, other_std_errors : array_like, shape (m2,) * d
+        Independent unbiased counts of the same population *on the same scale* (the caller scales
+        them to the reports of ``counts``), on a grid whose side ``m2`` divides ``m`` or is a
+        multiple of it by a power of two.
+
+    Returns
+    -------
+    counts : numpy.ndarray, shape (m,) * d
+        Unbiased, and consistent with the combined estimate of every coarser cell.
+    std_errors : numpy.ndarray, shape (m,) * d
+        Their standard errors (each cell's; the small covariances between the cells of one
+        coarse cell are left out).
+
+    Raises
+    ------
+    InvalidParameterError
+        Grids of different dimensions, sides that are not power-of-two multiples of each other,
+        or standard errors that are not positive and finite.
+    """
+    x = np.asarray(counts, dtype=np.float64)
+    other = np.asarray(other_counts, dtype=np.float64)
+    var = np.broadcast_to(np.asarray(std_errors, dtype=np.float64), x.shape) ** 2
+    other_var = np.broadcast_to(np.asarray(other_std_errors, dtype=np.float64), other.shape) ** 2
+    if x.ndim == 0 or x.ndim != other.ndim or len(set(x.shape)) != 1 or len(set(other.shape)) != 1:
+        raise InvalidParameterError(f"pooling needs two square grids of one dimension, got shapes {x.shape} and "
+                                    f"{other.shape}")
+    if not (np.isfinite(var).all() and np.isfinite(other_var).all() and (var > 0).all() and (other_var > 0).all()):
+        raise InvalidParameterError("pooling needs positive, finite standard errors")
+    m, m2 = x.shape[0], other.shape[0]
+    ratio = max(m, m2) // min(m, m2)
+    if max(m, m2) % min(m, m2) or ratio & (ratio - 1):
+        raise InvalidParameterError(f"grid sides {m} and {m2} are not power-of-two multiples of each other")
+    if m2 > m:
+        # The other grid is finer: its block sums estimate these very cells; inverse-variance mean.
+        total, total_var = _block_sums(other, ratio), _block_sums(other_var, ratio)
+        pooled_var = 1.0 / (1.0 / var + 1.0 / total_var)
+        return pooled_var * (x / var + total / total_var), np.sqrt(pooled_var)
+    # Each cell of x takes its share of the gap between the two estimates of its coarse cell.
+    gap = other - _block_sums(x, ratio)
+    spread = _block_sums(var, ratio) + other_var
+    pooled = x + var * _expand(gap / spread, ratio)
+    pooled_var = var - var**2 / _expand(spread, ratio)
+    return pooled, np.sqrt(pooled_var)
 
 
 def _normal_sf(z: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -88,7 +88,7 @@ from ldp_client.spec import MAX_GROUPS, Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import component_params_from_spec, make_accumulate_fn
-from ..estimation.density_clustering import DensityClustering, cluster_density, snr_level
+from ..estimation.density_clustering import DensityClustering, cluster_density, pool_levels, snr_level
 from ..estimation.frequency import FrequencyEstimate
 from ..estimation.grid_clustering import (
     aggregate_cells,
@@ -573,9 +573,13 @@ class GridEngine(CampaignEngine):
                     level0 = level
                 diagnostics["granularity_level"] = float(level0)
             cells = uniform_cells(level0, d)
+            # The calibration counts (Morton order), pooled into the aggregation grid at its close.
+            calibration = {"level": level, "reports": float(n), "counts": np.asarray(counts, dtype="<f8").tobytes(),
+                           "std_errors": np.asarray(se, dtype="<f8").tobytes()} if n else None
             return self._to_aggregate(spec.round + 1, cells, leftover=[], level0=level0, diagnostics=diagnostics,
                                       warnings=warnings, estimate=estimate,
-                                      calibrate_component=spec.tasks[0].components[0], state_extra={})
+                                      calibrate_component=spec.tasks[0].components[0],
+                                      state_extra={"calibration": calibration} if calibration else {})
         if variant == GridVariant.UNIFORM or level0 >= self.top_level and \
                 variant == GridVariant.TREE:
             if variant != GridVariant.UNIFORM:
@@ -753,8 +757,14 @@ class GridEngine(CampaignEngine):
         estimate, counts, se, n = self._pooled(aggregators, spec, groups)
         warnings = [str(w) for w in state.get("warnings", [])] + list(estimate.warnings)
         pooled_cells = 0
+        calibration_gain = 1.0
         if n and state.get("prior"):
             counts, se, pooled_cells = _pool_prior(cells, counts, se, n, state["prior"])
+        if n and state.get("calibration"):
+            unpooled_se = float(se.max())
+            counts, se = _pool_calibration(cells, counts, se, n, d, state["calibration"])
+            # How much of the count error the calibration round removed (1 = none).
+            calibration_gain = float(se.max()) / unpooled_se
         density_diagnostics: dict[str, float] = {}
         if n == 0:
             labels = np.full(len(cells), -1, dtype=np.int64)
@@ -768,6 +778,7 @@ class GridEngine(CampaignEngine):
             clusters, borders, shares = found.clusters, found.border_cells, found.cluster_shares
             dense_count, core_count = int(dense.sum()), 0
             density_diagnostics = {"dense_z": float(found.dense_z), "modes": float(found.modes),
+                                   "calibration_pooled_std_error_ratio": calibration_gain,
                                    "smoothed_count_std_error": float(found.smoothed_std_error)}
         else:
             agg = aggregate_cells(cells, counts, se, n, d, z_dense=float(p.dense_threshold),
@@ -806,12 +817,8 @@ def _density_aggregation(cells: Sequence[TreeCell], counts: NDArray[np.float64],
     """The DENSITY aggregation of a uniform grid's cells (in any order): labels, the smoothed relative
     densities and their standard errors, the dense cells, and the clustering."""
     level = cells[0].level
-    m = 1 << level
-    coords = np.array([tree_coordinates(c, d) for c in cells], dtype=np.int64).reshape(len(cells), d)
-    if len(cells) != m**d or any(c.level != level for c in cells):
-        raise ProtocolError("the DENSITY aggregation needs the whole uniform grid of one level")
-    position = tuple(coords.T)
-    grid = np.zeros((m,) * d, dtype=np.float64)
+    position = _grid_position(cells, d)
+    grid = np.zeros((1 << level,) * d, dtype=np.float64)
     grid[position] = counts
     # The oracle's count error is the same for every cell up to the small signal term: the
     # largest keeps every test conservative.
@@ -820,6 +827,40 @@ def _density_aggregation(cells: Sequence[TreeCell], counts: NDArray[np.float64],
     densities = found.smoothed[position] / (n * volume)
     density_se = np.full(len(cells), found.smoothed_std_error / (n * volume))
     return found.labels[position], densities, density_se, found.dense[position], found
+
+
+def _grid_position(cells: Sequence[TreeCell], d: int) -> tuple[NDArray[np.int64], ...]:
+    """Where each cell of a whole uniform grid (any order) sits in its ``(2^level,) * d`` array."""
+    level = cells[0].level
+    if len(cells) != (1 << level) ** d or any(c.level != level for c in cells):
+        raise ProtocolError("the DENSITY aggregation needs the whole uniform grid of one level")
+    coords = np.array([tree_coordinates(c, d) for c in cells], dtype=np.int64).reshape(len(cells), d)
+    return tuple(coords.T)
+
+
+def _pool_calibration(cells: Sequence[TreeCell], counts: NDArray[np.float64], se: NDArray[np.float64], n: int, d: int,
+                      calibration: Mapping[str, Any]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The aggregation counts made consistent with the calibration round's counts of the same population
+    (:func:`~ldp_collector.estimation.density_clustering.pool_levels`), in the order of ``cells``.
+
+    ``calibration`` holds the calibration grid's level, its report count and its counts and
+    standard errors (float64, Morton order); they are scaled to the aggregation's ``n`` reports.
+    """
+    level = int(calibration["level"])
+    other = np.frombuffer(calibration["counts"], dtype="<f8")
+    other_se = np.frombuffer(calibration["std_errors"], dtype="<f8")
+    scale = n / float(calibration["reports"])
+    position = _grid_position(cells, d)
+    grid = np.zeros((1 << cells[0].level,) * d)
+    grid_se = np.ones_like(grid)
+    grid[position], grid_se[position] = counts, se
+    calibration_cells = uniform_cells(level, d)
+    other_position = _grid_position(calibration_cells, d)
+    other_grid = np.zeros((1 << level,) * d)
+    other_se_grid = np.ones_like(other_grid)
+    other_grid[other_position], other_se_grid[other_position] = other * scale, other_se * scale
+    pooled, pooled_se = pool_levels(grid, grid_se, other_grid, other_se_grid)
+    return pooled[position], pooled_se[position]
 
 
 def _with_counts(estimate: FrequencyEstimate, counts: NDArray[np.float64], se: NDArray[np.float64],
