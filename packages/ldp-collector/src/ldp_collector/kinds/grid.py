@@ -17,7 +17,9 @@ Phases (each a round; every RoundSpec is computed from the previous round's repo
          (:func:`~ldp_collector.estimation.density_clustering.snr_level`), and the aggregation
          is :func:`~ldp_collector.estimation.density_clustering.cluster_density` (smoothing, a
          dense test with false-discovery-rate control, significant modes, border cells) instead of
-         the paper's Algorithm 4.
+         the paper's Algorithm 4, on the aggregation counts made consistent with the calibration
+         round's (:func:`~ldp_collector.estimation.density_clustering.pool_levels`): the
+         calibration devices' reports inform the final grid too.
        * ``TREE`` (TreeAdaptive): one round in which subgroup ``i`` reports its cell at
          tree level ``L0 + i`` (levels ``L0 .. H``; ``H`` from Theorem 3's range, capped at
          :data:`MAX_TREE_LEVELS` levels), each with the variance-optimal frequency oracle for
