@@ -739,3 +739,18 @@ def check_estimates_match_densities(result: Result) -> None:
     se = np.array([e.std_error for e in result.estimates.estimates])
     np.testing.assert_allclose(counts, np.array(cell_map.densities) * n * volumes, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(se, np.array(cell_map.density_std_errors) * n * volumes, rtol=1e-9, atol=1e-9)
+
+
+def test_a_corrupt_calibration_state_is_refused_with_a_reason() -> None:
+    """A stored DENSITY state whose calibration grid does not match its level is a ProtocolError, not a crash."""
+    from ldp_client.errors import ProtocolError
+    from ldp_collector.estimation.grid_clustering import uniform_cells
+    from ldp_collector.kinds.grid import _pool_calibration
+
+    cells = uniform_cells(3, 2)
+    state = {"level": 2, "reports": 10.0, "counts": np.ones(15).tobytes(), "std_errors": np.ones(16).tobytes()}
+    with pytest.raises(ProtocolError, match="unreadable grid engine state: a calibration grid of 15 counts"):
+        _pool_calibration(cells, np.ones(64), np.ones(64), 100, 2, state)
+    good = {**state, "counts": np.full(16, 25.0).tobytes()}
+    pooled, se = _pool_calibration(cells, np.ones(64), np.ones(64), 100, 2, good)
+    assert pooled.shape == se.shape == (64,) and (se < 1.0).all()

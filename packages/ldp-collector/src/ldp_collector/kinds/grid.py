@@ -851,6 +851,9 @@ def _pool_calibration(cells: Sequence[TreeCell], counts: NDArray[np.float64], se
     level = int(calibration["level"])
     other = np.frombuffer(calibration["counts"], dtype="<f8")
     other_se = np.frombuffer(calibration["std_errors"], dtype="<f8")
+    if not other.size == other_se.size == (1 << level) ** d or not float(calibration["reports"]) > 0:
+        raise ProtocolError(f"unreadable grid engine state: a calibration grid of {other.size} counts and "
+                            f"{other_se.size} standard errors at level {level} in {d} dimensions")
     scale = n / float(calibration["reports"])
     position = _grid_position(cells, d)
     grid = np.zeros((1 << cells[0].level,) * d)
