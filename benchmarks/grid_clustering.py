@@ -46,6 +46,7 @@ from ldp.v1 import campaigns_pb2
 from ldp_collector.core import Collector
 from ldp_collector.kinds.grid import DEFAULT_MAX_CELLS, GridEngine
 from ldp_collector.serde import config_from_proto
+from ldp_collector.simulation.datasets import DATASETS as KNOWN_DATASETS
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
 from ldp_collector.simulation.population import numeric_bounds
@@ -332,11 +333,17 @@ def main(argv: list[str] | None = None) -> int:
         GRANULARITY_EPSILONS = tuple(float(e) for e in args.epsilons.split(","))
     if args.datasets:
         DATASETS = tuple(args.datasets.split(","))
+        unknown = [name for name in DATASETS if name not in KNOWN_DATASETS]
+        if unknown:
+            parser.error(f"--datasets: unknown data set {unknown[0]!r}; known: {', '.join(sorted(KNOWN_DATASETS))}")
     if args.no_floors:
         FLOORS = ()
     if args.settings:
         global SETTINGS
-        SETTINGS = tuple((float(a), float(b)) for a, b in (item.split(":") for item in args.settings.split(",")))
+        try:
+            SETTINGS = tuple((float(a), float(b)) for a, b in (item.split(":") for item in args.settings.split(",")))
+        except ValueError:
+            parser.error(f"--settings: expected n:epsilon pairs such as '1e6:2,1e5:4', got {args.settings!r}")
     rows: list[dict[str, Any]] = []
     for row in EXPERIMENTS[args.experiment](args.seeds, args.scale):
         rows.append(row)
