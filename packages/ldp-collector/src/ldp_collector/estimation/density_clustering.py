@@ -62,6 +62,12 @@ Clusters and borders
     unlabelled cell touching exactly one cluster joins it (the tails of a cluster, whose cells are
     too thin to pass the dense test); a cell touching two stays noise, so borders never merge
     clusters.
+
+Gaussian clusters in one mode (:mod:`~ldp_collector.estimation.grid_mixture`)
+    Two Gaussian clusters that overlap without a valley are one mode. Last, the clusters are
+    replaced by the components of a Gaussian mixture when, and only when, such a mixture (at most
+    a few components per mode) fits the counts within their standard errors by a chi-square test;
+    arbitrary shapes (rings, moons, arms) fail that test and keep their density clusters.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ from ldp_client.encoders.geometry import neighbor_offsets
 from ldp_client.errors import InvalidParameterError
 
 from .grid_clustering import CORNER_TOUCH_MAX_DIMENSION
+from .grid_mixture import MixtureSplit, split_gaussian_modes
 
 __all__ = [
     "BORDER_STEPS",
@@ -342,22 +349,31 @@ class DensityClustering:
     border_cells: int
     #: Estimated share of the population in each cluster (index = label), from the unsmoothed counts.
     cluster_shares: tuple[float, ...]
+    #: The Gaussian-mixture test of the density clusters (None when it was not asked for).
+    mixture: MixtureSplit | None = None
 
 
 def cluster_density(counts: ArrayLike, std_error: float, n: float, *, bandwidth: float = SMOOTHING_BANDWIDTH,
                     fdr: float = DENSE_FALSE_DISCOVERY_RATE, split_z: float = SPLIT_Z, depth: float = SPLIT_DEPTH,
-                    border_steps: int = BORDER_STEPS) -> DensityClustering:
-    """Smooth, test, find the modes, keep the significant ones and attach their borders.
+                    border_steps: int = BORDER_STEPS, std_errors: ArrayLike | None = None,
+                    gaussian_components: bool = True) -> DensityClustering:
+    """Smooth, test, find the modes, keep the significant ones, attach their borders, and test whether
+    a Gaussian mixture describes them better (module docstring).
 
     Parameters
     ----------
     counts : array_like, shape (m,) * d
         Unbiased counts of a uniform grid's cells among ``n`` reports.
     std_error : float
-        Standard error of one cell's count.
+        Standard error of one cell's count (the largest, when they differ: every density test
+        stays conservative).
     n : float
     bandwidth, fdr, split_z, depth, border_steps
         The module constants unless set.
+    std_errors : array_like, optional
+        Each cell's own standard error, for the mixture's chi-square test (default ``std_error``).
+    gaussian_components : bool
+        Run the Gaussian-mixture step (:func:`~ldp_collector.estimation.grid_mixture.split_gaussian_modes`).
 
     Returns
     -------
@@ -384,9 +400,26 @@ def cluster_density(counts: ArrayLike, std_error: float, n: float, *, bandwidth:
         relabel[old] = new
     labels = relabel[modes]  # -1 indexes the last entry, which is -1
     labels, borders = _attach_borders(labels, border_steps)
-    shares = tuple(max(0.0, float(c[labels == k].sum())) / float(n) for k in range(len(kept)))
+    clusters = len(kept)
+    mixture = None
+    if gaussian_components:
+        mixture = split_gaussian_modes(c, std_error if std_errors is None else std_errors, labels)
+        if mixture.split:
+            labels, clusters = _by_mass(mixture.labels, c)
+    shares = tuple(max(0.0, float(c[labels == k].sum())) / float(n) for k in range(clusters))
     return DensityClustering(labels=labels, smoothed=smoothed, smoothed_std_error=sse, dense=dense, dense_z=z,
-                             clusters=len(kept), modes=found, border_cells=borders, cluster_shares=shares)
+                             clusters=clusters, modes=found, border_cells=borders, cluster_shares=shares,
+                             mixture=mixture)
+
+
+def _by_mass(labels: NDArray[np.int64], counts: NDArray[np.float64]) -> tuple[NDArray[np.int64], int]:
+    """Labels renumbered ``0..K-1`` by decreasing total count (ties by the old label); ``-1`` stays."""
+    present = sorted({int(v) for v in np.unique(labels) if v >= 0},
+                     key=lambda k: (-float(counts[labels == k].sum()), k))
+    relabel = np.full(int(labels.max()) + 2 if labels.size else 1, -1, dtype=np.int64)
+    for new, old in enumerate(present):
+        relabel[old] = new
+    return relabel[labels], len(present)
 
 
 def _attach_borders(labels: NDArray[np.int64], steps: int) -> tuple[NDArray[np.int64], int]:

@@ -16,10 +16,12 @@ Phases (each a round; every RoundSpec is computed from the previous round's repo
          grid is the uniform level at which the typical occupied cell is resolved after smoothing
          (:func:`~ldp_collector.estimation.density_clustering.snr_level`), and the aggregation
          is :func:`~ldp_collector.estimation.density_clustering.cluster_density` (smoothing, a
-         dense test with false-discovery-rate control, significant modes, border cells) instead of
-         the paper's Algorithm 4, on the aggregation counts made consistent with the calibration
-         round's (:func:`~ldp_collector.estimation.density_clustering.pool_levels`): the
-         calibration devices' reports inform the final grid too.
+         dense test with false-discovery-rate control, significant modes, border cells, and the
+         modes' Gaussian components where a Gaussian mixture fits the counts within their
+         standard errors, :func:`~ldp_collector.estimation.grid_mixture.split_gaussian_modes`)
+         instead of the paper's Algorithm 4, on the aggregation counts made consistent with the
+         calibration round's (:func:`~ldp_collector.estimation.density_clustering.pool_levels`):
+         the calibration devices' reports inform the final grid too.
        * ``TREE`` (TreeAdaptive): one round in which subgroup ``i`` reports its cell at
          tree level ``L0 + i`` (levels ``L0 .. H``; ``H`` from Theorem 3's range, capped at
          :data:`MAX_TREE_LEVELS` levels), each with the variance-optimal frequency oracle for
@@ -782,6 +784,12 @@ class GridEngine(CampaignEngine):
             density_diagnostics = {"dense_z": float(found.dense_z), "modes": float(found.modes),
                                    "calibration_pooled_std_error_ratio": calibration_gain,
                                    "smoothed_count_std_error": float(found.smoothed_std_error)}
+            if found.mixture is not None:
+                mixture = found.mixture
+                density_diagnostics |= {
+                    "gaussian_modes_split": float(mixture.modes_split),
+                    "gaussian_mixture_components": float(mixture.mixture.components if mixture.mixture else 0),
+                    "gaussian_mixture_chi2_excess_z": mixture.chi2_excess_z}
         else:
             agg = aggregate_cells(cells, counts, se, n, d, z_dense=float(p.dense_threshold),
                                   z_core=float(p.core_threshold), border=not p.no_border_cells,
@@ -822,9 +830,11 @@ def _density_aggregation(cells: Sequence[TreeCell], counts: NDArray[np.float64],
     position = _grid_position(cells, d)
     grid = np.zeros((1 << level,) * d, dtype=np.float64)
     grid[position] = counts
+    grid_se = np.full_like(grid, float(se.max()))
+    grid_se[position] = se
     # The oracle's count error is the same for every cell up to the small signal term: the
-    # largest keeps every test conservative.
-    found = cluster_density(grid, float(se.max()), float(n))
+    # largest keeps every density test conservative; the mixture's chi-square uses each cell's own.
+    found = cluster_density(grid, float(se.max()), float(n), std_errors=grid_se)
     volume = math.ldexp(1.0, -level * d)
     densities = found.smoothed[position] / (n * volume)
     density_se = np.full(len(cells), found.smoothed_std_error / (n * volume))
