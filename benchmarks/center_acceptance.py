@@ -23,6 +23,15 @@ Experiments (``--experiment``)
     ``real``     PCA projections of scikit-learn's bundled real data (digits to 10-D: 10 overlapping
                  classes; breast cancer to 10-D; wine to 5-D), upsampled with jitter to ``--n``: each
                  kind's ARI over non-private k-means++'s on the same points.
+    ``real-bound``  no campaign: for the real data (``--datasets``, default digits10) and each of ``--kinds``
+                 (nettree, stemmer, ldp_kmeans, laplace), ideal centers: non-private k-means++'s centers
+                 (their Voronoi cells the clusters) or the true class means (the classes), each plus
+                 Gaussian noise of the variance the kind's own estimate of that cluster's mean carries
+                 (:func:`ideal_center_variances`: the kind's plan, mechanism and pooling at ``--n`` and
+                 ``--epsilon``); every point labelled by its nearest noisy center, the ARI against the
+                 true labels, median over ``--draws`` noise draws, over non-private k-means++'s ARI. The
+                 sweep ``--multipliers`` plans the kind for m times the devices (the noise variance
+                 about 1 / m): where would 70 % of k-means' ARI become reachable? A minute per seed.
 
 ``--seeds`` are the reporting seeds 100-109 unless ``--tuning`` (seeds 0-19, where defaults may be
 chosen). Options are passed to the kinds as ``--param kind.field=value`` (e.g.
@@ -50,9 +59,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.cli_args import build_campaign_config
 from ldp_collector.core import Collector
+from ldp_collector.estimation.center_floor import expected_norm, unit_to_data_variance
+from ldp_collector.estimation.kmeans import assign
+from ldp_collector.estimation.vectors import normalized_variance
+from ldp_collector.kinds._lsh import exact_counts, exact_sums, vector_shape
+from ldp_collector.kinds.nettree import leaf_nodes
 from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
@@ -66,6 +81,14 @@ TUNING_SEEDS = tuple(range(20))
 CENTER_KINDS = ("nettree", "stemmer", "ldp_kmeans", "bitvector", "laplace")
 #: The kinds whose vector sums the small-cluster bound models.
 BOUND_KINDS = ("nettree", "stemmer")
+#: The kinds whose center noise the real-data bound models (:func:`ideal_center_variances`).
+REAL_BOUND_KINDS = ("nettree", "stemmer", "ldp_kmeans", "laplace")
+#: The real-data bound's noise-scale sweep: the campaign as if ``m n`` devices reported (planned for them).
+REPORT_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0, 10.0)
+#: Noise draws per (seed, kind, centers, multiplier) of the real-data bound.
+REAL_BOUND_DRAWS = 100
+#: The share of non-private k-means' ARI issue 18 asks of the best LDP kind on real data.
+REAL_TARGET = 0.7
 #: The small-cluster experiment: shares and the separation of every mean from the others, in
 #: standard deviations of the clusters (all spherical, equal spread).
 SMALL_SHARES = (0.50, 0.20, 0.15, 0.10, 0.03, 0.02)
@@ -151,6 +174,152 @@ def small_found_bound(kind: str, x: NDArray[np.float64], means: NDArray[np.float
             "vector_epsilon": float(mechanism.epsilon), "reports": reports}
 
 
+def ideal_center_variances(kind: str, x: NDArray[np.float64], partition: NDArray[np.int64],
+                           centers: NDArray[np.float64], devices: float, epsilon: float, seed: int,
+                           params: dict[str, Any]) -> tuple[NDArray[np.float64], dict[str, float]]:
+    """Per-coordinate noise variance, in the data's units, of an ideal center for every cluster of
+    ``partition``: the kind's own estimate of the cluster's mean from exactly its devices' reports.
+
+    ``x`` stands for ``devices`` devices (every count scales by ``devices / len(x)``), the campaign's box
+    is ``numeric_bounds(x)`` and the kind is planned as ``simulate`` plans it for ``devices``. With ``c_j``
+    the devices of cluster ``j`` among the ``n'`` reports of the round the centers come from:
+
+    ``stemmer``     the Lloyd round (its share of the devices, the round's epsilon): ``n' M / c_j^2`` in box
+                    units (``[-1, 1]``), M the bucketized vector's per-report mean second moment
+                    (``report_mean_second_moment``), as ``lloyd_move`` and the result's floor pool them.
+    ``nettree``     round 1's leaf sums: ``L_j n' M / w_j^2``, the ``L_j`` leaves whose true mean is
+                    nearest center ``j`` pooled (``w_j`` their devices), the leaves those the engine's own
+                    server step keeps on exact counts with the campaign's thresholds (each level's oracle
+                    at ``n' / T`` reports, the vector floor); with ``refinement_share``, its Lloyd round
+                    as for stemmer at the whole epsilon.
+    ``ldp_kmeans``  the last label round (GRR label ``p``, ``q`` and a fresh vector of per-coordinate
+                    variance ``V``, ``normalized_variance``: the worst case, over by at most
+                    ``(t - 1/2)^2``): the expected plug-in of ``label_update_passes``,
+                    ``sum_i E[a_i^2] (V + (t_i - c_j)^2) / ((p - q) c_j)^2`` in ``[0, 1]`` units, with
+                    ``E[a_i^2] = p (1 - q)^2 + (1 - p) q^2`` for the cluster's devices and ``q (1 - q)``
+                    for every other device of the round.
+    ``laplace``     the one round: ``Var / c_j`` in ``[0, 1]`` units (``noise_variance``), the cluster's
+                    noisy points averaged, as the result's floor counts them.
+
+    A center no leaf is pooled into gets an infinite variance (no center). Returns the ``(k, d)``
+    variances and the plan's figures (the centers' vector epsilon and round reports; nettree: the
+    leaves per center).
+    """
+    n, d = x.shape
+    k = len(centers)
+    lower, upper = (np.asarray(b, dtype=np.float64) for b in numeric_bounds(x))
+    config = config_from_proto(build_campaign_config(kind, epsilon=epsilon, k=k, bounds=numeric_bounds(x), seed=seed,
+                                                     **params))
+    engine: Any = prepare_campaign(config).engine
+    scale = devices / n
+    counts = np.bincount(partition, minlength=k).astype(np.float64)
+    info: dict[str, float] = {}
+    if kind == "stemmer" or (kind == "nettree" and engine.params.refinement_share):
+        if kind == "stemmer":
+            if not engine.lloyd:
+                raise ValueError("the real-data bound models stemmer's Lloyd round, not lloyd_refinement=0")
+            share, mechanism = engine.share("lloyd"), engine.vector_components[0].mechanism
+        else:
+            share = float(engine.params.refinement_share)
+            mechanism = BucketizedVectorParams(bucket_bits=0, dimension=d + 1, epsilon=epsilon,
+                                               shape=vector_shape(d + 1, epsilon, engine.params.vector_shape))
+        reports = share * devices
+        unit = reports * mechanism.report_mean_second_moment / (share * scale * counts) ** 2
+        variances = unit_to_data_variance(np.where(counts > 0, unit, np.inf), lower, upper, unit_width=2.0)
+        info.update(vector_epsilon=float(mechanism.epsilon), round_reports=reports)
+    elif kind == "nettree":
+        variances, info = _nettree_leaf_variances(engine, x, centers, devices, lower, upper)
+    elif kind == "ldp_kmeans":
+        plan = engine.plan
+        share = sum(plan.weights[g] for g in plan.round_groups[-1]) / sum(plan.weights)
+        grr, vector = engine.label_mechanism, engine.label_vector_component.mechanism
+        v = normalized_variance(vector)
+        t = np.clip((x - lower) / (upper - lower), 0.0, 1.0)
+        c = (centers - lower) / (upper - lower)
+        inside1 = np.column_stack([np.bincount(partition, weights=t[:, j], minlength=k) for j in range(d)])
+        inside2 = np.column_stack([np.bincount(partition, weights=t[:, j] ** 2, minlength=k) for j in range(d)])
+        # sum_i (t_i - c_j)^2 per coordinate, over the cluster's points and over all of them.
+        spread_in = inside2 - 2.0 * c * inside1 + counts[:, None] * c**2
+        spread_all = (t**2).sum(axis=0)[None, :] - 2.0 * c * t.sum(axis=0)[None, :] + n * c**2
+        p, q = grr.p, grr.q
+        a_in, a_out = p * (1.0 - q) ** 2 + (1.0 - p) * q**2, q * (1.0 - q)
+        per_point = share * scale  # the round's devices per point of x
+        spread = per_point * (a_in * (counts[:, None] * v + spread_in)
+                              + a_out * ((n - counts)[:, None] * v + spread_all - spread_in))
+        with np.errstate(divide="ignore"):
+            unit = spread / ((p - q) * per_point * counts[:, None]) ** 2
+        variances = unit * (upper - lower)[None, :] ** 2
+        info.update(vector_epsilon=float(vector.epsilon), label_epsilon=float(grr.epsilon),
+                    round_reports=share * devices)
+    elif kind == "laplace":
+        mechanism = engine.mechanism
+        with np.errstate(divide="ignore"):
+            unit = mechanism.noise_variance / (scale * counts)
+        variances = unit_to_data_variance(unit, lower, upper, unit_width=1.0)
+        info.update(vector_epsilon=float(mechanism.epsilon), round_reports=float(devices))
+    else:
+        raise ValueError(f"the real-data bound covers {', '.join(REAL_BOUND_KINDS)}, not {kind}")
+    return variances, info
+
+
+def _nettree_leaf_variances(engine: Any, x: NDArray[np.float64], centers: NDArray[np.float64], devices: float,
+                            lower: NDArray[np.float64], upper: NDArray[np.float64]
+                            ) -> tuple[NDArray[np.float64], dict[str, float]]:
+    """Nettree's round-1 center variances (:func:`ideal_center_variances`): its server step on exact counts
+    and sums (scaled to ``devices``) keeps the leaves, each pooled into the center nearest its true mean."""
+    n, d = x.shape
+    layout = engine.layout
+    levels, b = layout.levels, layout.child_bits
+    scale = devices / n
+    leaves = leaf_nodes(engine, x)
+    y = 2.0 * np.clip((x - lower) / (upper - lower), 0.0, 1.0) - 1.0
+    # Each level's oracle over its devices / T reports, scaled to the population as close_round scales it.
+    zero_se = [math.sqrt(c.mechanism.count_variance(devices / levels)) * levels for c in engine.node_components]
+    kept: list[NDArray[np.uint64]] = []
+
+    def estimate(level: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float]:
+        return scale * exact_counts(leaves >> np.uint64(b * (levels - level)), candidates), zero_se[level - 1]
+
+    def leaf_sums(nodes: NDArray[np.uint64]) -> NDArray[np.float64]:
+        kept.append(nodes)
+        out: NDArray[np.float64] = scale * exact_sums(leaves, nodes, y)
+        return out
+
+    vector = engine.vector.mechanism
+    engine.server_step(round(devices), estimate, leaf_sums, vector_variance=float(vector.report_second_moment),
+                       floor_variance=float(vector.report_mean_second_moment))
+    k = len(centers)
+    nodes = kept[0] if kept else np.zeros(0, dtype=np.uint64)
+    sums = exact_sums(leaves, nodes, np.column_stack([x, np.ones(n)]))
+    weights = sums[:, d]
+    nearest = (assign(sums[:, :d] / np.maximum(weights, 1.0)[:, None], centers)[0] if nodes.size
+               else np.zeros(0, dtype=np.int64))
+    pooled = np.bincount(nearest, minlength=k).astype(np.float64)
+    w = scale * np.bincount(nearest, weights=weights, minlength=k)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        unit = np.where(w > 0, pooled * devices * vector.report_mean_second_moment / w**2, np.inf)
+    info = {"vector_epsilon": float(vector.epsilon), "round_reports": float(devices),
+            "leaves_per_center": float(nodes.size) / k, "coverage": float(weights.sum()) / n}
+    return unit_to_data_variance(unit, lower, upper, unit_width=2.0), info
+
+
+def bound_aris(x: NDArray[np.float64], labels: NDArray[np.int64], centers: NDArray[np.float64],
+               variances: NDArray[np.float64], z: NDArray[np.float64]) -> NDArray[np.float64]:
+    """ARI against ``labels`` of the points labelled by their nearest noisy center, one per draw: the centers
+    plus ``sqrt(variances) z[r]`` (``z``: ``(draws, k, d)`` standard normals), clipped to the box as the kinds
+    clip theirs; a center of infinite variance is left out (none left: every point in one cluster, ARI 0)."""
+    lower, upper = (np.asarray(b, dtype=np.float64) for b in numeric_bounds(x))
+    live = np.isfinite(variances).all(axis=1)
+    if not live.any():
+        return np.zeros(len(z))
+    sd = np.sqrt(np.where(live[:, None], variances, 0.0))
+    out = np.empty(len(z))
+    for r, noise in enumerate(z):
+        noisy = np.clip(centers + sd * noise, lower, upper)[live]
+        out[r] = adjusted_rand_index(labels, assign(x, noisy)[0])
+    return out
+
+
 def _param_value(value: str) -> int | float | str:
     """A ``--param`` value: a number, or else a choice's name as the command line takes it (``privunit``)."""
     for parse in (int, float):
@@ -173,6 +342,48 @@ def _params(pairs: Sequence[str], kind: str, n: int) -> dict[str, Any]:
     return out
 
 
+def real_bound_rows(name: str, args: argparse.Namespace, seed: int) -> Iterator[dict[str, Any]]:
+    """The ``real-bound`` experiment's rows for one data set and seed (module docstring).
+
+    Non-private k-means++ (the reference of every ratio) and, for its centers (their Voronoi cells the
+    clusters) and the true class means (the classes the clusters), each kind's ideal centers at every
+    multiplier of ``--multipliers`` and without noise: per row the median ARI over ``--draws`` noise
+    draws (the same standard normals for every kind and multiplier), its Monte Carlo standard error
+    (``1.2533 sd / sqrt(draws)``) and the ratio to k-means' ARI.
+    """
+    x, y = real_data(name, args.n, seed)
+    k, d = int(y.max()) + 1, x.shape[1]
+    reference = reference_kmeans(x, k, seed, 3).centers
+    nearest = assign(x, reference)[0]
+    reference_ari = adjusted_rand_index(y, nearest)
+    yield {"data": name, "kind": "kmeans++ (non-private)", "seed": seed, "n": args.n, "ari": reference_ari}
+    means = np.column_stack([np.bincount(y, weights=x[:, j], minlength=k) for j in range(d)]) / np.bincount(
+        y, minlength=k)[:, None]
+    z = np.random.default_rng(seed).standard_normal((args.draws, k, d))
+    for centers_name, centers, partition in (("k-means++ centers", reference, nearest), ("class means", means, y)):
+        between = np.linalg.norm(centers[:, None] - centers[None], axis=2) + np.diag(np.full(k, np.inf))
+        cases: list[tuple[str, float]] = [("none (noise-free)", math.inf)]
+        cases += [(kind, m) for kind in args.kinds for m in args.multipliers]
+        for kind, m in cases:
+            if math.isinf(m):
+                variances, info = np.zeros((k, d)), {}
+            else:
+                variances, info = ideal_center_variances(kind, x, partition, centers, m * args.n, args.epsilon, seed,
+                                                         _params(args.param, kind, round(m * args.n)))
+            aris = bound_aris(x, y, centers, variances, z[:1] if math.isinf(m) else z)
+            live = np.isfinite(variances).all(axis=1)
+            row = {"data": name, "kind": kind, "centers": centers_name, "multiplier": m, "seed": seed, "n": args.n,
+                   "epsilon": args.epsilon, "draws": len(aris), "ari": float(np.median(aris)),
+                   "ari_ratio": float(np.median(aris)) / reference_ari,
+                   "mc_se": float(1.2533 * aris.std() / math.sqrt(len(aris))),
+                   "noise_norm": float(expected_norm(variances[live]).mean()) if live.any() else math.inf,
+                   "nearest_other_center": float(np.median(between.min(axis=1))), "centers_lost": float((~live).sum()),
+                   **info}
+            print(json.dumps({key: row[key] for key in ("data", "kind", "centers", "multiplier", "seed", "ari",
+                                                         "ari_ratio", "mc_se", "noise_norm")}), file=sys.stderr)
+            yield row
+
+
 def rows(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     seeds = TUNING_SEEDS[: args.seeds] if args.tuning else REPORTING_SEEDS[: args.seeds]
     for seed in seeds:
@@ -193,6 +404,10 @@ def rows(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
                                                                      _params(args.param, kind, args.n))}
                 print(json.dumps(row), file=sys.stderr)
                 yield row
+            continue
+        elif args.experiment == "real-bound":
+            for name in args.datasets:
+                yield from real_bound_rows(name, args, seed)
             continue
         else:
             cases = [(name, *real_data(name, args.n, seed), 0, None) for name in args.datasets]
@@ -218,8 +433,61 @@ def rows(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
                 yield row
 
 
+def _crossing(multipliers: Sequence[float], ratios: Sequence[float]) -> str:
+    """Where ``ratios`` (over increasing ``multipliers``) first reach ``REAL_TARGET``: log-linear between grid points."""
+    for i, (m, r) in enumerate(zip(multipliers, ratios)):
+        if r >= REAL_TARGET:
+            if i == 0:
+                return f"<= {m:g}x"
+            m0, r0 = multipliers[i - 1], ratios[i - 1]
+            return f"{math.exp(math.log(m0) + (REAL_TARGET - r0) / (r - r0) * math.log(m / m0)):.2g}x"
+    return f"> {multipliers[-1]:g}x" if multipliers else ""
+
+
+def real_bound_summary(all_rows: list[dict[str, Any]]) -> str:
+    """The ``real-bound`` tables: per (data, centers, kind), the ratio of the ideal centers' ARI to non-private
+    k-means' at every multiplier, median [worst seed] over the seeds, and where the median and the worst
+    seed reach ``REAL_TARGET`` (log-linear between the multipliers)."""
+    lines: list[str] = []
+    for data in sorted({r["data"] for r in all_rows}):
+        reference = [float(r["ari"]) for r in all_rows if r["data"] == data and "multiplier" not in r]
+        lines.append(f"{data}: non-private k-means++ ARI {statistics.median(reference):.3g} [{min(reference):.3g}] "
+                     f"over {len(reference)} seeds")
+    bound = [r for r in all_rows if "multiplier" in r]
+    multipliers = sorted({float(r["multiplier"]) for r in bound if math.isfinite(r["multiplier"])})
+    head = ["data", "centers", "kind", "seeds", "ARI at 1x", "noise norm at 1x", "nearest other center",
+            *(f"ratio {m:g}x" for m in multipliers), "ratio noise-free",
+            f"{REAL_TARGET:.0%} reached: median", "every seed"]
+    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    keys = sorted({(r["data"], r["centers"], r["kind"]) for r in bound},
+                  key=lambda key: (key[0], key[1], key[2] != "none (noise-free)", key[2]))
+    for data, centers, kind in keys:
+        rs = [r for r in bound if (r["data"], r["centers"], r["kind"]) == (data, centers, kind)]
+
+        def at(m: float, score: str, rs: list[dict[str, Any]] = rs) -> list[float]:
+            return [float(r[score]) for r in rs if r["multiplier"] == m]
+
+        def cell(values: list[float], worst: Any = min) -> str:
+            return f"{statistics.median(values):.3g} [{worst(values):.3g}]" if values else ""
+
+        cells = [data, centers, kind, str(len({r["seed"] for r in rs})), cell(at(1.0, "ari")),
+                 cell(at(1.0, "noise_norm"), max), cell(at(rs[0]["multiplier"], "nearest_other_center")),
+                 *(cell(at(m, "ari_ratio")) for m in multipliers), cell(at(math.inf, "ari_ratio"))]
+        grid = [m for m in multipliers if at(m, "ari_ratio")]
+        cells += [_crossing(grid, [statistics.median(at(m, "ari_ratio")) for m in grid]),
+                  _crossing(grid, [min(at(m, "ari_ratio")) for m in grid])] if grid else ["", ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    mc = [float(r["mc_se"]) for r in bound if r["draws"] > 1]
+    if mc:
+        lines.append(f"\nMonte Carlo standard error of a seed's median ARI: median {statistics.median(mc):.2g}, "
+                     f"largest {max(mc):.2g} ({max(r['draws'] for r in bound)} draws)")
+    return "\n".join(lines)
+
+
 def summary(all_rows: list[dict[str, Any]]) -> str:
     """Median [worst seed] per (data, kind) and score."""
+    if any("multiplier" in r for r in all_rows):
+        return real_bound_summary(all_rows)
     keys = sorted({(r["data"], r["kind"]) for r in all_rows})
     lower = {"cost_ratio", "cost_over_floor", "center_error_over_floor", "noise_norm"}
     head = ["data", "kind", "seeds", *SCORES]
@@ -251,12 +519,17 @@ def summary(all_rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--experiment", choices=("mixture", "floor", "small", "small-bound", "real"), required=True)
+    parser.add_argument("--experiment", choices=("mixture", "floor", "small", "small-bound", "real", "real-bound"),
+                        required=True)
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--epsilon", type=float, default=2.0)
     parser.add_argument("--kinds", nargs="+", choices=CENTER_KINDS,
-                        help="default: every center kind (small-bound: nettree and stemmer, the kinds it covers)")
-    parser.add_argument("--datasets", nargs="+", default=["digits10", "cancer10", "wine5"])
+                        help="default: every center kind (small-bound, real-bound: the kinds they cover)")
+    parser.add_argument("--datasets", nargs="+", choices=("digits10", "cancer10", "wine5"),
+                        help="real data (default: all three; real-bound: digits10)")
+    parser.add_argument("--multipliers", nargs="+", type=float, default=list(REPORT_MULTIPLIERS),
+                        help="real-bound: the devices as multiples of --n (the noise scale sweep)")
+    parser.add_argument("--draws", type=int, default=REAL_BOUND_DRAWS, help="real-bound: noise draws per figure")
     parser.add_argument("--seeds", type=int, default=10, help="the first N reporting (or tuning) seeds")
     parser.add_argument("--tuning", action="store_true", help="run on the tuning seeds 0-19")
     parser.add_argument("--param", action="append", default=[], metavar="KIND.FIELD=VALUE")
@@ -267,6 +540,16 @@ def main(argv: list[str] | None = None) -> int:
         if set(args.kinds) - set(BOUND_KINDS):
             parser.error(f"--experiment small-bound covers {' and '.join(BOUND_KINDS)}, not "
                          f"{', '.join(sorted(set(args.kinds) - set(BOUND_KINDS)))}")
+    if args.experiment == "real-bound":
+        args.kinds = args.kinds or list(REAL_BOUND_KINDS)
+        if set(args.kinds) - set(REAL_BOUND_KINDS):
+            parser.error(f"--experiment real-bound covers {', '.join(REAL_BOUND_KINDS)}, not "
+                         f"{', '.join(sorted(set(args.kinds) - set(REAL_BOUND_KINDS)))}")
+        if args.draws < 1 or not all(m > 0 and math.isfinite(m) for m in args.multipliers):
+            parser.error("--draws must be at least 1 and every --multipliers value positive")
+        args.multipliers = sorted(set(args.multipliers))
+    args.datasets = args.datasets or (["digits10"] if args.experiment == "real-bound" else
+                                      ["digits10", "cancer10", "wine5"])
     args.kinds = args.kinds or list(CENTER_KINDS)
     all_rows = list(rows(args))
     if args.out:

@@ -62,3 +62,84 @@ def test_the_small_cluster_bound_scales_with_the_devices_not_the_sample(capsys: 
         acceptance.main(["--experiment", "small-bound", "--kinds", "laplace"])
     assert refused.value.code == 2
     assert "small-bound covers nettree and stemmer, not laplace" in capsys.readouterr().err
+
+
+def test_the_real_bound_reproduces_k_means_without_noise_and_scales_with_the_devices(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every row is there; the noise-free k-means++ centers give k-means' own ARI (ratio 1); the noise of a kind
+    whose plan does not depend on n falls as 1 / sqrt(m) with the devices."""
+    out = tmp_path / "rows.json"
+    assert acceptance.main(["--experiment", "real-bound", "--n", "4000", "--epsilon", "4", "--seeds", "2",
+                            "--draws", "5", "--multipliers", "1", "10", "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "digits10: non-private k-means++ ARI" in table
+    for kind in (*acceptance.REAL_BOUND_KINDS, "none (noise-free)"):
+        assert f"| digits10 | k-means++ centers | {kind} | 2 |" in table
+        assert f"| digits10 | class means | {kind} | 2 |" in table
+    rows = json.loads(out.read_text())["rows"]
+    reference = {r["seed"]: r["ari"] for r in rows if r["kind"] == "kmeans++ (non-private)"}
+    assert set(reference) == {100, 101} and all(0.0 < a < 1.0 for a in reference.values())
+    bound = [r for r in rows if "multiplier" in r]
+    # Per seed: 2 kinds of centers x (the noise-free row + 4 kinds x 2 multipliers).
+    assert len(bound) == 2 * 2 * (1 + 4 * 2)
+    free = [r for r in bound if r["kind"] == "none (noise-free)"]
+    assert all(r["draws"] == 1 and r["noise_norm"] == 0.0 for r in free)
+    assert [r["ari_ratio"] for r in free if r["centers"] == "k-means++ centers"] == [1.0, 1.0]
+    assert all(r["ari"] == pytest.approx(reference[r["seed"]] * r["ari_ratio"], rel=1e-12) for r in bound)
+    noisy = [r for r in bound if r["kind"] != "none (noise-free)"]
+    assert all(r["draws"] == 5 and -1.0 <= r["ari"] <= 1.0 and r["noise_norm"] > 0 for r in noisy)
+    for kind in ("stemmer", "ldp_kmeans", "laplace"):
+        for centers in ("k-means++ centers", "class means"):
+            one, ten = ([r["noise_norm"] for r in noisy if (r["kind"], r["centers"], r["seed"], r["multiplier"])
+                         == (kind, centers, 100, m)] for m in (1.0, 10.0))
+            assert one[0] / ten[0] == pytest.approx(10.0**0.5, rel=1e-9)
+    with pytest.raises(SystemExit) as refused:
+        acceptance.main(["--experiment", "real-bound", "--kinds", "bitvector"])
+    assert refused.value.code == 2
+    assert "real-bound covers nettree, stemmer, ldp_kmeans, laplace, not bitvector" in capsys.readouterr().err
+
+
+def test_the_ideal_centers_ari_is_k_means_without_noise_and_falls_with_it() -> None:
+    x, y = acceptance.real_data("digits10", 3000, seed=100)
+    centers = acceptance.reference_kmeans(x, 10, 100, 3).centers
+    z = np.random.default_rng(0).standard_normal((4, 10, x.shape[1]))
+    exact = acceptance.adjusted_rand_index(y, acceptance.assign(x, centers)[0])
+    assert np.all(acceptance.bound_aris(x, y, centers, np.zeros((10, x.shape[1])), z) == exact)
+    noisy = acceptance.bound_aris(x, y, centers, np.full((10, x.shape[1]), 4.0), z)
+    assert np.all(noisy < exact)
+    # A center without an estimate is left out; none left: one cluster, ARI 0.
+    lost = np.zeros((10, x.shape[1]))
+    lost[3] = np.inf
+    assert acceptance.bound_aris(x, y, centers, lost, z[:1])[0] == acceptance.adjusted_rand_index(
+        y, acceptance.assign(x, np.delete(centers, 3, axis=0))[0])
+    assert np.all(acceptance.bound_aris(x, y, centers, np.full((10, x.shape[1]), np.inf), z) == 0.0)
+
+
+def test_the_ldp_kmeans_variance_is_what_its_label_round_reports() -> None:
+    """The ideal variance (an expectation) against the kind's own plug-in (``label_update`` on simulated reports of
+    the last label round: GRR labels of the true clusters, fresh box vectors)."""
+    from ldp_collector.estimation.vectors import vector_estimates
+    from ldp_collector.kinds.ldp_kmeans import label_update
+    from ldp_collector.simulation.reports import draw_grr
+    from ldp_collector.simulation.vector import draw_payloads, encode_points
+
+    x, y = acceptance.real_data("digits10", 60_000, seed=3)
+    k = 10
+    means = np.column_stack([np.bincount(y, weights=x[:, j]) for j in range(x.shape[1])]) / np.bincount(y)[:, None]
+    # Six equal groups (five label rounds): the last round's devices are x when there are 6 len(x) devices.
+    variances, info = acceptance.ideal_center_variances("ldp_kmeans", x, y, means, 6 * len(x), 4.0, 3, {})
+    assert info["round_reports"] == len(x) and info["label_epsilon"] == 2.0
+    config = acceptance.config_from_proto(acceptance.build_campaign_config(
+        "ldp_kmeans", epsilon=4.0, k=k, bounds=acceptance.numeric_bounds(x), seed=3))
+    engine = acceptance.prepare_campaign(config).engine
+    rng = np.random.default_rng(5)
+    labels = draw_grr(engine.label_mechanism, y, rng)
+    component = engine.label_vector_component
+    vectors = vector_estimates(component.mechanism, draw_payloads(component, encode_points(component.encoder, x), rng))
+    lower, upper = (np.asarray(b) for b in acceptance.numeric_bounds(x))
+    update = label_update(labels, vectors, engine.label_mechanism, (means - lower) / (upper - lower))
+    assert update.updated.all()
+    measured = update.variances * (upper - lower) ** 2
+    # The plug-in is itself noisy (and uses the noisy counts): within 10 % per center, 3 % on the whole.
+    assert np.allclose(measured.sum(axis=1), variances.sum(axis=1), rtol=0.10)
+    assert measured.sum() == pytest.approx(variances.sum(), rel=0.03)
