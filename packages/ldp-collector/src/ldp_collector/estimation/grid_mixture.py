@@ -423,6 +423,49 @@ def mixture_chi2(data: _Data, mix: GridMixture) -> NDArray[np.float64]:
 # --------------------------------------------------------------------------------------------- the decision
 
 
+def _kmeans_parts(corners: NDArray[np.float64], weights: NDArray[np.float64], count: int,
+                  dimension: int) -> list[tuple[float, NDArray[np.float64], NDArray[np.float64]]] | None:
+    """Weighted k-means of cells into ``count`` parts (seeded at the heaviest cell, then each farthest
+    weighted cell): each part's share of the weight, mean and covariance; None when a part is empty."""
+    if weights.size < 2 * count or not weights.sum() > 0:
+        return None
+    points = corners + 0.5
+    seeds = [int(np.argmax(weights))]
+    while len(seeds) < count:
+        far = ((points[:, None, :] - points[seeds][None]) ** 2).sum(axis=2).min(axis=1) * weights
+        seeds.append(int(np.argmax(far)))
+    centres = points[seeds].copy()
+    for _ in range(30):
+        nearest = ((points[:, None, :] - centres[None]) ** 2).sum(axis=2).argmin(axis=1)
+        for j in range(count):
+            w = weights * (nearest == j)
+            if w.sum() > 0:
+                centres[j] = (w @ points) / w.sum()
+    parts = []
+    for j in range(count):
+        w = weights * (nearest == j)
+        share = float(w.sum() / weights.sum())
+        if not share > 0.01:
+            return None
+        diff = points - centres[j]
+        parts.append((share, centres[j], _psd(np.einsum("n,ni,nj->ij", w, diff, diff) / w.sum()
+                                              + np.eye(dimension) / 12.0)))
+    return parts
+
+
+def _replace(mix: GridMixture, k: int,
+             parts: Sequence[tuple[float, NDArray[np.float64], NDArray[np.float64]]]) -> GridMixture:
+    """``mix`` with component ``k`` replaced by ``parts`` (share of its mass, mean, covariance): the
+    first takes its place, the others are appended with the same owner."""
+    masses, means, covs = mix.masses.copy(), mix.means.copy(), mix.covariances.copy()
+    masses[k], means[k], covs[k] = mix.masses[k] * parts[0][0], parts[0][1], parts[0][2]
+    rest = parts[1:]
+    return GridMixture(np.append(masses, [mix.masses[k] * p[0] for p in rest]),
+                       np.vstack([means, *[p[1][None] for p in rest]]),
+                       np.concatenate([covs, *[p[2][None] for p in rest]]),
+                       mix.owners + (mix.owners[k],) * len(rest), mix.background)
+
+
 def _split(mix: GridMixture, k: int, how: str, corners: NDArray[np.float64],
            weights: NDArray[np.float64]) -> GridMixture | None:
     """``mix`` with component ``k`` replaced by two (the starting points of a split, module docstring)."""
@@ -432,38 +475,11 @@ def _split(mix: GridMixture, k: int, how: str, corners: NDArray[np.float64],
         j = -1 if how == "longest" else 0
         axis = vectors[:, j] * math.sqrt(values[j])
         shared = _psd(cov - 0.64 * np.outer(axis, axis))
-        parts = [(0.5, mean + 0.8 * axis, shared), (0.5, mean - 0.8 * axis, shared)]
-    elif how == "halo":
-        parts = [(0.5, mean, cov * 0.25), (0.5, mean, cov * 2.0)]
-    else:  # 2-means over the component's own cells, from its heaviest cell and the farthest from it
-        if weights.size < 4 or not weights.sum() > 0:
-            return None
-        points = corners + 0.5
-        first = int(np.argmax(weights))
-        second = int(np.argmax(((points - points[first]) ** 2).sum(axis=1) * weights))
-        centres = points[[first, second]].copy()
-        for _ in range(30):
-            nearest = ((points[:, None, :] - centres[None]) ** 2).sum(axis=2).argmin(axis=1)
-            for j in range(2):
-                w = weights * (nearest == j)
-                if w.sum() > 0:
-                    centres[j] = (w @ points) / w.sum()
-        parts = []
-        for j in range(2):
-            w = weights * (nearest == j)
-            share = float(w.sum() / weights.sum())
-            if not 0.01 < share < 0.99:
-                return None
-            diff = points - centres[j]
-            parts.append((share, centres[j], _psd(np.einsum("n,ni,nj->ij", w, diff, diff) / w.sum()
-                                                  + np.eye(mix.dimension) / 12.0)))
-    masses = np.append(mix.masses, mix.masses[k] * parts[1][0])
-    masses[k] = mix.masses[k] * parts[0][0]
-    means = np.vstack([mix.means, parts[1][1][None]])
-    means[k] = parts[0][1]
-    covs = np.concatenate([mix.covariances, parts[1][2][None]])
-    covs[k] = parts[0][2]
-    return GridMixture(masses, means, covs, mix.owners + (mix.owners[k],), mix.background)
+        return _replace(mix, k, [(0.5, mean + 0.8 * axis, shared), (0.5, mean - 0.8 * axis, shared)])
+    if how == "halo":
+        return _replace(mix, k, [(0.5, mean, cov * 0.25), (0.5, mean, cov * 2.0)])
+    parts = _kmeans_parts(corners, weights, 2, mix.dimension)  # 2-means over the component's own cells
+    return None if parts is None else _replace(mix, k, parts)
 
 
 def _most_likely(data: _Data, mix: GridMixture) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
@@ -581,11 +597,12 @@ def split_gaussian_modes(counts: ArrayLike, std_errors: ArrayLike, labels: Array
     split_modes = 0
     for _, k in sorted(excess, reverse=True):
         cells = owner == k
+        cells_level = level / clusters
         while True:
             free = [j for j in range(mix.components) if mix.owners[j] == k]
             cells_dof = int(cells.sum()) - mix.parameter_count(False) // mix.components * len(free)
             own_chi2 = float(mixture_chi2(data, mix)[cells].sum())
-            if cells_dof < 1 or own_chi2 <= chi2_distribution.ppf(1.0 - level / clusters, cells_dof):
+            if cells_dof < 1 or own_chi2 <= chi2_distribution.ppf(1.0 - cells_level, cells_dof):
                 break
             if len(free) >= max_components_per_mode:
                 return _no_split(lab, f"density cluster {k} is no mixture of {max_components_per_mode} Gaussians", mix,
