@@ -34,7 +34,8 @@ The fit (:func:`fit_mixture`)
     model expects nothing (the Poisson weight ``c_j / mu_j`` would not). The M-step moves each
     component to the moments of its share. The iteration is accelerated by SQUAREM (Varadhan and
     Roland 2008) on the unconstrained parameters (log mass, mean, Cholesky factor with a log
-    diagonal) and stops when ``chi2`` changes by less than :data:`_CHI2_TOLERANCE`.
+    diagonal) and stops when a cycle changes ``chi2`` by less than :data:`_CHI2_RESOLUTION` of its
+    standard deviation ``sqrt(2 cells)``.
 
 The decision (:func:`split_gaussian_modes`)
     1. One Gaussian per density cluster and the background are fitted. If ``chi2`` passes the
@@ -95,7 +96,7 @@ _QUADRATURE_NODES = 4
 _MAX_SUBDIVISIONS = 8
 _MAX_NODES_PER_CELL = 256
 _MIN_VARIANCE = 1e-3  # cells^2: the smallest eigenvalue a covariance may shrink to
-_CHI2_TOLERANCE = 1e-3
+_CHI2_RESOLUTION = 1e-3  # of chi2's standard deviation: the fit's stopping rule
 _MAX_EVALUATIONS = 400
 _SCREEN_EVALUATIONS = 150  # every starting point of a split is fitted this far ...
 _SCREEN_KEEP = 2  # ... and the best few of them to convergence
@@ -381,34 +382,40 @@ def fit_mixture(data: _Data, mix: GridMixture, free: Sequence[int], *, fit_backg
     region), or ``(None, inf)`` when a component lost all its mass.
     """
     fitter = _Fitter(data, mix, free, fit_background, np.ones(data.counts.size, bool) if region is None else region)
+    # chi2's own spread is sqrt(2 cells): a cycle that moves it by a small fraction of that has converged.
+    tolerance = _CHI2_RESOLUTION * math.sqrt(2.0 * max(int(fitter.region.sum()), 1))
     current = mix
     following, f_current = fitter.step(current)
     evaluations = 1
     while evaluations < max_evaluations:
         if following is None:
             return None, math.inf
-        after, _ = fitter.step(following)
+        after, f_following = fitter.step(following)
+        evaluations += 1
         if after is None:
-            return following, fitter.step(following)[1]
-        third, f_after = fitter.step(after)
-        evaluations += 2
-        best, f_best, best_next = after, f_after, third
+            return following, f_following
+        # SQUAREM: extrapolate from (current, following, after); keep the jump only if one EM step from
+        # it has a chi2 no worse than the plain iterate's (the monotonicity safeguard).
+        best, best_next, f_best = after, None, f_following
         t0, t1, t2 = fitter.vector(current), fitter.vector(following), fitter.vector(after)
         r = t1 - t0
         v = t2 - 2.0 * t1 + t0
         norm_v = float(np.linalg.norm(v))
-        if norm_v > 0.0 and third is not None:
+        if norm_v > 0.0:
             step_length = -max(1.0, float(np.linalg.norm(r)) / norm_v)
             try:
                 with np.errstate(over="raise", invalid="raise"):
                     jumped = fitter.from_vector(t0 - 2.0 * step_length * r + step_length**2 * v, current)
                     jumped_next, f_jumped = fitter.step(jumped)
                 evaluations += 1
-                if jumped_next is not None and f_jumped <= f_after:
-                    best, f_best, best_next = jumped, f_jumped, jumped_next
+                if jumped_next is not None and f_jumped <= f_following:
+                    best, best_next, f_best = jumped, jumped_next, f_jumped
             except (FloatingPointError, OverflowError, ValueError, np.linalg.LinAlgError):
                 pass
-        converged = abs(f_current - f_best) < _CHI2_TOLERANCE
+        if best_next is None:
+            best_next, f_best = fitter.step(best)
+            evaluations += 1
+        converged = abs(f_current - f_best) < tolerance
         current, f_current, following = best, f_best, best_next
         if converged or following is None:
             break
