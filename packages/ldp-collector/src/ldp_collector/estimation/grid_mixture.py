@@ -38,18 +38,24 @@ The fit (:func:`fit_mixture`)
     standard deviation ``sqrt(2 cells)``.
 
 The decision (:func:`split_gaussian_modes`)
-    1. One Gaussian per density cluster and the background are fitted. If ``chi2`` passes the
-       chi-square test at level :data:`MIXTURE_TEST_LEVEL` (degrees of freedom: the region's
-       cells less the parameters), every mode is one Gaussian and the density clusters stand.
-    2. Otherwise each cluster, worst excess first, is judged on its own cells (those whose most
-       likely component is the cluster's) at level ``MIXTURE_TEST_LEVEL / clusters``. While it
-       fails, the best split of one of its components (along its longest or shortest axis, into
-       a core and a halo, or by 2-means on its cells; each refitted) is taken, but only when it
-       lowers the cluster's ``chi2`` by a significant amount (the chi-square quantile of the
-       parameters a component adds: a likelihood-ratio test), and at most
-       :data:`MAX_COMPONENTS_PER_MODE` components per mode. A cluster that cannot be brought
-       within the noise this way is not a small Gaussian mixture (a ring, a moon, an arm): the
-       whole population keeps its density clusters.
+    1. One Gaussian per density cluster and the background are fitted, and ``chi2`` is tested at
+       level :data:`MIXTURE_TEST_LEVEL` (degrees of freedom: the region's cells less the
+       parameters).
+    2. Each cluster, worst excess first, is offered splits of its components (along the longest or
+       shortest axis, into a core and a halo, or by 2-means on its cells; each refitted). The best
+       one is taken only when it lowers the cluster's ``chi2`` by a significant amount: a
+       likelihood-ratio test at level ``MIXTURE_TEST_LEVEL / clusters`` whose null distribution,
+       as one more mixture component breaks the test's regularity conditions, is taken as
+       chi-square with twice the parameters a component adds (McLachlan 1987). Every cluster has
+       at most :data:`MAX_COMPONENTS_PER_MODE` components.
+       - When step 1's test failed, a cluster is also judged on its own cells (those whose most
+         likely component is the cluster's) at level ``MIXTURE_TEST_LEVEL / clusters``; while it
+         fails it must split, and a cluster that cannot be brought within the noise this way is
+         not a small Gaussian mixture (a ring, a moon, an arm): the whole population keeps its
+         density clusters.
+       - When step 1's test passed, a cluster splits only while a split is significant (two
+         Gaussians that overlap so much that one Gaussian still fits within the noise, yet one
+         more component explains the counts better than chance could).
     3. All parameters are refitted together and tested again at ``MIXTURE_TEST_LEVEL``. Only a
        mixture that passes replaces the density clusters: every cell the density step labelled
        takes its most likely component (noise where the background outweighs every component).
@@ -592,9 +598,9 @@ def split_gaussian_modes(counts: ArrayLike, std_errors: ArrayLike, labels: Array
     dof = data.counts.size - mix.parameter_count(True)
     if dof < 1:
         return _no_split(lab, "too few cells to test a mixture", mix, chi2, dof)
-    if chi2 <= chi2_distribution.ppf(1.0 - level, dof):
-        return _no_split(lab, "one Gaussian per density mode fits", mix, chi2, dof)
-    gate = float(chi2_distribution.ppf(1.0 - level, mix.parameter_count(False) // mix.components))
+    fits = chi2 <= chi2_distribution.ppf(1.0 - level, dof)
+    # The likelihood-ratio gate of one more component (module docstring: twice its parameters).
+    gate = float(chi2_distribution.ppf(1.0 - level / clusters, 2 * (mix.parameter_count(False) // mix.components)))
     terms = mixture_chi2(data, mix)
     owner = np.asarray(mix.owners)[_most_likely(data, mix)[0]]
     excess = []
@@ -609,9 +615,11 @@ def split_gaussian_modes(counts: ArrayLike, std_errors: ArrayLike, labels: Array
             free = [j for j in range(mix.components) if mix.owners[j] == k]
             cells_dof = int(cells.sum()) - mix.parameter_count(False) // mix.components * len(free)
             own_chi2 = float(mixture_chi2(data, mix)[cells].sum())
-            if cells_dof < 1 or own_chi2 <= chi2_distribution.ppf(1.0 - cells_level, cells_dof):
+            if cells_dof < 1 or (not fits and own_chi2 <= chi2_distribution.ppf(1.0 - cells_level, cells_dof)):
                 break
             if len(free) >= max_components_per_mode:
+                if fits:
+                    break
                 return _no_split(lab, f"density cluster {k} is no mixture of {max_components_per_mode} Gaussians", mix,
                                  chi2, dof)
             screened: list[tuple[float, int, GridMixture]] = []
@@ -633,12 +641,15 @@ def split_gaussian_modes(counts: ArrayLike, std_errors: ArrayLike, labels: Array
                 if fitted is not None and (best is None or fitted_chi2 < best[1]):
                     best = (fitted, fitted_chi2)
             if best is None or own_chi2 - best[1] < gate:
+                if fits:
+                    break
                 return _no_split(lab, f"no significant split of density cluster {k}", mix, chi2, dof)
             mix = best[0]
             cells = cells | (np.asarray(mix.owners)[_most_likely(data, mix)[0]] == k)
         split_modes += int(sum(1 for o in mix.owners if o == k) > 1)
     if split_modes == 0:
-        return _no_split(lab, "every density mode is one Gaussian on its own cells", mix, chi2, dof)
+        return _no_split(lab, "one Gaussian per density mode fits" if fits
+                         else "every density mode is one Gaussian on its own cells", mix, chi2, dof)
     refitted, chi2 = fit_mixture(data, mix, range(mix.components), fit_background=True)
     if refitted is None:
         return _no_split(lab, "the split mixture lost a component", mix, math.inf, dof)
