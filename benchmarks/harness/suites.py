@@ -2,7 +2,7 @@
 
 A suite is a list of :class:`Block` (each one full matrix; the union of their runs is executed
 once), the paper claims it verifies (:class:`Claim`) and the acceptance bounds it enforces
-(:class:`Bound`). ``smoke`` runs in CI (under 2 minutes on 2 cores) and fails on any broken claim
+(:class:`Bound`). ``smoke`` runs in CI (about 2 minutes on 2 cores) and fails on any broken claim
 or bound and on any regression beyond ``regressions.json``; ``standard`` is the README's picture;
 ``full`` adds the large n and high d; ``shapes`` is issue 17's acceptance (arbitrary-shape data, the grid
 variants' ARI bounds for the default variant, the variant verdict).
@@ -299,7 +299,7 @@ SMOKE = Suite(
     + _paper_003_claims((S_LIKE.label,), (5000,)),
     bounds=(_floor_bound(_SMOKE_LABELS),),
     plot_epsilon=2.0,
-    # All 10 reporting seeds (about 70 s on 2 cores): over 3, the seeds' data sets are shared by every
+    # All 10 reporting seeds (about 2 minutes on 2 cores with the grid mixture search): over 3, the seeds' data sets are shared by every
     # protocol, so one hard data set (seeds 100-102: k-means++ itself at ARI 0.74-0.96 on blobs) moved
     # many correlated 3-seed medians below their recorded worst seed at once.
     tuning_seeds=TUNING_SEEDS,
