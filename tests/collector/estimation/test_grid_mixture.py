@@ -124,7 +124,7 @@ def test_two_gaussians_in_one_mode_are_split_into_their_components() -> None:
 def test_a_significant_split_is_taken_even_where_one_gaussian_fits_within_the_noise() -> None:
     """Two Gaussians 2 cells apart (their spread 1.1 cells) at an error of 10 per cell: one Gaussian per
     mode passes the goodness-of-fit test on this draw, but two components lower chi2 by more than the
-    likelihood-ratio gate, so the mode is split (before the gate applied to fitting modes, it was not)."""
+    likelihood-ratio gate, so the mode is split (a mode whose one Gaussian fitted used to be left alone)."""
     shape = (16, 16)
     masses, means, covs = [5_000.0, 5_000.0], [[7.0, 8.0], [9.0, 8.0]], [[[1.2, 0.0], [0.0, 2.0]]] * 2
     mu = _expected_counts(shape, masses, means, covs)
