@@ -78,6 +78,8 @@ from scipy.stats import chi2 as chi2_distribution
 
 from ldp_client.errors import InvalidParameterError
 
+from .kmeans import lloyd
+
 __all__ = [
     "MAX_COMPONENTS_PER_MODE",
     "MAX_MIXTURE_DIMENSION",
@@ -447,13 +449,8 @@ def _kmeans_parts(corners: NDArray[np.float64], weights: NDArray[np.float64], co
     while len(seeds) < count:
         far = ((points[:, None, :] - points[seeds][None]) ** 2).sum(axis=2).min(axis=1) * weights
         seeds.append(int(np.argmax(far)))
-    centres = points[seeds].copy()
-    for _ in range(30):
-        nearest = ((points[:, None, :] - centres[None]) ** 2).sum(axis=2).argmin(axis=1)
-        for j in range(count):
-            w = weights * (nearest == j)
-            if w.sum() > 0:
-                centres[j] = (w @ points) / w.sum()
+    fit = lloyd(points, points[seeds], weights=weights, max_iter=30)
+    centres, nearest = fit.centers, fit.labels
     parts = []
     for j in range(count):
         w = weights * (nearest == j)
