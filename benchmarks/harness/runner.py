@@ -47,7 +47,7 @@ import time
 import traceback
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -778,12 +778,53 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=None,
                         help="run every block over the first N reporting seeds (tuning seeds with --tuning)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--merge", nargs="+", type=Path, default=(), metavar="RESULTS_JSON",
+                        help="also count the runs of these earlier results.json files of the same suite (a run of "
+                             "this invocation replaces an earlier one of the same protocol, data, n, epsilon "
+                             "and seed), so a suite can be run in pieces")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     if args.seeds is not None and args.seeds < 1:
         parser.error(f"--seeds must be at least 1, got {args.seeds}")
     return args
+
+
+def load_records(path: Path, suite: str) -> list[RunRecord]:
+    """The runs of an earlier ``results.json`` of ``suite``; :class:`ValueError` (one line) when it is not one."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--merge {path}: cannot read it as a results.json ({exc})") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("records"), list):
+        raise ValueError(f"--merge {path}: not a results.json written by benchmarks/run.py (no records)")
+    if saved.get("suite") != suite:
+        raise ValueError(f"--merge {path}: holds suite {saved.get('suite')!r}, this run is suite {suite!r}")
+    names = {f.name for f in fields(RunRecord)} - {"labels", "cell_map"}
+    records = []
+    for i, raw in enumerate(saved["records"]):
+        if not isinstance(raw, dict) or not {"protocol", "dataset", "n", "epsilon", "seed"} <= set(raw):
+            raise ValueError(f"--merge {path}: record {i} is not a run record")
+        record = RunRecord(**{key: value for key, value in raw.items() if key in names})
+        # JSON holds a non-finite metric as null or a string (:func:`_finite`); read it back as a float.
+        record.metrics = {key: _unfinite(v) for key, v in record.metrics.items()}
+        record.diagnostics = {key: _unfinite(v) for key, v in record.diagnostics.items()}
+        records.append(record)
+    return records
+
+
+def _unfinite(value: float | str | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def merge_records(earlier: Sequence[RunRecord], records: Sequence[RunRecord]) -> list[RunRecord]:
+    """``records`` and the ``earlier`` runs none of them repeats (same protocol, data, n, epsilon and seed)."""
+    def key(r: RunRecord) -> tuple[str, str, int, str, int]:
+        return r.protocol, r.dataset, r.n, r.epsilon, r.seed
+
+    merged = {key(r): r for r in earlier}
+    merged.update((key(r), r) for r in records)
+    return list(merged.values())
 
 
 def plan_seeds(suite: Suite, *, tuning: bool, count: int | None, record: bool) -> Suite:
@@ -822,6 +863,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            record=args.record_regressions)
         if args.ns:
             suite = suite.with_ns(tuple(args.ns))
+        earlier = [r for path in args.merge for r in load_records(path, suite.name)]
     except ValueError as exc:
         print(f"benchmarks/run.py: refused: {exc}", file=sys.stderr)
         return 2
@@ -829,6 +871,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     records, wall = run_suite(suite, jobs=args.jobs, via_grpc=args.via_grpc, protocols=args.protocols,
                               quiet=args.quiet)
+    if earlier:
+        records = merge_records(earlier, records)
     cells = aggregate(records)
     checks = [CheckResult(kind="run", id="run", statement="every run completes", passed=False,
                           detail=f"{r.protocol} / {r.dataset} / n={r.n} / eps={r.epsilon} / seed={r.seed}:\n{r.error}")

@@ -743,3 +743,30 @@ def test_main_writes_the_variant_verdict(tmp_path: Path, in_process: None, monke
     assert all(c["required"] == c["detail"].startswith("agc-tree") for c in results["checks"] if c["kind"] == "densest")
     verdict = (tmp_path / "verdict.md").read_text()
     assert "Default by the numbers" in verdict and verdict in (tmp_path / "table.md").read_text()
+
+
+def test_a_suite_run_in_pieces_merges_into_one_result(tiny_suite: Suite, tmp_path: Path, in_process: None,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(runner, "REGRESSIONS_PATH", tmp_path / "none.json")
+    common = ["--suite", "tiny", "--jobs", "1", "--quiet", "--no-plots"]
+    assert runner.main([*common, "--out", str(tmp_path / "a"), "--protocols", "kmeans++", "dpqt-kmeans"]) == 0
+    first = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert first["runs"] == 2 + 4
+    assert runner.main([*common, "--out", str(tmp_path / "b"), "--protocols", "ldp-oue-grid", "kmeans++",
+                        "--merge", str(tmp_path / "a" / "results.json")]) == 0
+    merged = json.loads((tmp_path / "b" / "results.json").read_text())
+    # kmeans++ ran again and replaced the earlier runs; dpqt-kmeans came from the first piece.
+    assert merged["runs"] == 2 + 4 + 4
+    keys = [(r["protocol"], r["dataset"], r["n"], r["epsilon"], r["seed"]) for r in merged["records"]]
+    assert len(set(keys)) == len(keys)
+    earlier = {(r["protocol"], r["epsilon"], r["seed"]): r["metrics"] for r in first["records"]}
+    assert all(r["metrics"] == earlier[(r["protocol"], r["epsilon"], r["seed"])]
+               for r in merged["records"] if r["protocol"] == "dpqt-kmeans")
+    assert "| dpqt-kmeans | central-dp |" in (tmp_path / "b" / "table.md").read_text()
+    # Another suite's file, or no results file at all, is refused with one line.
+    (tmp_path / "other.json").write_text(json.dumps({**first, "suite": "smoke"}))
+    assert runner.main([*common, "--out", str(tmp_path / "c"), "--merge", str(tmp_path / "other.json")]) == 2
+    assert runner.main([*common, "--out", str(tmp_path / "c"), "--merge", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "holds suite 'smoke'" in err[0] and "cannot read it" in err[1]
