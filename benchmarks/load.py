@@ -550,17 +550,23 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-def pss_bytes(pid: int) -> int:
-    """Proportional set size: shared pages split between their sharers, so a sum over processes
-    (forked workers, PostgreSQL backends over shared buffers) counts memory once."""
+def memory_bytes(pid: int) -> tuple[int, int]:
+    """``(RSS, PSS)`` of a live process from one read of ``smaps_rollup``: one walk of its pages, so
+    PSS <= RSS holds within the pair (two separate reads, a moment apart, see a growing process at two
+    sizes); ``(VmRSS, 0)`` where the kernel has no ``smaps_rollup``, ``(0, 0)`` for a process gone."""
+    rss = pss = -1
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    if rss < 0 or pss < 0:
+        return rss_bytes(pid), 0
+    return rss, pss
 
 
 def cpu_seconds(pid: int) -> float:
@@ -593,13 +599,14 @@ class ServerSampler:
 
     def sample(self, t: float) -> int:
         """Record the summed RSS (returned) and the summed CPU seconds so far at ``t``."""
-        total = 0
+        total = total_pss = 0
         for pid in self.pids:
-            rss = rss_bytes(pid)
+            rss, pss = memory_bytes(pid)  # one snapshot: the summed PSS never exceeds the summed RSS
             self.max_rss[pid] = max(self.max_rss.get(pid, 0), rss)
             total += rss
+            total_pss += pss
         self.samples.append((t, total))
-        self.pss_samples.append((t, sum(pss_bytes(pid) for pid in self.pids)))
+        self.pss_samples.append((t, total_pss))
         self.cpu_samples.append((t, sum(cpu_seconds(pid) for pid in self.pids)))
         return total
 

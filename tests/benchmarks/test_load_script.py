@@ -80,11 +80,13 @@ def test_process_sampling_sees_children() -> None:
         assert child.pid is not None
         assert child.pid in load.descendants(os.getpid())
         assert load.rss_bytes(child.pid) > 1024 * 1024
+        rss, pss = load.memory_bytes(child.pid)  # one snapshot of both
+        assert 1024 * 1024 < rss and 0 < pss <= rss
         assert load.cpu_seconds(os.getpid()) > 0.0
     finally:
         child.terminate()
         child.join()
-    assert load.rss_bytes(child.pid) == 0  # gone: read as nothing, not an error
+    assert load.rss_bytes(child.pid) == 0 and load.memory_bytes(child.pid) == (0, 0)  # gone: nothing, no error
 
 
 def _run(tmp_path: Path, *extra: str, topology: str = "single") -> tuple[int, dict[str, object]]:
