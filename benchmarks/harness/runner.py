@@ -805,7 +805,10 @@ def load_records(path: Path, suite: str) -> list[RunRecord]:
     for i, raw in enumerate(saved["records"]):
         if not isinstance(raw, dict) or not {"protocol", "dataset", "n", "epsilon", "seed"} <= set(raw):
             raise ValueError(f"--merge {path}: record {i} is not a run record")
-        record = RunRecord(**{key: value for key, value in raw.items() if key in names})
+        try:
+            record = RunRecord(**{key: value for key, value in raw.items() if key in names})
+        except TypeError as exc:  # a field missing
+            raise ValueError(f"--merge {path}: record {i} is not a run record ({exc})") from None
         # JSON holds a non-finite metric as null or a string (:func:`_finite`); read it back as a float.
         record.metrics = {key: _unfinite(v) for key, v in record.metrics.items()}
         record.diagnostics = {key: _unfinite(v) for key, v in record.diagnostics.items()}

@@ -768,5 +768,9 @@ def test_a_suite_run_in_pieces_merges_into_one_result(tiny_suite: Suite, tmp_pat
     (tmp_path / "other.json").write_text(json.dumps({**first, "suite": "smoke"}))
     assert runner.main([*common, "--out", str(tmp_path / "c"), "--merge", str(tmp_path / "other.json")]) == 2
     assert runner.main([*common, "--out", str(tmp_path / "c"), "--merge", str(tmp_path / "missing.json")]) == 2
+    broken = {**first, "records": [{k: v for k, v in first["records"][0].items() if k != "seconds"}]}
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    assert runner.main([*common, "--out", str(tmp_path / "c"), "--merge", str(tmp_path / "broken.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "holds suite 'smoke'" in err[0] and "cannot read it" in err[1]
+    assert len(err) == 3 and "holds suite 'smoke'" in err[0] and "cannot read it" in err[1]
+    assert "record 0 is not a run record" in err[2]
