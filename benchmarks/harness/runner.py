@@ -46,7 +46,7 @@ import sys
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -387,9 +387,14 @@ def _references(tasks: Sequence[Task], pool: concurrent.futures.Executor | None,
 
 
 def run_suite(suite: Suite, *, jobs: int = 1, via_grpc: bool = False, protocols: Sequence[str] | None = None,
-              quiet: bool = False) -> tuple[list[RunRecord], float]:
-    """Run every task of ``suite``; returns the records (in task order) and the wall time."""
-    tasks = build_tasks(suite, via_grpc=via_grpc, protocols=protocols)
+              quiet: bool = False, done: Iterable[tuple[str, str, int, str, int]] = (),
+              on_record: Callable[[RunRecord], None] | None = None) -> tuple[list[RunRecord], float]:
+    """Run every task of ``suite`` whose key is not in ``done``; returns the records and the wall time.
+
+    ``on_record`` sees each record as soon as its run finishes (the journal of :func:`main`).
+    """
+    skip = set(done)
+    tasks = [t for t in build_tasks(suite, via_grpc=via_grpc, protocols=protocols) if t.key not in skip]
     # Big data sets first, so the long runs do not trail at the end.
     tasks.sort(key=lambda t: (-t.n, t.dataset.label, t.protocol, epsilon_label(t.epsilon), t.seed))
     started = time.perf_counter()
@@ -405,11 +410,15 @@ def run_suite(suite: Suite, *, jobs: int = 1, via_grpc: bool = False, protocols:
             if pool is None:
                 for t in tasks:
                     records.append(run_task(t, refs[(t.dataset.label, t.n, t.seed)]))
+                    if on_record is not None:
+                        on_record(records[-1])
                     bar.update()
             else:
                 futures = [pool.submit(run_task, t, refs[(t.dataset.label, t.n, t.seed)]) for t in tasks]
                 for future in concurrent.futures.as_completed(futures):
                     records.append(future.result())
+                    if on_record is not None:
+                        on_record(records[-1])
                     bar.update()
             bar.close()
         finally:
@@ -782,6 +791,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="also count the runs of these earlier results.json files of the same suite (a run of "
                              "this invocation replaces an earlier one of the same protocol, data, n, epsilon "
                              "and seed), so a suite can be run in pieces")
+    parser.add_argument("--resume", action="store_true",
+                        help=f"continue an interrupted run in the same --out directory: the runs its {JOURNAL} "
+                             "holds are counted, not run again")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
@@ -800,20 +812,63 @@ def load_records(path: Path, suite: str) -> list[RunRecord]:
         raise ValueError(f"--merge {path}: not a results.json written by benchmarks/run.py (no records)")
     if saved.get("suite") != suite:
         raise ValueError(f"--merge {path}: holds suite {saved.get('suite')!r}, this run is suite {suite!r}")
+    return [_record_from_json(raw, f"--merge {path}: record {i}") for i, raw in enumerate(saved["records"])]
+
+
+def _record_from_json(raw: Any, where: str) -> RunRecord:
+    """A :class:`RunRecord` from its :meth:`RunRecord.to_json`; :class:`ValueError` naming ``where`` otherwise."""
+    if not isinstance(raw, dict) or not {"protocol", "dataset", "n", "epsilon", "seed"} <= set(raw):
+        raise ValueError(f"{where} is not a run record")
     names = {f.name for f in fields(RunRecord)} - {"labels", "cell_map"}
+    try:
+        record = RunRecord(**{key: value for key, value in raw.items() if key in names})
+    except TypeError as exc:  # a field missing
+        raise ValueError(f"{where} is not a run record ({exc})") from None
+    # JSON holds a non-finite metric as null or a string (:func:`_finite`); read it back as a float.
+    record.metrics = {key: _unfinite(v) for key, v in record.metrics.items()}
+    record.diagnostics = {key: _unfinite(v) for key, v in record.diagnostics.items()}
+    return record
+
+
+#: Each finished run of a suite, one JSON line apiece, written as it completes, so a stopped run can resume.
+JOURNAL = "runs.jsonl"
+
+
+def load_journal(path: Path, suite: str) -> list[RunRecord]:
+    """The finished runs of an interrupted run of ``suite`` (none when there is no journal).
+
+    The first line names the suite; a last line cut short by the interruption is dropped (that run is run
+    again); any other unreadable line is a :class:`ValueError` (one line).
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ValueError(f"--resume: cannot read {path} ({exc})") from None
+    if not lines:
+        return []
+    try:
+        header = json.loads(lines[0])
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or header.get("suite") != suite:
+        found = header.get("suite") if isinstance(header, dict) else None
+        raise ValueError(f"--resume: {path} is not a journal of suite {suite!r} (its first line names {found!r})")
     records = []
-    for i, raw in enumerate(saved["records"]):
-        if not isinstance(raw, dict) or not {"protocol", "dataset", "n", "epsilon", "seed"} <= set(raw):
-            raise ValueError(f"--merge {path}: record {i} is not a run record")
+    for number, line in enumerate(lines[1:], start=2):
         try:
-            record = RunRecord(**{key: value for key, value in raw.items() if key in names})
-        except TypeError as exc:  # a field missing
-            raise ValueError(f"--merge {path}: record {i} is not a run record ({exc})") from None
-        # JSON holds a non-finite metric as null or a string (:func:`_finite`); read it back as a float.
-        record.metrics = {key: _unfinite(v) for key, v in record.metrics.items()}
-        record.diagnostics = {key: _unfinite(v) for key, v in record.diagnostics.items()}
-        records.append(record)
+            raw = json.loads(line)
+        except ValueError:
+            if number == len(lines):
+                break  # the write the interruption cut short
+            raise ValueError(f"--resume: {path} line {number} is not JSON") from None
+        records.append(_record_from_json(raw, f"--resume: {path} line {number}"))
     return records
+
+
+def _record_key(r: RunRecord) -> tuple[str, str, int, str, int]:
+    return r.protocol, r.dataset, r.n, r.epsilon, r.seed
 
 
 def _unfinite(value: float | str | None) -> float:
@@ -822,11 +877,8 @@ def _unfinite(value: float | str | None) -> float:
 
 def merge_records(earlier: Sequence[RunRecord], records: Sequence[RunRecord]) -> list[RunRecord]:
     """``records`` and the ``earlier`` runs none of them repeats (same protocol, data, n, epsilon and seed)."""
-    def key(r: RunRecord) -> tuple[str, str, int, str, int]:
-        return r.protocol, r.dataset, r.n, r.epsilon, r.seed
-
-    merged = {key(r): r for r in earlier}
-    merged.update((key(r), r) for r in records)
+    merged = {_record_key(r): r for r in earlier}
+    merged.update((_record_key(r), r) for r in records)
     return list(merged.values())
 
 
@@ -867,15 +919,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.ns:
             suite = suite.with_ns(tuple(args.ns))
         earlier = [r for path in args.merge for r in load_records(path, suite.name)]
+        out_dir: Path = args.out or Path(__file__).resolve().parent.parent / "results" / suite.name
+        resumed = load_journal(out_dir / JOURNAL, suite.name) if args.resume else []
     except ValueError as exc:
         print(f"benchmarks/run.py: refused: {exc}", file=sys.stderr)
         return 2
-    out_dir: Path = args.out or Path(__file__).resolve().parent.parent / "results" / suite.name
     out_dir.mkdir(parents=True, exist_ok=True)
-    records, wall = run_suite(suite, jobs=args.jobs, via_grpc=args.via_grpc, protocols=args.protocols,
-                              quiet=args.quiet)
-    if earlier:
-        records = merge_records(earlier, records)
+    if resumed:
+        print(f"resuming: {len(resumed)} finished run(s) in {out_dir / JOURNAL}", file=sys.stderr)
+    # The journal starts over with the resumed runs (written aside, then renamed over the old one, so an
+    # interruption here loses nothing), which also drops a last line the interruption cut short.
+    fresh_journal = out_dir / (JOURNAL + ".tmp")
+    fresh_journal.write_text("".join(json.dumps(line) + "\n" for line in
+                                     [{"suite": suite.name}, *(r.to_json() for r in resumed)]), encoding="utf-8")
+    os.replace(fresh_journal, out_dir / JOURNAL)
+    with (out_dir / JOURNAL).open("a", encoding="utf-8") as journal:
+        def write(record: RunRecord) -> None:
+            journal.write(json.dumps(record.to_json()) + "\n")
+            journal.flush()
+
+        fresh, wall = run_suite(suite, jobs=args.jobs, via_grpc=args.via_grpc, protocols=args.protocols,
+                                quiet=args.quiet, done={_record_key(r) for r in resumed}, on_record=write)
+    records = merge_records(earlier, merge_records(resumed, fresh))
     cells = aggregate(records)
     checks = [CheckResult(kind="run", id="run", statement="every run completes", passed=False,
                           detail=f"{r.protocol} / {r.dataset} / n={r.n} / eps={r.epsilon} / seed={r.seed}:\n{r.error}")

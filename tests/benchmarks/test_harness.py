@@ -774,3 +774,38 @@ def test_a_suite_run_in_pieces_merges_into_one_result(tiny_suite: Suite, tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "holds suite 'smoke'" in err[0] and "cannot read it" in err[1]
     assert "record 0 is not a run record" in err[2]
+
+
+def test_an_interrupted_run_resumes_from_its_journal(tiny_suite: Suite, tmp_path: Path, in_process: None,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(runner, "REGRESSIONS_PATH", tmp_path / "none.json")
+    common = ["--suite", "tiny", "--jobs", "1", "--quiet", "--no-plots", "--out", str(tmp_path)]
+    assert runner.main(common) == 0
+    full = json.loads((tmp_path / "results.json").read_text())
+    lines = (tmp_path / runner.JOURNAL).read_text().splitlines()
+    # The journal holds every run as it finished, after a line naming the suite.
+    assert json.loads(lines[0]) == {"suite": "tiny"} and len(lines) == 1 + full["runs"]
+    # Interrupted after three runs, in the middle of writing the fourth.
+    (tmp_path / runner.JOURNAL).write_text("\n".join(lines[:4]) + "\n" + lines[4][:40])
+    (tmp_path / "results.json").unlink()
+    ran: list[tuple[str, str, int, str, int]] = []
+    run_task = runner.run_task
+    monkeypatch.setattr(runner, "run_task", lambda task, ref: ran.append(task.key) or run_task(task, ref))
+    assert runner.main([*common, "--resume"]) == 0
+    resumed = json.loads((tmp_path / "results.json").read_text())
+    assert len(ran) == full["runs"] - 3 and resumed["runs"] == full["runs"]
+    done = {(r["protocol"], r["dataset"], r["n"], r["epsilon"], r["seed"]) for r in map(json.loads, lines[1:4])}
+    assert done.isdisjoint(ran)
+    assert sorted(r["metrics"]["ari"] for r in resumed["records"]) == sorted(r["metrics"]["ari"]
+                                                                            for r in full["records"])
+    assert len((tmp_path / runner.JOURNAL).read_text().splitlines()) == 1 + full["runs"]
+    # A journal of another suite, or a broken line before the last, is refused with one line.
+    ran.clear()
+    (tmp_path / runner.JOURNAL).write_text(json.dumps({"suite": "smoke"}) + "\n")
+    assert runner.main([*common, "--resume"]) == 2
+    (tmp_path / runner.JOURNAL).write_text("\n".join([lines[0], "{", lines[1]]) + "\n")
+    assert runner.main([*common, "--resume"]) == 2
+    assert not ran
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "is not a journal of suite 'tiny'" in err[-2] and "line 2 is not JSON" in err[-1]
