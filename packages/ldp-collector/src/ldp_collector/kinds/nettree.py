@@ -31,9 +31,9 @@ The server step
 The refinement round (optional)
     With ``refinement_share = s``, a group of ``s n`` devices (group ``T``) skips round 1; round 2
     sends it the round-1 centers, and each of its devices reports, once and with the whole epsilon,
-    the bucketized vector of its point bucketed by its nearest center. Each center moves to the
-    mean of the devices that chose it when their count is significant
-    (:func:`~ldp_collector.estimation.vector_sum.lloyd_move`). This removes what the tree's
+    the bucketized vector of its point bucketed by its nearest center. Each center moves toward the
+    mean of the devices that chose it when their count is significant, by the James-Stein share of
+    the step its noise allows (:func:`~ldp_collector.estimation.vector_sum.lloyd_move`). This removes what the tree's
     buckets get wrong (a leaf holding parts of two clusters drags both centers; a small cluster
     pooled with a large one) at the cost of the round-1 devices it takes: the center noise is
     about ``k^2 M(eps) / (s n)`` against ``k^2 M(eps_vector) / n`` for the one-round vector.
@@ -472,10 +472,14 @@ class NetTreeEngine(CampaignEngine):
             variances = np.full(len(previous), np.inf)
         else:
             start = 2.0 * (previous - lower) / (upper - lower) - 1.0
-            move = lloyd_move(start, np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound))
+            ratio = params.report_mean_second_moment / params.report_second_moment
+            move = lloyd_move(start, np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound),
+                              moment_ratio=ratio)
             centers_unit = np.clip(move.centers, -1.0, 1.0)
-            variances = move.variances * (params.report_mean_second_moment / params.report_second_moment)
+            variances = move.variances * ratio
             diagnostics["refinement_centers_moved"] = float(move.moved.sum())
+            if move.moved.any():
+                diagnostics["refinement_step_taken_mean"] = float(move.shrink[move.moved].mean())
             if not move.moved.all():
                 warnings.append(f"{int((~move.moved).sum())} of {len(previous)} centers kept their round-1 place: "
                                 f"too few refinement reports chose them")

@@ -32,9 +32,10 @@ Rounds
        step costs one vector report per device and no label. (LDPKmeans's GRR label plus a fresh
        vector has, per center, about ``q / (p - q)^2`` times the variance at the label's and the
        vector's split epsilons: 9 times more at k = 8, epsilon = 2.) A center moves only when its
-       count passes ``LLOYD_MIN_COUNT_Z`` standard errors, to the mean of its devices (a Lloyd
+       count passes ``LLOYD_MIN_COUNT_Z`` standard errors, toward the mean of its devices (a Lloyd
        step, :func:`~ldp_collector.estimation.vector_sum.lloyd_move`: the coreset's centers are
-       only where the assignment comes from).
+       only where the assignment comes from), taking the James-Stein share of the step that its
+       noise allows: a step within the noise of the mean is mostly not taken.
 
 Budget policies
     ``PARTITION`` (default): the groups of rounds A and B are ``S`` subgroups each, C and D one group
@@ -586,11 +587,12 @@ class StemmerEngine(CampaignEngine):
         centers = previous
         center_variances = np.asarray(state.get("center_variances", [math.inf] * len(previous)), dtype=np.float64)
         if sums is not None:
-            move = lloyd_move(previous, sums, variance)
+            move = lloyd_move(previous, sums, variance, moment_ratio=self._floor_ratio)
             centers, moved = move.centers, move.moved
             center_variances = np.where(moved, move.variances, center_variances)
             diagnostics.update(lloyd_centers_moved=float(moved.sum()),
-                               lloyd_center_se_mean=float(np.sqrt(move.variances[moved]).mean()) if moved.any() else 0.0)
+                               lloyd_center_se_mean=float(np.sqrt(move.variances[moved]).mean()) if moved.any() else 0.0,
+                               lloyd_step_taken_mean=float(move.shrink[moved].mean()) if moved.any() else 0.0)
         return self._finish(np.clip(centers, -1.0, 1.0), np.asarray(state["weights"], dtype=np.float64),
                             center_variances, diagnostics, warnings)
 
