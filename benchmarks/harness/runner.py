@@ -792,8 +792,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "this invocation replaces an earlier one of the same protocol, data, n, epsilon "
                              "and seed), so a suite can be run in pieces")
     parser.add_argument("--resume", action="store_true",
-                        help=f"continue an interrupted run in the same --out directory: the runs its {JOURNAL} "
-                             "holds are counted, not run again")
+                        help=f"continue an interrupted run in the same --out directory: the finished runs its "
+                             f"{JOURNAL} holds are counted, not run again (a failed one is run again)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
@@ -920,7 +920,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             suite = suite.with_ns(tuple(args.ns))
         earlier = [r for path in args.merge for r in load_records(path, suite.name)]
         out_dir: Path = args.out or Path(__file__).resolve().parent.parent / "results" / suite.name
-        resumed = load_journal(out_dir / JOURNAL, suite.name) if args.resume else []
+        # A run that failed is run again, not counted.
+        resumed = [r for r in load_journal(out_dir / JOURNAL, suite.name) if r.error is None] if args.resume else []
     except ValueError as exc:
         print(f"benchmarks/run.py: refused: {exc}", file=sys.stderr)
         return 2

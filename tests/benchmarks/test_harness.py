@@ -786,17 +786,20 @@ def test_an_interrupted_run_resumes_from_its_journal(tiny_suite: Suite, tmp_path
     lines = (tmp_path / runner.JOURNAL).read_text().splitlines()
     # The journal holds every run as it finished, after a line naming the suite.
     assert json.loads(lines[0]) == {"suite": "tiny"} and len(lines) == 1 + full["runs"]
-    # Interrupted after three runs, in the middle of writing the fourth.
-    (tmp_path / runner.JOURNAL).write_text("\n".join(lines[:4]) + "\n" + lines[4][:40])
+    # Interrupted after three runs, in the middle of writing the fourth; the third had failed.
+    failed = {**json.loads(lines[3]), "error": "Traceback: boom"}
+    (tmp_path / runner.JOURNAL).write_text("\n".join([*lines[:3], json.dumps(failed)]) + "\n" + lines[4][:40])
     (tmp_path / "results.json").unlink()
     ran: list[tuple[str, str, int, str, int]] = []
     run_task = runner.run_task
     monkeypatch.setattr(runner, "run_task", lambda task, ref: ran.append(task.key) or run_task(task, ref))
     assert runner.main([*common, "--resume"]) == 0
     resumed = json.loads((tmp_path / "results.json").read_text())
-    assert len(ran) == full["runs"] - 3 and resumed["runs"] == full["runs"]
-    done = {(r["protocol"], r["dataset"], r["n"], r["epsilon"], r["seed"]) for r in map(json.loads, lines[1:4])}
-    assert done.isdisjoint(ran)
+    assert len(ran) == full["runs"] - 2 and resumed["runs"] == full["runs"]
+    done = {(r["protocol"], r["dataset"], r["n"], r["epsilon"], r["seed"]) for r in map(json.loads, lines[1:3])}
+    assert done.isdisjoint(ran) and (failed["protocol"], failed["dataset"], failed["n"], failed["epsilon"],
+                                     failed["seed"]) in ran
+    assert not any(r["error"] for r in resumed["records"])
     assert sorted(r["metrics"]["ari"] for r in resumed["records"]) == sorted(r["metrics"]["ari"]
                                                                             for r in full["records"])
     assert len((tmp_path / runner.JOURNAL).read_text().splitlines()) == 1 + full["runs"]
