@@ -8,6 +8,7 @@ import multiprocessing as mp
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import load
 import pytest
@@ -69,15 +70,20 @@ def test_window_rates_use_full_windows_only() -> None:
     assert load.window_rates(per_second, 9) == []
 
 
-def _sleep_child() -> None:
+def _sleep_child(ready: Any) -> None:
+    ready.set()
     time.sleep(30)
 
 
 def test_process_sampling_sees_children() -> None:
-    child = mp.get_context("spawn").Process(target=_sleep_child, daemon=True)
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    child = ctx.Process(target=_sleep_child, args=(ready,), daemon=True)
     child.start()
     try:
         assert child.pid is not None
+        # Sampled once the child runs Python: just after the spawn its RSS can still be under 1 MiB.
+        assert ready.wait(120)
         assert child.pid in load.descendants(os.getpid())
         assert load.rss_bytes(child.pid) > 1024 * 1024
         rss, pss = load.memory_bytes(child.pid)  # one snapshot of both
