@@ -37,12 +37,13 @@ from ldp_client.encoders import BitVectorEncoder, NumericDomain
 from ldp_client.encoders.bucketed import BucketedVectorEncoder
 from ldp_client.encoders.categorical import CategoricalEncoder
 from ldp_client.encoders.lsh import ShiftedGridEncoder
-from ldp_client.encoders.vectors import SymmetricBoxEncoder, UnitCubeEncoder
+from ldp_client.encoders.vectors import SymmetricBoxEncoder, UnitBallEncoder, UnitCubeEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
 from ldp_client.mechanisms import BitwiseRRParams, GRRParams, LocalHashingParams, oue
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, VectorShape
 from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.vector_box import VectorBoxParams
+from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
 from ldp_client.payload import payload_from_wire, payload_to_wire
 from ldp_client.report import MAX_CONTAINERS_PER_REPORT, Report, ReportColumns, unpack_batch, unpack_batch_columns
 from ldp_client.rng import SeededRng
@@ -83,11 +84,17 @@ LAP2 = Component(encoder=UnitCubeEncoder(domain=_SQUARE), mechanism=DiscreteLapl
 _BUCKETED = BucketedVectorEncoder(domain=_SQUARE, shifted_grid=ShiftedGridEncoder(domain=_SQUARE, level=2, seed=10))
 BVEC = Component(encoder=_BUCKETED, mechanism=BucketizedVectorParams(
     bucket_bits=_BUCKETED.bucket_bits, dimension=3, epsilon=1.0, shape=VectorShape.BOX))
-#: Group -> components (group 6 is a group that does not report; 11 and up are not groups).
+# The unit-direction randomizers (float32 payloads): the l2 ball on its own, and PrivUnit inside the
+# bucketized vector sum beside a unary-encoded cell (the LSH kinds' default group).
+BALL2 = Component(encoder=UnitBallEncoder(domain=_SQUARE), mechanism=VectorL2BallParams(dimension=2, epsilon=1.0))
+PVEC = Component(encoder=_BUCKETED, mechanism=BucketizedVectorParams(
+    bucket_bits=_BUCKETED.bucket_bits, dimension=3, epsilon=1.0, shape=VectorShape.PRIVUNIT))
+#: Group -> components (group 6 is a group that does not report; 13 and up are not groups).
 TASKS: dict[int, tuple[Component, ...]] = {0: (GRR6,), 7: (GRR6,), 1: (GRR300,), 2: (UE60,), 3: (BRR11,),
-                                           4: (LH64,), 5: (GRR6, UE60), 8: (BOX3,), 9: (LAP2,), 10: (GRR6, BVEC)}
+                                           4: (LH64,), 5: (GRR6, UE60), 8: (BOX3,), 9: (LAP2,), 10: (GRR6, BVEC),
+                                           11: (BALL2,), 12: (UE60, PVEC)}
 #: The points of the components that take one.
-_POINTS = {BRR11: 1, BOX3: 3, LAP2: 2, BVEC: 2}
+_POINTS = {BRR11: 1, BOX3: 3, LAP2: 2, BVEC: 2, BALL2: 2, PVEC: 2}
 
 
 def value_of(component: Component, u: int) -> Any:
@@ -98,12 +105,13 @@ def value_of(component: Component, u: int) -> Any:
 
 
 def make_spec(campaign_id: str, round: int = ROUND) -> RoundSpec:
-    return RoundSpec(campaign_id=campaign_id, round=round, group_weights=(1,) * 11, campaign_epsilon=4.0, tasks=(
+    return RoundSpec(campaign_id=campaign_id, round=round, group_weights=(1,) * 13, campaign_epsilon=4.0, tasks=(
         GroupTask(groups=(0, 7), components=(GRR6,)), GroupTask(groups=(1,), components=(GRR300,)),
         GroupTask(groups=(2,), components=(UE60,)), GroupTask(groups=(3,), components=(BRR11,)),
         GroupTask(groups=(4,), components=(LH64,)), GroupTask(groups=(5,), components=(GRR6, UE60)),
         GroupTask(groups=(8,), components=(BOX3,)), GroupTask(groups=(9,), components=(LAP2,)),
-        GroupTask(groups=(10,), components=(GRR6, BVEC))))
+        GroupTask(groups=(10,), components=(GRR6, BVEC)), GroupTask(groups=(11,), components=(BALL2,)),
+        GroupTask(groups=(12,), components=(UE60, PVEC))))
 
 
 CONTEXTS: dict[str, RoundContext | str] = {
@@ -124,12 +132,26 @@ report_ids = st.one_of(st.sampled_from(ID_POOL), st.binary(min_size=16, max_size
                        st.binary(max_size=20))
 campaign_ids = st.sampled_from(["camp", "camp", "camp", "other", "gone", "nope", "bad id"])
 rounds = st.sampled_from([ROUND, ROUND, ROUND, 2, U32 + 1, -1])
-groups = st.one_of(st.sampled_from([0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]), st.sampled_from([11, 4095, 4096]))
+groups = st.one_of(st.sampled_from([0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]), st.sampled_from([13, 4095, 4096]))
 garbage = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), U64) | st.floats(allow_nan=False) | st.text(max_size=6)
     | st.binary(max_size=20),
     lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=12)
+
+
+#: Norms about the unit-vector check's tolerance (1e-5) and far from it.
+_NORMS = (1.0, 1.0 + 9.99e-6, 1.0 + 1.0001e-5, 1.0 - 1e-5, 0.5, 2.0)
+
+
+def floats_near_unit(k: int) -> list[Any]:
+    """Float payloads of 2 and 3 coordinates with norm ``_NORMS[k]`` (as float32), alone or in a signed
+    vector: some pass the unit check, some fail it by a hair, and one is not finite."""
+    norm = _NORMS[k]
+    if k == len(_NORMS) - 1:
+        return [6, 9, [5, struct.pack("<3f", float("inf"), 0.0, 0.0)]]
+    pair = [5, struct.pack("<2f", 0.6 * norm, 0.8 * norm)]
+    return pair if k % 2 else [6, 2**32 - 1, [5, struct.pack("<3f", 0.48 * norm, 0.6 * norm, 0.64 * norm)]]
 
 
 @st.composite
@@ -151,7 +173,8 @@ def wire_payload(draw: st.DrawFn, component: Component | None) -> Any:
         return draw(st.sampled_from([[3, 5, 1], [3, 5, 64], [4, [1, -2]], [4, [1, -2, 3]], [4, [1, 2**63 - 1]],
                                      [5, struct.pack("<2f", 0.6, 0.8)], [5, b"\x00"], [6, 7, b"\x01"],
                                      [6, 7, b"\x08"], [6, 2**32, b"\x01"], [6, 7, b"\x01\x00"],
-                                     [6, 7, [5, struct.pack("<2f", 0.6, 0.8)]], [9, 1], True, -3]))
+                                     [6, 7, [5, struct.pack("<2f", 0.6, 0.8)]], [9, 1], True, -3,
+                                     *(floats_near_unit(k) for k in range(len(_NORMS)))]))
     return draw(garbage)
 
 
@@ -347,10 +370,10 @@ def test_normal_batches_skip_every_per_report_step(monkeypatch: pytest.MonkeyPat
     rng = SeededRng(7)
     spec = CONTEXTS["camp"]
     assert isinstance(spec, RoundContext)
-    for group in (0, 7, 1, 2, 3, 5, 8, 9, 10):
+    for group in (0, 7, 1, 2, 3, 5, 8, 9, 10, 11, 12):
         payloads = [[c.run(value_of(c, 7 * i), rng=rng) for c in TASKS[group]] for i in range(200)]
         items = [[1, rng.token_bytes(16), "camp", ROUND, group, [payload_to_wire(p) for p in row]] for row in payloads]
-        tagged = group in (9, 10)
+        tagged = group in (9, 10, 11, 12)
         if tagged:
             columns = ReportColumns(report_ids=[item[1] for item in items], campaign_ids=["camp"] * len(items),
                                     rounds=[ROUND] * len(items), groups=[group] * len(items), payloads=payloads)
@@ -390,6 +413,10 @@ def test_only_the_odd_reports_take_the_per_report_path(monkeypatch: pytest.Monke
     assert "grr payload must be an index in [0, 6), got 6" in batch.rejected[10]
 
 
+#: A plausible unary-encoded cell of UE60 (15 of 60 bits set), for the odd reports of group 12.
+_UE_CELL = b"\x11" * 7 + b"\x01"
+
+
 @pytest.mark.parametrize("group,odd", [
     (0, [[1, 2], [], [b"\x01"], [True], [-1], [6], [2**64 - 1]]),  # GRR: counts, kinds, range
     (1, [[300], [299, 1], [b"\x00"]]),  # GRR over 300 values: stored payloads of 2 to 4 bytes
@@ -399,6 +426,12 @@ def test_only_the_odd_reports_take_the_per_report_path(monkeypatch: pytest.Monke
     (9, [[[4, [1]]], [[4, [1, 2, 3]]], [[4, []]], [b"\x01"]]),  # discrete Laplace: length, kind
     (10, [[1, [6, 7, b"\x08"]], [1, [6, 2**32, b"\x01"]], [1, [6, 7, b""]], [1, b"\x01"], [6, [6, 7, b"\x01"]],
           [1, [6, 7, [5, struct.pack("<2f", 0.6, 0.8)]]], [1, [6, 7, b"\x01"], 1]]),  # GRR beside a signed box
+    (11, [[[5, struct.pack("<2f", 0.6, 0.8001)]], [[5, struct.pack("<3f", 0.6, 0.8, 0.0)]], [b"\x01"],
+          [[5, struct.pack("<2f", float("nan"), 1.0)]], [[5, struct.pack("<2f", 1.0, 1e-2)]], [[4, [1, 0]]]]),  # l2 ball
+    (12, [[_UE_CELL, [6, 7, [5, struct.pack("<3f", 0.48, 0.6, 0.6401)]]], [_UE_CELL, [6, 7, b"\x01"]],
+          [_UE_CELL, [6, 2**32, [5, struct.pack("<3f", 0.48, 0.6, 0.64)]]],
+          [_UE_CELL, [6, 7, [5, struct.pack("<2f", 0.6, 0.8)]]],
+          [b"\x00" * 7, [6, 7, [5, struct.pack("<3f", 0.48, 0.6, 0.64)]]]]),  # a unary cell beside a signed PrivUnit
 ])
 def test_batch_checks_send_exactly_the_odd_reports_per_report(monkeypatch: pytest.MonkeyPatch, group: int,
                                                               odd: list[list[Any]]) -> None:

@@ -27,7 +27,7 @@ from ldp.v1 import campaigns_pb2
 from ldp_client import serde
 from ldp_client.encoders import BucketedVectorEncoder, NumericDomain, ShiftedGridEncoder, SimHashEncoder
 from ldp_client.errors import InvalidParameterError, ProtocolError
-from ldp_client.mechanisms import BucketizedVectorParams, VectorPrivUnitParams, VectorShape
+from ldp_client.mechanisms import BucketizedVectorParams, GRRParams, VectorPrivUnitParams, VectorShape
 from ldp_client.mechanisms.bucketized_vector import sign
 from ldp_client.payload import Floats, HashedValue, SignedVector
 from ldp_client.report import Report, pack_batch, unpack_batch_columns
@@ -42,11 +42,18 @@ from ldp_collector.estimation.accumulators import (
     rebuild,
 )
 from ldp_collector.estimation.olh_hash import hash_values
-from ldp_collector.estimation.vector_sum import BucketSums, analytic_variance, bucket_sums, decode_signed
+from ldp_collector.estimation.vector_sum import (
+    BucketSumAccumulator,
+    BucketSums,
+    analytic_variance,
+    bucket_sums,
+    decode_signed,
+)
+from ldp_collector.ingest import pack_payloads
 from ldp_collector.kinds import KINDS, CampaignEngine, RoundOutcome, RoundPlan, RoundReports
 from ldp_collector.model import Result
 from ldp_collector.serde import config_from_proto
-from ldp_collector.storage.base import Outcome
+from ldp_collector.storage.base import Outcome, StoredReport
 from ldp_collector.storage.sqlite import SqliteReportStore
 from support.stats import FALSE_FAILURE_RATE, chi2_sf
 
@@ -115,6 +122,62 @@ def test_chunking_does_not_change_the_sums(shape: VectorShape, monkeypatch: pyte
     np.testing.assert_allclose(chunked.variances, reference.variances, rtol=1e-12)
     monkeypatch.setattr(vector_sum, "_MAX_BLOCK_PAIRS", 8)  # fewer pairs than buckets: one report per block
     np.testing.assert_allclose(bucket_sums(params, payloads, cells).sums, reference.sums, rtol=1e-12, atol=1e-9)
+
+
+def _stored(group: int, payloads: tuple[Any, ...], k: int) -> StoredReport:
+    return StoredReport(report_id=k.to_bytes(16, "big"), campaign_id="c", round=1, group=group,
+                        payloads=pack_payloads(payloads))
+
+
+def _accumulator_state(acc: BucketSumAccumulator) -> tuple[Any, ...]:
+    out = acc.finalize()
+    return out.sums.tobytes(), out.variances.tobytes(), acc.abs_sums.tobytes(), acc.n
+
+
+@pytest.mark.parametrize("shape", [VectorShape.L2_BALL, VectorShape.PRIVUNIT])
+def test_stored_reports_read_by_column_give_the_same_sums_bit_for_bit(shape: VectorShape,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stored float reports are read without payload objects; the accumulator's state is that of the
+    per-payload path bit for bit, over two groups, chunks and a component beside the vector."""
+    params = _params(shape, bucket_bits=10, dimension=4)
+    payloads, own = _random_payloads(params, 300, seed=11)
+    cells = np.array(sorted(set(own))[:30] + [0], dtype=np.int64)
+    by_group = {0: (params,), 1: (GRRParams(domain_size=6, epsilon=1.0), params)}
+    keys = ("0:0", "1:1")
+    reports = [_stored(0, (p,), k) if k % 3 else _stored(1, (k % 6, p), k) for k, p in enumerate(payloads)]
+    monkeypatch.setattr(vector_sum, "_CHUNK_REPORTS", 37)
+    fast = BucketSumAccumulator(params, cells, by_group, keys)
+    fast.add(reports)
+    slow = BucketSumAccumulator(params, cells, by_group, keys)
+    decoded = decode_report_payloads(reports, by_group)
+    for key in keys:
+        slow.add_payloads(decoded[key])
+    assert _accumulator_state(fast) == _accumulator_state(slow)
+    calls: list[int] = []
+    monkeypatch.setattr(vector_sum, "decode_report_payloads",
+                        lambda r, g: calls.append(len(r)) or decode_report_payloads(r, g))
+    fast.add(reports[:5])
+    assert not calls  # the column path was taken
+
+
+@pytest.mark.parametrize("odd,message", [
+    ((SignedVector(1, Floats((math.nan, 0.0, 0.0, 1.0))),), "must be finite"),
+    ((SignedVector(1, Floats((1.0, 0.0, 0.0))),), "Floats of 4 values"),
+    ((SignedVector(1, b"\x00"),), "Floats of 4 values"),
+    ((HashedValue(1, 2),), "must be SignedVector"),
+    ((3,), "must be SignedVector"),
+])
+def test_odd_stored_reports_fail_as_on_the_per_payload_path(odd: tuple[Any, ...], message: str) -> None:
+    params = _params(VectorShape.PRIVUNIT, bucket_bits=10, dimension=4)
+    payloads, _ = _random_payloads(params, 20, seed=3)
+    reports = [_stored(0, (p,), k) for k, p in enumerate(payloads)]
+    reports[7] = _stored(0, odd, 7)
+    acc = BucketSumAccumulator(params, [0, 1], {0: (params,)}, ("0:0",))
+    with pytest.raises(ProtocolError, match=message):
+        acc.add(reports)
+    reports[7] = replace(reports[7], payloads=b"\xc1")  # not msgpack: the report is named
+    with pytest.raises(ProtocolError, match="report 0+7 .*not valid msgpack"):
+        BucketSumAccumulator(params, [0, 1], {0: (params,)}, ("0:0",)).add(reports)
 
 
 def test_empty_inputs() -> None:

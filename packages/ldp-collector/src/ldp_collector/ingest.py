@@ -23,9 +23,11 @@ Batch-wide fast path
 --------------------
 A batch decoded column by column (:class:`~ldp_client.report.ReportColumns`, what the service
 decodes) is validated column by column too: the reports of the open round whose group's every
-component has a batch check -- GRR, unary encoding, bitwise RR, the box randomizer, discrete
-Laplace, the bucketized vector sum over the box -- are checked together (one C-level pass per
-check; numpy for the bit payloads) and their stored rows come out as a
+component has a batch check -- GRR, unary encoding, bitwise RR, the box, l2-ball and PrivUnit
+randomizers, discrete Laplace, the bucketized vector sum over any of the three -- are checked
+together (one C-level pass per check; numpy for the bit and float payloads: a unit direction's norm
+is accepted batch-wide only when clearly inside the tolerance, the edge decided per report) and
+their stored rows come out as a
 :class:`StoredReportColumns`, which carries the decoded payloads on to the accumulators. Every other
 report -- and every report that fails a batch check -- goes through :func:`validate_report`, so the
 outcomes, reasons and stored bytes are those of the per-report path by construction; the batch
@@ -73,7 +75,9 @@ from ldp_client.mechanisms.local_hashing import SEED_BITS
 from ldp_client.mechanisms.randomized_response import GRRParams
 from ldp_client.mechanisms.unary_encoding import UnaryEncodingParams
 from ldp_client.mechanisms.vector_box import VectorBoxParams
-from ldp_client.payload import Integers, Payload, SignedVector, payload_to_wire
+from ldp_client.mechanisms.vector_l2_ball import PAYLOAD_NORM_TOLERANCE, VectorL2BallParams
+from ldp_client.mechanisms.vector_privunit import VectorPrivUnitParams
+from ldp_client.payload import Floats, Integers, Payload, SignedVector, payload_to_wire
 from ldp_client.report import MAX_BATCH_REPORTS, MAX_REQUEST_ID, Report, ReportColumns
 from ldp_client.spec import RoundSpec
 
@@ -523,15 +527,70 @@ class _IntegersCheck:
         return [packb([[tag, v.values]]) for v in values]
 
 
-@dataclass(frozen=True)
-class _SignedBitsCheck:
-    """``BucketizedVectorParams.check_payload`` over a box inner mechanism, for a whole batch."""
+#: How far inside :data:`~ldp_client.mechanisms.vector_l2_ball.PAYLOAD_NORM_TOLERANCE` a norm computed
+#: here must be for the batch check to accept it: numpy's sum of squares and ``math.hypot`` differ by
+#: far less (under 1e-12 for the dimensions allowed), so a payload near the limit is decided by the
+#: per-report check, and the batch never accepts what it would refuse. An honest report's norm is
+#: within about 1e-7 of 1 (float32 rounding).
+_NORM_MARGIN = 1e-9
 
-    inner: _BitsCheck
+
+@dataclass(frozen=True)
+class _UnitFloatsCheck:
+    """:func:`~ldp_client.mechanisms.vector_l2_ball.check_unit_payload` (the l2-ball and PrivUnit
+    randomizers) for a whole batch."""
+
+    dimension: int
+
+    def failing(self, values: Sequence[Any]) -> list[int]:
+        """Indexes (into ``values``) of the payloads it might refuse: anything but exactly :class:`Floats`
+        holding a tuple of ``dimension`` exact finite floats whose norm is clearly within the tolerance."""
+        width = self.dimension
+        shaped = [k for k, v in enumerate(values) if type(v) is Floats and type(v.values) is tuple
+                  and len(v.values) == width]
+        failing = sorted(set(range(len(values))).difference(shaped)) if len(shaped) != len(values) else []
+        if not shaped:
+            return failing
+        flat = list(itertools.chain.from_iterable(values[k].values for k in shaped))
+        if set(map(type, flat)) != {float}:  # a bool, an int, a float subclass: the per-report check decides
+            odd = {k for k in shaped if set(map(type, values[k].values)) != {float}}
+            failing = sorted(failing + list(odd))
+            shaped = [k for k in shaped if k not in odd]
+            flat = list(itertools.chain.from_iterable(values[k].values for k in shaped))
+        w = np.array(flat, dtype=np.float64).reshape(len(shaped), width)
+        with np.errstate(over="ignore", invalid="ignore"):
+            norm = np.sqrt(np.einsum("ij,ij->i", w, w))
+            bad = ~np.isfinite(w).all(axis=1) | ~(np.abs(norm - 1.0) <= PAYLOAD_NORM_TOLERANCE - _NORM_MARGIN)
+        if bad.any():
+            failing = sorted(failing + [shaped[int(k)] for k in np.flatnonzero(bad)])
+        return failing
+
+    def wire(self, values: Sequence[Floats]) -> list[list[Any]]:
+        """The wire forms ``[tag, float32 bytes]`` of checked values (:func:`payload_to_wire`), the
+        float32 rounding done once for the batch (IEEE round-to-nearest-even, as ``struct.pack``)."""
+        if not values:
+            return []
+        tag = _wire_tag(Floats((0.0,)))
+        raw = np.array([v.values for v in values], dtype=np.float64).astype("<f4").tobytes()
+        step = 4 * self.dimension
+        return [[tag, raw[i:i + step]] for i in range(0, len(raw), step)]
+
+    def stored(self, values: Sequence[Floats]) -> list[bytes]:
+        """The stored payloads of checked values: ``pack_payloads((v,))`` each."""
+        packb = msgpack.Packer(use_bin_type=True).pack
+        return [packb([item]) for item in self.wire(values)]
+
+
+@dataclass(frozen=True)
+class _SignedVectorCheck:
+    """``BucketizedVectorParams.check_payload`` over a box, l2-ball or PrivUnit inner mechanism, for a
+    whole batch."""
+
+    inner: _BitsCheck | _UnitFloatsCheck
 
     def failing(self, values: Sequence[Any]) -> list[int]:
         """Indexes (into ``values``) of the payloads it might refuse: anything but exactly a
-        :class:`SignedVector` with an exact int seed in range and an inner payload the box accepts."""
+        :class:`SignedVector` with an exact int seed in range and an inner payload the inner check accepts."""
         limit = 1 << SEED_BITS
         bad = [k for k, v in enumerate(values)
                if type(v) is not SignedVector or type(v.seed) is not int or not 0 <= v.seed < limit]
@@ -542,9 +601,12 @@ class _SignedBitsCheck:
 
     def stored(self, values: Sequence[SignedVector]) -> list[bytes]:
         """The stored payloads of checked values: ``pack_payloads((v,))`` each, packed from their wire
-        form ``[tag, seed, bits]`` directly."""
+        form ``[tag, seed, inner]`` directly (``inner``: the bits, or the floats' ``[tag, float32 bytes]``)."""
         tag = _wire_tag(SignedVector(0, b""))
         packb = msgpack.Packer(use_bin_type=True).pack
+        if isinstance(self.inner, _UnitFloatsCheck):
+            inners = self.inner.wire([v.inner for v in values])  # type: ignore[misc]
+            return [packb([[tag, v.seed, inner]]) for v, inner in zip(values, inners)]
         return [packb([[tag, v.seed, v.inner]]) for v in values]
 
 
@@ -553,7 +615,7 @@ def _wire_tag(payload: Payload) -> Any:
     return payload_to_wire(payload)[0]
 
 
-_PayloadCheck = _IndexCheck | _BitsCheck | _IntegersCheck | _SignedBitsCheck
+_PayloadCheck = _IndexCheck | _BitsCheck | _IntegersCheck | _UnitFloatsCheck | _SignedVectorCheck
 #: msgpack's fixarray header of a one-payload list, which :meth:`_TaskCheck.stored` replaces.
 _ONE_PAYLOAD_HEADER = 0x91
 
@@ -604,10 +666,13 @@ def _payload_check(mechanism: MechanismParams) -> _PayloadCheck | None:
     if kind is DiscreteLaplaceParams:
         assert isinstance(mechanism, DiscreteLaplaceParams)
         return _IntegersCheck(mechanism.dimension)
+    if kind is VectorL2BallParams or kind is VectorPrivUnitParams:
+        assert isinstance(mechanism, (VectorL2BallParams, VectorPrivUnitParams))
+        return _UnitFloatsCheck(mechanism.dimension)
     if kind is BucketizedVectorParams:
         assert isinstance(mechanism, BucketizedVectorParams)
-        inner = _payload_check(mechanism.inner) if type(mechanism.inner) is VectorBoxParams else None
-        return _SignedBitsCheck(inner) if isinstance(inner, _BitsCheck) else None
+        inner = _payload_check(mechanism.inner)
+        return _SignedVectorCheck(inner) if isinstance(inner, (_BitsCheck, _UnitFloatsCheck)) else None
     return None
 
 

@@ -58,13 +58,13 @@ from ..payload import Floats
 from ..rng import Rng, resolve_rng
 from .base import MECHANISMS, VectorParams
 
-__all__ = ["NORM_SLACK", "UnitDirectionParams", "ball_target", "VectorL2BallParams", "check_unit_payload", "randomize",
+__all__ = ["NORM_SLACK", "PAYLOAD_NORM_TOLERANCE", "UnitDirectionParams", "ball_target", "VectorL2BallParams", "check_unit_payload", "randomize",
            "uniform_direction"]
 
 #: Inputs with norm up to 1 + NORM_SLACK are accepted (float noise) and scaled onto the sphere.
 NORM_SLACK = 1e-9
 #: A checked payload's norm may differ from 1 by this much (float32 rounding of d coordinates).
-_PAYLOAD_NORM_TOLERANCE = 1e-5
+PAYLOAD_NORM_TOLERANCE = 1e-5
 
 
 class UnitDirectionParams(VectorParams):
@@ -142,7 +142,7 @@ def check_unit_payload(kind: str, payload: Any, dimension: int) -> Floats:
         if isinstance(v, bool) or not isinstance(v, float) or not math.isfinite(v):
             raise ProtocolError(f"{kind} payload values must be finite floats, got {describe(v)}")
     norm = math.hypot(*values)
-    if abs(norm - 1.0) > _PAYLOAD_NORM_TOLERANCE:
+    if abs(norm - 1.0) > PAYLOAD_NORM_TOLERANCE:
         raise ProtocolError(f"{kind} payload must be a unit vector, got norm {norm:.9g}")
     return payload
 
