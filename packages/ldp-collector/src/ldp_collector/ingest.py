@@ -60,7 +60,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import msgpack
 import numpy as np
@@ -605,7 +605,7 @@ class _SignedVectorCheck:
         tag = _wire_tag(SignedVector(0, b""))
         packb = msgpack.Packer(use_bin_type=True).pack
         if isinstance(self.inner, _UnitFloatsCheck):
-            inners = self.inner.wire([v.inner for v in values])  # type: ignore[misc]
+            inners = self.inner.wire([cast(Floats, v.inner) for v in values])  # checked: Floats
             return [packb([[tag, v.seed, inner]]) for v, inner in zip(values, inners)]
         return [packb([[tag, v.seed, v.inner]]) for v in values]
 
