@@ -178,6 +178,16 @@ def test_odd_stored_reports_fail_as_on_the_per_payload_path(odd: tuple[Any, ...]
     reports[7] = replace(reports[7], payloads=b"\xc1")  # not msgpack: the report is named
     with pytest.raises(ProtocolError, match="report 0+7 .*not valid msgpack"):
         BucketSumAccumulator(params, [0, 1], {0: (params,)}, ("0:0",)).add(reports)
+    # A report of another group is read by the pass that sums that group's components, not by this one.
+    by_group = {0: (params,), 1: (params,)}
+    reports[7] = replace(reports[7], group=1)
+    clean = [r for k, r in enumerate(reports) if k != 7]
+    acc, reference = (BucketSumAccumulator(params, [0, 1], by_group, ("0:0",)) for _ in range(2))
+    acc.add(reports)
+    reference.add(clean)
+    assert _accumulator_state(acc) == _accumulator_state(reference)
+    with pytest.raises(ProtocolError, match="report 0+7 .*not valid msgpack"):
+        BucketSumAccumulator(params, [0, 1], by_group, ("1:0",)).add(reports)
 
 
 def test_empty_inputs() -> None:

@@ -347,8 +347,11 @@ def _float_columns(reports: Sequence[StoredReport], params: BucketizedVectorPara
     """The seeds and float32 rows of the components ``keys`` of stored reports, key by key in report
     order (as :func:`decode_report_payloads` lists them), read from their msgpack form without building a
     payload object: None unless every report is in the common form (its group reports in the round,
-    every component decodes, and each of ``keys`` is ``[6, seed, [5, 4 D bytes]]`` with a seed in
-    [0, 2^32)), so that anything else takes the per-payload path and its errors."""
+    and a report of a group with one of ``keys`` decodes whole, each of ``keys`` being ``[6, seed, [5,
+    4 D bytes]]`` with a seed in [0, 2^32)), so that anything else takes the per-payload path and its
+    errors. The reports of the other groups are not decoded: the pass that sums their components
+    reads them (a round whose groups each sum their own buckets, as stemmer's, is read once per group,
+    not once per group and report)."""
     if params.shape == VectorShape.BOX or not keys:
         return None
     # Per group, the slot (position in keys) of each of its components; -1: not one of keys.
@@ -361,10 +364,13 @@ def _float_columns(reports: Sequence[StoredReport], params: BucketizedVectorPara
     seeds: list[list[int]] = [[] for _ in keys]
     raws: list[list[bytes]] = [[] for _ in keys]
     limit = 2**SEED_BITS
+    reading = {group for group, slots in wanted.items() if max(slots, default=-1) >= 0}
     for report in reports:
         components = by_group.get(report.group)
         if components is None:
             return None
+        if report.group not in reading:  # none of keys: the pass that sums its components reads it
+            continue
         try:
             wire = msgpack.unpackb(report.payloads, raw=False, strict_map_key=True)
         except Exception:  # msgpack raises several unrelated types on garbage; the slow path names it
