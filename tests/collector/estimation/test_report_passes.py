@@ -20,7 +20,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ldp_collector.estimation.report_accumulator import DecodedPass, ReportSample, combine_batches, sample_draw
+from ldp_collector.estimation.report_accumulator import (
+    AccumulatorGroup,
+    DecodedPass,
+    ReportSample,
+    combine_batches,
+    sample_draw,
+)
 from ldp_collector.storage.base import StoredReport
 from support.round_reports import ListRoundReports
 
@@ -207,3 +213,19 @@ def test_sample_draw_lists_everything_it_can_and_refuses_nothing_else() -> None:
     taken = sample_draw(b"s", counts, 4)
     assert taken.sum() == 4 and (taken <= counts).all()
     assert np.array_equal(taken, sample_draw(b"s", counts, 4))
+
+
+def test_an_accumulator_group_gives_each_part_the_state_of_its_own_pass() -> None:
+    """One pass into a group of accumulators: each part equals a pass of its own, merges part by part,
+    and a group merges only with a group of as many parts."""
+    reports = _reports(3000)
+    batches = [reports[:1000], reports[1000:2500], reports[2500:]]
+    own = [combine_batches(ReportSample(salt, 200), batches).finalize() for salt in (b"a", b"b", b"c")]
+    group = combine_batches(AccumulatorGroup([ReportSample(salt, 200) for salt in (b"a", b"b", b"c")]), batches)
+    assert list(group.finalize()) == own
+    halves = [combine_batches(group.zero(), [part]) for part in (reports[:1700], reports[1700:])]
+    halves[0].merge(halves[1])
+    assert list(halves[0].finalize()) == own
+    assert group.nbytes == sum(part.nbytes for part in group.parts)
+    with pytest.raises(ValueError, match="group of 1 accumulators into one of 3"):
+        group.merge(AccumulatorGroup([ReportSample(b"a", 200)]))

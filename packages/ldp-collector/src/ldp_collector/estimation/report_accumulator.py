@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 
 from ..storage.base import StoredReport
 
-__all__ = ["UNIT_ROUNDOFF", "DecodedPass", "ReportAccumulator", "ReportSample", "check_sample", "combine_batches",
+__all__ = ["UNIT_ROUNDOFF", "AccumulatorGroup", "DecodedPass", "ReportAccumulator", "ReportSample", "check_sample", "combine_batches",
            "sample_draw", "sample_key", "summation_error_bound"]
 
 #: u = 2^-53, the unit roundoff of float64.
@@ -92,6 +92,44 @@ class DecodedPass(ReportAccumulator[_T_co]):
 
     def add(self, reports: Sequence[StoredReport]) -> None:
         self.add_decoded(self.decode(reports))
+
+
+class AccumulatorGroup(ReportAccumulator[tuple[Any, ...]]):
+    """Several accumulators filled by one pass over the round: each part gets every batch, in order.
+
+    A step that needs several independent accumulators of one round (stemmer's per-subgroup bucket
+    sums) reads the round once instead of once per part. Each part's state is the one it would have
+    from a pass of its own (the same batches in the same order), so its sums are the same bit for
+    bit. :meth:`finalize` gives the parts' results in order.
+    """
+
+    def __init__(self, parts: Sequence[ReportAccumulator[Any]]) -> None:
+        self._parts = tuple(parts)
+
+    @property
+    def parts(self) -> tuple[ReportAccumulator[Any], ...]:
+        return self._parts
+
+    def zero(self) -> AccumulatorGroup:
+        return AccumulatorGroup([part.zero() for part in self._parts])
+
+    def add(self, reports: Sequence[StoredReport]) -> None:
+        for part in self._parts:
+            part.add(reports)
+
+    def merge(self, other: AccumulatorGroup) -> None:
+        if len(other._parts) != len(self._parts):
+            raise ValueError(f"cannot merge a group of {len(other._parts)} accumulators into one of "
+                             f"{len(self._parts)}")
+        for part, theirs in zip(self._parts, other._parts):
+            part.merge(theirs)
+
+    def finalize(self) -> tuple[Any, ...]:
+        return tuple(part.finalize() for part in self._parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(part.nbytes for part in self._parts)
 
 
 #: Reports a :class:`ReportSample` keeps unless told otherwise.

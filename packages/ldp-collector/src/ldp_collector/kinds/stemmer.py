@@ -97,6 +97,7 @@ from ..estimation.frequency import estimate_from_support
 from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
+from ..estimation.report_accumulator import AccumulatorGroup
 from ..estimation.vector_sum import BucketSumAccumulator, lloyd_move
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
 from ..storage.base import AccumulateFn
@@ -424,17 +425,30 @@ class StemmerEngine(CampaignEngine):
     def _close_means(self, spec: RoundSpec, reports: RoundReports, state: dict[str, Any]) -> RoundOutcome:
         groups = self._groups("means")
         by_group = component_params_from_spec(spec)
+        keys = {i: self._subgroup_keys(state["heavy"], i) for i in range(self.subgroups)}
+        wanted = [i for i in range(self.subgroups) if keys[i].size]
 
-        def sums_for(i: int, nodes: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float, int] | None:
+        def accumulator(i: int) -> BucketSumAccumulator:
             params = self.vector_components[i].mechanism
             assert isinstance(params, BucketizedVectorParams)
-            # A pass over the reports into the subgroup's key sums: the round is never held in memory.
-            sums = reports.combine(BucketSumAccumulator(params, nodes, by_group, (f"{groups[i]}:0",))).finalize()
+            return BucketSumAccumulator(params, keys[i], by_group, (f"{groups[i]}:0",))
+
+        # One pass over the reports into every subgroup's key sums: the round is never held in memory.
+        found = dict(zip(wanted, reports.combine(AccumulatorGroup([accumulator(i) for i in wanted])).finalize()))
+
+        def sums_for(i: int, nodes: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float, int] | None:
+            assert np.array_equal(nodes, keys[i])
+            sums = found[i]
             if not sums.reports:
                 return None
             return np.asarray(sums.sums, dtype=np.float64), float(sums.variance_bound), sums.reports
 
         return self.means_step(spec.round, state, sums_for)
+
+    def _subgroup_keys(self, heavy: Sequence[Sequence[Any]], i: int) -> NDArray[np.uint64]:
+        """The heavy keys of subgroup ``i`` (round A's kept cells of its repetition and scale), in order."""
+        r, j = self._subgroup(i)
+        return np.array([h[2] for h in heavy if h[0] == r and h[1] == j], dtype=np.uint64)
 
     def means_step(self, round_: int, state: dict[str, Any],
                    sums_for: Callable[[int, NDArray[np.uint64]], tuple[NDArray[np.float64], float, int] | None]
@@ -451,7 +465,7 @@ class StemmerEngine(CampaignEngine):
         for i in range(self.subgroups):
             r, j = self._subgroup(i)
             keys = [h for h in heavy if h[0] == r and h[1] == j]
-            got = sums_for(i, np.array([h[2] for h in keys], dtype=np.uint64)) if keys else None
+            got = sums_for(i, self._subgroup_keys(heavy, i)) if keys else None
             if got is None:
                 continue
             sums, variance, reporters = got
