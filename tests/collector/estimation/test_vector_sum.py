@@ -134,12 +134,12 @@ def _accumulator_state(acc: BucketSumAccumulator) -> tuple[Any, ...]:
     return out.sums.tobytes(), out.variances.tobytes(), acc.abs_sums.tobytes(), acc.n
 
 
-@pytest.mark.parametrize("shape", [VectorShape.L2_BALL, VectorShape.PRIVUNIT])
+@pytest.mark.parametrize("shape", list(VectorShape))
 def test_stored_reports_read_by_column_give_the_same_sums_bit_for_bit(shape: VectorShape,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stored float reports are read without payload objects; the accumulator's state is that of the
+    """Stored reports are read without payload objects; the accumulator's state is that of the
     per-payload path bit for bit, over two groups, chunks and a component beside the vector."""
-    params = _params(shape, bucket_bits=10, dimension=4)
+    params = _params(shape, bucket_bits=10, dimension=4 if shape != VectorShape.BOX else 11)
     payloads, own = _random_payloads(params, 300, seed=11)
     cells = np.array(sorted(set(own))[:30] + [0], dtype=np.int64)
     by_group = {0: (params,), 1: (GRRParams(domain_size=6, epsilon=1.0), params)}
@@ -160,15 +160,19 @@ def test_stored_reports_read_by_column_give_the_same_sums_bit_for_bit(shape: Vec
     assert not calls  # the column path was taken
 
 
-@pytest.mark.parametrize("odd,message", [
-    ((SignedVector(1, Floats((math.nan, 0.0, 0.0, 1.0))),), "must be finite"),
-    ((SignedVector(1, Floats((1.0, 0.0, 0.0))),), "Floats of 4 values"),
-    ((SignedVector(1, b"\x00"),), "Floats of 4 values"),
-    ((HashedValue(1, 2),), "must be SignedVector"),
-    ((3,), "must be SignedVector"),
+@pytest.mark.parametrize("shape,odd,message", [
+    (VectorShape.PRIVUNIT, (SignedVector(1, Floats((math.nan, 0.0, 0.0, 1.0))),), "must be finite"),
+    (VectorShape.PRIVUNIT, (SignedVector(1, Floats((1.0, 0.0, 0.0))),), "Floats of 4 values"),
+    (VectorShape.PRIVUNIT, (SignedVector(1, b"\x00"),), "Floats of 4 values"),
+    (VectorShape.PRIVUNIT, (HashedValue(1, 2),), "must be SignedVector"),
+    (VectorShape.PRIVUNIT, (3,), "must be SignedVector"),
+    (VectorShape.BOX, (SignedVector(1, b"\x10"),), "bits set beyond the dimension 4"),
+    (VectorShape.BOX, (SignedVector(1, b"\x00\x00"),), "1 bytes of packed signs"),
+    (VectorShape.BOX, (SignedVector(1, Floats((1.0, 0.0, 0.0, 0.0))),), "1 bytes of packed signs"),
 ])
-def test_odd_stored_reports_fail_as_on_the_per_payload_path(odd: tuple[Any, ...], message: str) -> None:
-    params = _params(VectorShape.PRIVUNIT, bucket_bits=10, dimension=4)
+def test_odd_stored_reports_fail_as_on_the_per_payload_path(shape: VectorShape, odd: tuple[Any, ...],
+                                                            message: str) -> None:
+    params = _params(shape, bucket_bits=10, dimension=4)
     payloads, _ = _random_payloads(params, 20, seed=3)
     reports = [_stored(0, (p,), k) for k, p in enumerate(payloads)]
     reports[7] = _stored(0, odd, 7)

@@ -28,10 +28,10 @@ Cost
     (1e6 box reports of D = 11 x 500 buckets: about 6 s). Reports are decoded in chunks of at most
     2^16 reports (and 2^22 floats), and their signs are computed in cache-sized blocks of about
     2^15 (report, bucket) pairs (at most 2^22 for huge bucket lists), so the scratch is a few MiB
-    whatever n and m: 1e6 reports x 500 buckets stay far below 1 GiB. Stored float reports (l2 ball,
-    PrivUnit) in their usual form are read straight from their msgpack into seed and float32 columns,
-    without a payload object per report (the same sums bit for bit; anything unusual takes the
-    per-payload path and its errors).
+    whatever n and m: 1e6 reports x 500 buckets stay far below 1 GiB. Stored reports in their usual
+    form (box, l2 ball, PrivUnit) are read straight from their msgpack into seed and float32 (or
+    packed sign) columns, without a payload object per report (the same sums bit for bit; anything
+    unusual takes the per-payload path and its errors).
 """
 
 from __future__ import annotations
@@ -161,22 +161,32 @@ def decode_signed(params: BucketizedVectorParams,
         width = (d + 7) // 8
         if set(map(type, inners)) != {bytes} or set(map(len, inners)) != {width}:
             raise ProtocolError(f"bucketized_vector (box) inner payloads must be {width} bytes of packed signs")
-        raw = np.frombuffer(b"".join(inners), dtype=np.uint8).reshape(n, width)
-        if d % 8 and bool((raw[:, -1] >> (d % 8)).any()):
-            raise ProtocolError(f"bucketized_vector (box) inner payloads have bits set beyond the dimension {d}")
-        bits = np.unpackbits(raw, axis=1, count=d, bitorder="little")
-        z: NDArray[np.float64] = np.where(bits.astype(bool), params.decode_scale, -params.decode_scale)
-        return seeds, z
+        return seeds, _box_rows(params, np.frombuffer(b"".join(inners), dtype=np.uint8).reshape(n, width))
     if set(map(type, inners)) != {Floats} or set(map(len, (f.values for f in inners))) != {d}:
         raise ProtocolError(f"bucketized_vector (l2 ball) inner payloads must be Floats of {d} values")
     try:
         w = np.array([f.values for f in inners], dtype=np.float64).reshape(n, d)
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"bucketized_vector (l2 ball) inner payloads must hold floats: {exc}") from None
+    return seeds, _float_rows(params, w)
+
+
+def _box_rows(params: BucketizedVectorParams, raw: NDArray[np.uint8]) -> NDArray[np.float64]:
+    """``z`` of box reports from their packed signs, one row of ``ceil(D / 8)`` bytes per report."""
+    d = params.dimension
+    if d % 8 and bool((raw[:, -1] >> (d % 8)).any()):
+        raise ProtocolError(f"bucketized_vector (box) inner payloads have bits set beyond the dimension {d}")
+    bits = np.unpackbits(raw, axis=1, count=d, bitorder="little")
+    z: NDArray[np.float64] = np.where(bits.astype(bool), params.decode_scale, -params.decode_scale)
+    return z
+
+
+def _float_rows(params: BucketizedVectorParams, w: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``z`` of l2-ball or PrivUnit reports from their floats, one row per report."""
     if not np.isfinite(w).all():
         raise ProtocolError("bucketized_vector (l2 ball) inner payloads must be finite")
-    z = params.decode_scale * w
-    return seeds, z
+    z: NDArray[np.float64] = params.decode_scale * w
+    return z
 
 
 def _bucket_array(params: BucketizedVectorParams, buckets: ArrayLike) -> NDArray[np.uint64]:
@@ -246,7 +256,7 @@ class BucketSumAccumulator(ReportAccumulator[BucketSums]):
     The state of :func:`bucket_sums`: the ``(m, D)`` signed sums, the ``D`` sums of squares and of
     absolute values of the decoded ``z_ij``, and n, so its size is ``(m + 2) D`` floats whatever n.
     :meth:`add` reads the components ``keys`` of stored reports (by column when they are in the usual
-    float form: module docstring, "Cost"); :meth:`add_payloads` takes decoded payloads.
+    stored form: module docstring, "Cost"); :meth:`add_payloads` takes decoded payloads.
 
     Float order: adding and merging in another order changes each sum by at most
     ``2 (n - 1) u sum_i |z_ij|`` (:func:`~.report_accumulator.summation_error_bound`, with
@@ -291,14 +301,14 @@ class BucketSumAccumulator(ReportAccumulator[BucketSums]):
         return BucketSumAccumulator(self._params, self._cells, self._by_group, self._keys)
 
     def add(self, reports: Sequence[StoredReport]) -> None:
-        columns = _float_columns(reports, self._params, self._by_group, self._keys)
+        columns = _signed_columns(reports, self._params, self._by_group, self._keys)
         if columns is not None:  # the common stored form, read column by column: the same sums bit for bit
+            box = self._params.shape == VectorShape.BOX
             for seeds, raw in columns:
                 for r0 in range(0, len(seeds), self._chunk):
-                    w = raw[r0:r0 + self._chunk].astype(np.float64)
-                    if not np.isfinite(w).all():
-                        raise ProtocolError("bucketized_vector (l2 ball) inner payloads must be finite")
-                    self._add_decoded(seeds[r0:r0 + self._chunk], self._params.decode_scale * w)
+                    rows = raw[r0:r0 + self._chunk]
+                    z = _box_rows(self._params, rows) if box else _float_rows(self._params, rows.astype(np.float64))
+                    self._add_decoded(seeds[r0:r0 + self._chunk], z)
             return
         decoded = decode_report_payloads(reports, self._by_group)
         for key in self._keys:
@@ -342,25 +352,27 @@ class BucketSumAccumulator(ReportAccumulator[BucketSums]):
         return int(self._sums.nbytes + self._squares.nbytes + self._abs.nbytes + self._cells.nbytes) + 8
 
 
-def _float_columns(reports: Sequence[StoredReport], params: BucketizedVectorParams, by_group: ComponentParams,
-                   keys: Sequence[str]) -> list[tuple[NDArray[np.uint64], NDArray[np.float32]]] | None:
-    """The seeds and float32 rows of the components ``keys`` of stored reports, key by key in report
-    order (as :func:`decode_report_payloads` lists them), read from their msgpack form without building a
+def _signed_columns(reports: Sequence[StoredReport], params: BucketizedVectorParams, by_group: ComponentParams,
+                    keys: Sequence[str]) -> list[tuple[NDArray[np.uint64], NDArray[Any]]] | None:
+    """The seeds and inner rows (float32 for the l2 ball and PrivUnit, the packed sign bytes for the
+    box) of the components ``keys`` of stored reports, key by key in report order (as
+    :func:`decode_report_payloads` lists them), read from their msgpack form without building a
     payload object: None unless every report is in the common form (its group reports in the round,
-    and a report of a group with one of ``keys`` decodes whole, each of ``keys`` being ``[6, seed, [5,
-    4 D bytes]]`` with a seed in [0, 2^32)), so that anything else takes the per-payload path and its
-    errors. The reports of the other groups are not decoded: the pass that sums their components
-    reads them (a round whose groups each sum their own buckets, as stemmer's, is read once per group,
-    not once per group and report)."""
-    if params.shape == VectorShape.BOX or not keys:
+    and a report of a group with one of ``keys`` decodes whole, each of ``keys`` being ``[6, seed,
+    [5, 4 D bytes]]``, or ``[6, seed, ceil(D / 8) bytes]`` for the box, with a seed in [0, 2^32)), so
+    that anything else takes the per-payload path and its errors. The reports of the other groups
+    are not decoded: the pass that sums their components reads them (a round whose groups each sum
+    their own buckets, as stemmer's, is read once per group, not once per group and report)."""
+    if not keys:
         return None
+    box = params.shape == VectorShape.BOX
     # Per group, the slot (position in keys) of each of its components; -1: not one of keys.
     wanted: dict[int, list[int]] = {group: [-1] * len(components) for group, components in by_group.items()}
     for slot, key in enumerate(keys):
         group, _, index = key.partition(":")
         if int(index) < len(wanted.get(int(group), ())):
             wanted[int(group)][int(index)] = slot
-    width = 4 * params.dimension
+    width = (params.dimension + 7) // 8 if box else 4 * params.dimension
     seeds: list[list[int]] = [[] for _ in keys]
     raws: list[list[bytes]] = [[] for _ in keys]
     limit = 2**SEED_BITS
@@ -388,11 +400,19 @@ def _float_columns(reports: Sequence[StoredReport], params: BucketizedVectorPara
                     and 0 <= item[1] < limit):
                 return None
             inner = item[2]
-            if not (type(inner) is list and len(inner) == 2 and inner[0] == _FLOATS_TAG and type(inner[1]) is bytes
+            if box:
+                if type(inner) is not bytes or len(inner) != width:
+                    return None
+            elif (type(inner) is list and len(inner) == 2 and inner[0] == _FLOATS_TAG and type(inner[1]) is bytes
                     and len(inner[1]) == width):
+                inner = inner[1]
+            else:
                 return None
             seeds[slot].append(item[1])
-            raws[slot].append(inner[1])
+            raws[slot].append(inner)
+    if box:
+        return [(np.array(s, dtype=np.uint64), np.frombuffer(b"".join(r), dtype=np.uint8).reshape(len(s), width))
+                for s, r in zip(seeds, raws)]
     return [(np.array(s, dtype=np.uint64),
              np.frombuffer(b"".join(r), dtype="<f4").reshape(len(s), params.dimension)) for s, r in zip(seeds, raws)]
 
