@@ -36,6 +36,9 @@ Experiments (``--experiment``)
 ``--seeds`` are the reporting seeds 100-109 unless ``--tuning`` (seeds 0-19, where defaults may be
 chosen). Options are passed to the kinds as ``--param kind.field=value`` (e.g.
 ``nettree.refinement_share=0.3``, ``nettree.vector_shape=privunit``: a choice by its name).
+A long run splits over processes with ``--skip K`` (leave out the first K of the seeds) and its
+parts join with ``--merge`` (the ``--out`` files of the other parts): e.g. ``--seeds 5 --out a.json``
+beside ``--skip 5 --out b.json``, then ``--seeds 0 --merge a.json b.json``.
 
 Usage::
 
@@ -385,7 +388,7 @@ def real_bound_rows(name: str, args: argparse.Namespace, seed: int) -> Iterator[
 
 
 def rows(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
-    seeds = TUNING_SEEDS[: args.seeds] if args.tuning else REPORTING_SEEDS[: args.seeds]
+    seeds = (TUNING_SEEDS[: args.seeds] if args.tuning else REPORTING_SEEDS[: args.seeds])[args.skip:]
     for seed in seeds:
         if args.experiment == "mixture":
             cases = [("mixture d=10 k=8", *make_dataset("mixture", args.n, d=10, k=8, seed=seed), 8, None)]
@@ -531,6 +534,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="real-bound: the devices as multiples of --n (the noise scale sweep)")
     parser.add_argument("--draws", type=int, default=REAL_BOUND_DRAWS, help="real-bound: noise draws per figure")
     parser.add_argument("--seeds", type=int, default=10, help="the first N reporting (or tuning) seeds")
+    parser.add_argument("--skip", type=int, default=0,
+                        help="leave out the first K of those seeds (split a long run over processes; --merge joins them)")
+    parser.add_argument("--merge", type=Path, nargs="+", default=[],
+                        help="--out files of runs over other seeds: their rows join this run's in the summary and --out")
     parser.add_argument("--tuning", action="store_true", help="run on the tuning seeds 0-19")
     parser.add_argument("--param", action="append", default=[], metavar="KIND.FIELD=VALUE")
     parser.add_argument("--out", type=Path, help="JSON file of every run")
@@ -551,12 +558,23 @@ def main(argv: list[str] | None = None) -> int:
     args.datasets = args.datasets or (["digits10"] if args.experiment == "real-bound" else
                                       ["digits10", "cancer10", "wine5"])
     args.kinds = args.kinds or list(CENTER_KINDS)
-    all_rows = list(rows(args))
+    all_rows = [row for path in args.merge for row in _merged_rows(path)] + list(rows(args))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"argv": sys.argv[1:], "rows": all_rows}, indent=1, default=float) + "\n")
     print(summary(all_rows))
     return 0
+
+
+def _merged_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of an earlier ``--out`` file, or ``SystemExit`` with one line naming the file."""
+    try:
+        rows_ = json.loads(path.read_text())["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--merge {path}: not a results file of this script ({exc})") from None
+    if not isinstance(rows_, list) or not all(isinstance(r, dict) for r in rows_):
+        raise SystemExit(f"--merge {path}: its rows are not a list of runs")
+    return rows_
 
 
 if __name__ == "__main__":

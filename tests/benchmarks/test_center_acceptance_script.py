@@ -35,6 +35,23 @@ def test_a_small_run_scores_every_kind_and_writes_its_rows(tmp_path: Path, capsy
     assert all("cost_over_floor" in r for r in rows if r["kind"] != "kmeans++ (non-private)")
 
 
+def test_a_run_split_over_seeds_merges_into_the_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--skip leaves out the first seeds and --merge joins the parts: the rows of the one run, the same table."""
+    common = ["--experiment", "small-bound", "--n", "1000000", "--kinds", "nettree"]
+    whole, first, second = (tmp_path / f"{name}.json" for name in ("whole", "first", "second"))
+    assert acceptance.main([*common, "--seeds", "3", "--out", str(whole)]) == 0
+    table = capsys.readouterr().out
+    assert acceptance.main([*common, "--seeds", "1", "--out", str(first)]) == 0
+    assert acceptance.main([*common, "--seeds", "3", "--skip", "1", "--out", str(second)]) == 0
+    assert [r["seed"] for r in json.loads(second.read_text())["rows"]] == [101, 102]
+    capsys.readouterr()
+    assert acceptance.main([*common, "--seeds", "0", "--merge", str(first), str(second)]) == 0
+    assert capsys.readouterr().out == table
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit, match="--merge .*bad.json: not a results file of this script"):
+        acceptance.main([*common, "--seeds", "0", "--merge", str(tmp_path / "bad.json")])
+
+
 def test_params_take_numbers_and_choices_by_name() -> None:
     params = acceptance._params(["nettree.vector_shape=privunit", "nettree.refinement_share=0.3",
                                  "stemmer.vector_shape=box", "nettree.expected_reports=7"], "nettree", 1000)
