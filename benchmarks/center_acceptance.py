@@ -558,7 +558,13 @@ def main(argv: list[str] | None = None) -> int:
     args.datasets = args.datasets or (["digits10"] if args.experiment == "real-bound" else
                                       ["digits10", "cancer10", "wine5"])
     args.kinds = args.kinds or list(CENTER_KINDS)
-    all_rows = [row for path in args.merge for row in _merged_rows(path)] + list(rows(args))
+    if args.skip < 0 or args.seeds < 0:
+        parser.error("--seeds and --skip must not be negative")
+    merged = [row for path in args.merge for row in _merged_rows(path, args)]
+    all_rows = merged + list(rows(args))
+    runs = [(r.get("data"), r.get("kind"), r.get("centers"), r.get("multiplier"), r.get("seed")) for r in all_rows]
+    if len(set(runs)) != len(runs):
+        parser.error("--merge: the parts hold the same run twice (overlapping seeds)")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"argv": sys.argv[1:], "rows": all_rows}, indent=1, default=float) + "\n")
@@ -566,14 +572,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _merged_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of an earlier ``--out`` file, or ``SystemExit`` with one line naming the file."""
+def _merged_rows(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The rows of an earlier ``--out`` file of the same experiment at the same n and epsilon, or
+    ``SystemExit`` with one line naming the file."""
     try:
         rows_ = json.loads(path.read_text())["rows"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SystemExit(f"--merge {path}: not a results file of this script ({exc})") from None
     if not isinstance(rows_, list) or not all(isinstance(r, dict) for r in rows_):
         raise SystemExit(f"--merge {path}: its rows are not a list of runs")
+    other = {(r.get("n"), r.get("epsilon")) for r in rows_ if "n" in r} - {(args.n, args.epsilon)}
+    if other:
+        n, eps = sorted(other, key=str)[0]
+        raise SystemExit(f"--merge {path}: its runs are at n = {n}, epsilon = {eps}, not this run's n = {args.n}, "
+                         f"epsilon = {args.epsilon:g}")
     return rows_
 
 

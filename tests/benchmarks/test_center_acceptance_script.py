@@ -50,6 +50,14 @@ def test_a_run_split_over_seeds_merges_into_the_whole(tmp_path: Path, capsys: py
     (tmp_path / "bad.json").write_text("[1, 2]")
     with pytest.raises(SystemExit, match="--merge .*bad.json: not a results file of this script"):
         acceptance.main([*common, "--seeds", "0", "--merge", str(tmp_path / "bad.json")])
+    with pytest.raises(SystemExit, match="--merge .*first.json: its runs are at n = 1000000, epsilon = 2.0, not"):
+        acceptance.main([*common[:3], "100000", *common[4:], "--seeds", "0", "--merge", str(first)])
+    with pytest.raises(SystemExit) as twice:  # a part merged twice, or parts with overlapping seeds
+        acceptance.main([*common, "--seeds", "0", "--merge", str(first), str(first)])
+    assert twice.value.code == 2 and "the same run twice" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as negative:
+        acceptance.main([*common, "--skip", "-2"])
+    assert negative.value.code == 2 and "must not be negative" in capsys.readouterr().err
 
 
 def test_params_take_numbers_and_choices_by_name() -> None:
