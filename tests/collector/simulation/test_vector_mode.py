@@ -15,6 +15,7 @@ samples. All seeds are fixed; nothing is timed.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ import pytest
 from scipy import stats
 
 from ldp_client.admission import pick_group
+from ldp_client.budget import units
 from ldp_client.encoders import CategoricalEncoder, NumericDomain, UniformGridEncoder
 from ldp_client.encoders.base import Encoder
 from ldp_client.encoders.bitvector import BitVectorEncoder
@@ -182,6 +184,27 @@ def test_a_vector_population_makes_the_points_list_only_for_a_round_that_needs_i
         Population(np.zeros((2, 2, 2)), seed=1)
     with pytest.raises(InvalidParameterError, match="at least one device"):
         Population(np.zeros((0, 2)), seed=1)
+
+
+@pytest.mark.parametrize("mode", ["direct", "vector"])
+def test_the_per_device_ledgers_are_arrays_the_cyclic_gc_does_not_traverse(mode: str) -> None:
+    """A population shares its process with the collector in ``simulate``. A list of n Python ints
+    (the exact ledger sums) sits in generation 2, and every full collection walks it: the reports a
+    server step reads then trigger O(n) full collections of O(n) each (at n = 3e6 the step's CPU
+    doubled). No per-device container of the population may be one the GC traverses, except the
+    points as Python values that a ``direct`` round hands the SDK (a vector round never makes them)."""
+    n = 300
+    population = Population(np.random.default_rng(4).random((n, 2)), seed=1, mode=mode)
+    component = Component(encoder=ENCODERS["uniform"], mechanism=GRRParams(domain_size=16, epsilon=1.0))
+    assert len(population.participate(_grid_spec(component))) == n
+    state = population._campaigns["vec"]
+    holders = [vars(population), vars(state), state.charged]
+    sized = [(name, value) for holder in holders for name, value in holder.items()
+             if name != "_points" and hasattr(value, "__len__") and not isinstance(value, (str, bytes))
+             and len(value) >= n]
+    assert {name for name, _ in sized} >= {"_total_spent", "spent"}
+    assert [name for name, value in sized if gc.is_tracked(value)] == []
+    assert state.spent.tolist() == population._total_spent.tolist() == [units(1.0)] * n, "exact ints"
 
 
 def test_unsupported_rounds_fall_back_to_direct_and_say_so() -> None:

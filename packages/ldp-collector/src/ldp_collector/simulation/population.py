@@ -112,7 +112,10 @@ class _CampaignState:
     """Per-device ledger of one campaign in ``direct`` mode: what a device's ledger records."""
 
     groups: NDArray[np.int32]  # -1: no group recorded yet
-    spent: list[int]  # exact sums in units of ldp_client.budget.UNIT, as a device's ledger keeps them
+    #: Exact sums (Python ints) in units of ldp_client.budget.UNIT, as a device's ledger keeps them.
+    #: An object array, not a list: the cyclic GC does not traverse numpy arrays, and a list of n
+    #: ints in gen 2 made every full collection of the process (the collector's too) cost O(n).
+    spent: NDArray[np.object_]
     reports: NDArray[np.int32]
     #: Round -> which devices were charged a report in it.
     charged: dict[int, NDArray[np.bool_]]
@@ -220,7 +223,7 @@ class Population:
         self._campaigns: dict[str, _CampaignState] = {}
         self._unacknowledged: dict[bytes, int] = {}
         arrays = self._n if self._mode != "device" else 0
-        self._total_spent = [0] * arrays
+        self._total_spent: NDArray[np.object_] = np.zeros(arrays, dtype=np.object_)  # as _CampaignState.spent
         self._started = np.zeros(arrays, dtype=np.bool_)
         self.refused = 0
         self.fallbacks: list[str] = []
@@ -336,7 +339,7 @@ class Population:
         if state is None:
             n = self._n
             state = self._campaigns[spec.campaign_id] = _CampaignState(
-                groups=np.full(n, -1, dtype=np.int32), spent=[0] * n, reports=np.zeros(n, dtype=np.int32),
+                groups=np.full(n, -1, dtype=np.int32), spent=np.zeros(n, dtype=np.object_), reports=np.zeros(n, dtype=np.int32),
                 charged={})
         return state
 
@@ -416,8 +419,7 @@ class Population:
         if fresh.any():
             groups[fresh] = self._draw_groups(spec.group_weights, int(fresh.sum()))
         # admit() once per distinct device state: the same inputs give the same decision.
-        listed = devices.tolist()
-        keys = zip(groups.tolist(), [state.spent[i] for i in listed], [self._total_spent[i] for i in listed],
+        keys = zip(groups.tolist(), state.spent[devices].tolist(), self._total_spent[devices].tolist(),
                    state.reports[devices].tolist())
         table: dict[tuple[int, int, int, int], int] = {}
         codes = np.fromiter((table.setdefault(k, len(table)) for k in keys), dtype=np.int64, count=devices.size)
@@ -448,9 +450,8 @@ class Population:
             for at, payload in zip(mine.tolist(), zip(*drawn)):
                 payloads[at] = payload
             cost = units(task.epsilon)
-            for i in devices[order[mine]].tolist():
-                state.spent[i] += cost
-                self._total_spent[i] += cost
+            state.spent[devices[order[mine]]] += cost
+            self._total_spent[devices[order[mine]]] += cost
         reporters = devices[order]
         state.reports[reporters] += 1
         charged[reporters] = True
@@ -481,7 +482,7 @@ class Population:
             return np.zeros(self._n)
         as_float: dict[int, float] = {}  # few distinct sums: convert each once (exact, then rounded)
         return np.array([as_float[s] if s in as_float else as_float.setdefault(s, float(s * UNIT))
-                         for s in state.spent], dtype=np.float64)
+                         for s in state.spent.tolist()], dtype=np.float64)
 
 
 def _finite_matrix(points: Any) -> NDArray[np.float64] | None:
