@@ -257,85 +257,10 @@ def test_round_specs_carry_the_feedback() -> None:
     assert isinstance(encoder, NearestCandidateEncoder)
     assert len(encoder.centers) // 2 == outcome.result.diagnostics["candidates"]
     (lloyd_task,) = d.tasks
-    (lloyd,) = lloyd_task.components  # one vector report bucketed by the nearest of the coreset's candidates
+    (lloyd,) = lloyd_task.components  # one vector report bucketed by the nearest of the coreset's centers
     assert isinstance(lloyd.mechanism, BucketizedVectorParams) and isinstance(lloyd.encoder, BucketedVectorEncoder)
-    kept = int(outcome.result.diagnostics["candidates_kept"])
-    assert kept >= 3 and lloyd.encoder.nearest is not None and len(lloyd.encoder.nearest.centers) == kept * 2
-    assert lloyd.mechanism.bucket_bits == math.ceil(math.log2(kept))
-    assert outcome.result.diagnostics["lloyd_cells"] == kept
-
-
-# Round D's re-clustering, on exact sums (variance 0). Three clusters in 2-D; round C's coreset
-# k-means put two centers in cluster 0 and one between clusters 1 and 2.
-_TRUE = np.array([[-0.6, -0.6], [0.6, -0.6], [0.0, 0.6]])
-_CELLS = np.array([[-0.7, -0.6], [-0.5, -0.6], [0.5, -0.5], [0.1, 0.5]])  # the coreset: 2 in cluster 0
-_ROUND_C = np.array([[-0.7, -0.6], [-0.5, -0.6], [0.3, 0.0]])
-
-
-def _cells_state(with_cells: bool = True) -> dict[str, Any]:
-    state: dict[str, Any] = {"phase": "lloyd", "centers": _ROUND_C.ravel().tolist(), "weights": [1.0, 1.0, 2.0],
-                             "center_variances": [0.01] * 3, "diagnostics": {}, "warnings": []}
-    if with_cells:
-        state.update(cells=_CELLS.ravel().tolist(), cell_variances=[0.01] * 4)
-    return state
-
-
-def _exact_sums(buckets: np.ndarray, counts: Sequence[float] = (500.0, 500.0, 1000.0)) -> np.ndarray:
-    """Bucket sums of ``(v, 1)`` when cluster c's devices all sit at its mean, bucketed by the nearest bucket."""
-    sums = np.zeros((len(buckets), 3))
-    for mean, count in zip(_TRUE, counts):
-        b = int(np.argmin(((buckets - mean) ** 2).sum(axis=1)))
-        sums[b] += count * np.append(mean, 1.0)
-    return sums
-
-
-def test_round_d_reclusters_the_coreset_cells_and_undoes_round_c_s_split() -> None:
-    """A Lloyd step of the three round-C centers cannot give cluster 1 and 2 a center each (one center
-    sits between them and keeps both); the fresh means of the four cells, clustered again, can."""
-    engine = engine_for(stemmer_config([-1.0] * 2, [1.0] * 2, k=3, lloyd_refinement=True, campaign_id="st-cells"))
-    outcome = engine.lloyd_step(_cells_state(), _exact_sums(_CELLS), 0.0, 2000)
-    assert outcome.result is not None
-    centers = engine._to_original(np.asarray(outcome.result.clustering.centers).reshape(3, 2))  # the box is [-1, 1]
-    # The cells' fresh means are the true means: cluster 0 sits in cell 0 or 1 (its mean is their midpoint:
-    # the tie goes to the first), cluster 1 in cell 2, cluster 2 in cell 3.
-    order = np.argsort(centers[:, 0] + 10 * centers[:, 1])
-    np.testing.assert_allclose(centers[order], _TRUE[np.argsort(_TRUE[:, 0] + 10 * _TRUE[:, 1])], atol=1e-9)
-    assert outcome.result.clustering.weights == pytest.approx(
-        tuple(np.array([500.0, 500.0, 1000.0])[np.argsort(np.argsort(centers[:, 0] + 10 * centers[:, 1]))] / 2000))
-    assert outcome.diagnostics["lloyd_cells"] == 4 and outcome.diagnostics["lloyd_cells_moved"] == 3
-
-    # The same round as a campaign started before round D bucketed by the cells (its state has no cells):
-    # one Lloyd step of the round-C centers, which leaves one center between clusters 1 and 2.
-    old = engine.lloyd_step(_cells_state(with_cells=False), _exact_sums(_ROUND_C), 0.0, 2000)
-    assert old.result is not None
-    old_centers = np.asarray(old.result.clustering.centers).reshape(3, 2)
-    np.testing.assert_allclose(old_centers[2], [0.2, 0.2], atol=1e-9)  # (1000 * (0, .6) + 500 * (.6, -.6)) / 1500
-
-
-def test_round_d_without_reports_publishes_round_c_s_centers() -> None:
-    engine = engine_for(stemmer_config([-1.0] * 2, [1.0] * 2, k=3, lloyd_refinement=True, campaign_id="st-cells-0"))
-    outcome = engine.lloyd_step(_cells_state(), None, 0.0, 0)
-    assert outcome.result is not None
-    np.testing.assert_allclose(np.asarray(outcome.result.clustering.centers).reshape(3, 2), _ROUND_C, atol=1e-12)
-
-
-def test_a_cell_without_a_significant_count_keeps_its_round_b_mean() -> None:
-    """Cluster 2 sends cell 3 a count of 2 against a standard error of 1 (below the step's threshold):
-    the cell keeps its round-B place, weighed by that count, and (cell 1 has no device) the k = 3
-    centers are cells 0, 2 and 3."""
-    engine = engine_for(stemmer_config([-1.0] * 2, [1.0] * 2, k=3, lloyd_refinement=True, campaign_id="st-cells-1"))
-    outcome = engine.lloyd_step(_cells_state(), _exact_sums(_CELLS, counts=(500.0, 500.0, 2.0)), 1.0, 1002)
-    assert outcome.result is not None and outcome.diagnostics["lloyd_cells_moved"] == 2
-    centers = np.asarray(outcome.result.clustering.centers).reshape(3, 2)
-    assert min(np.abs(centers - _CELLS[3]).sum(axis=1)) < 1e-9
-    assert sorted(outcome.result.clustering.weights) == pytest.approx([2 / 1002, 500 / 1002, 500 / 1002])
-
-
-def test_round_d_with_no_positive_count_publishes_round_c_s_centers_and_says_so() -> None:
-    engine = engine_for(stemmer_config([-1.0] * 2, [1.0] * 2, k=3, lloyd_refinement=True, campaign_id="st-cells-2"))
-    outcome = engine.lloyd_step(_cells_state(), -_exact_sums(_CELLS), 1.0, 2000)
-    assert outcome.result is not None and outcome.result.warnings[-1].startswith("no cell has a positive count")
-    np.testing.assert_allclose(np.asarray(outcome.result.clustering.centers).reshape(3, 2), _ROUND_C, atol=1e-12)
+    assert lloyd.encoder.nearest is not None and len(lloyd.encoder.nearest.centers) == 3 * 2
+    assert lloyd.mechanism.bucket_bits == 2
 
 
 def test_undetectable_clusters_say_so() -> None:

@@ -27,19 +27,15 @@ Rounds
        mean of the candidates it owns.
     D. **Lloyd refinement** (``lloyd_refinement``, on unless set to false; at epsilon = infinity it
        takes the cost ratio from 1.01-1.49 to 1.000 on mixtures d = 10, k = 8): every device reports its bucketized vector
-       ``(2t - 1, 1)`` bucketed by the index of its nearest **coreset candidate** (round C's kept
-       candidates are public in the spec). The bucket sums give every candidate's Voronoi cell its
-       sum and count directly, so this costs one vector report per device and no label.
-       (LDPKmeans's GRR label plus a fresh vector has, per bucket, about ``q / (p - q)^2`` times
-       the variance at the label's and the vector's split epsilons: 9 times more at k = 8, epsilon
-       = 2.) Each candidate moves toward the mean of its cell when the cell's count passes
-       ``LLOYD_MIN_COUNT_Z`` standard errors, taking the James-Stein share of the step that its
-       noise allows (:func:`~ldp_collector.estimation.vector_sum.lloyd_move`); then the moved
-       candidates, weighed by their cells' fresh counts, are clustered again (the same D^2
-       selection and weighted Lloyd) into the k centers. A Lloyd step of the k round-C centers
-       themselves (what round D did before, and still does for a campaign whose round C ran on that
-       code) cannot undo round C's coreset k-means where it put two centers in one cluster and none
-       in another; the cells, a finer partition, can.
+       ``(2t - 1, 1)`` bucketed by the index of its nearest center (the round-C centers are public
+       in the spec). The bucket sums give every center's sum and count directly, so this Lloyd
+       step costs one vector report per device and no label. (LDPKmeans's GRR label plus a fresh
+       vector has, per center, about ``q / (p - q)^2`` times the variance at the label's and the
+       vector's split epsilons: 9 times more at k = 8, epsilon = 2.) A center moves only when its
+       count passes ``LLOYD_MIN_COUNT_Z`` standard errors, toward the mean of its devices (a Lloyd
+       step, :func:`~ldp_collector.estimation.vector_sum.lloyd_move`: the coreset's centers are
+       only where the assignment comes from), taking the James-Stein share of the step that its
+       noise allows: a step within the noise of the mean is mostly not taken.
 
 Budget policies
     ``PARTITION`` (default): the groups of rounds A and B are ``S`` subgroups each, C and D one group
@@ -569,23 +565,19 @@ class StemmerEngine(CampaignEngine):
             warnings.append(f"only {kk} candidates passed the weight threshold for k = {k}: {kk} centers published")
         if not self.lloyd:
             return self._finish(centers, owned.astype(np.float64), center_variances, diagnostics, warnings)
-        # Round D buckets by the nearest coreset candidate, not by the nearest center: the server then
-        # holds fresh means of the coreset's Voronoi cells and clusters them again (lloyd_step).
         encoder = BucketedVectorEncoder(domain=self.domain, nearest=NearestCandidateEncoder(
-            domain=self.domain, dimension=d, centers=tuple(self._to_original(coreset).ravel().tolist())))
+            domain=self.domain, dimension=d, centers=tuple(self._to_original(centers).ravel().tolist())))
         mechanism = BucketizedVectorParams(bucket_bits=encoder.bucket_bits, dimension=d + 1,
                                            epsilon=self.round_epsilon, shape=self.vector_shape)
         tasks = [GroupTask(groups=tuple(self._groups("lloyd")),
                            components=(Component(encoder=encoder, mechanism=mechanism),))]
         new_state = pack_state("lloyd", centers=centers.ravel().tolist(), weights=owned.tolist(),
-                               center_variances=center_variances.tolist(), cells=coreset.ravel().tolist(),
-                               cell_variances=cand_var.tolist(),
-                               diagnostics=diagnostics, warnings=warnings)
+                               center_variances=center_variances.tolist(), diagnostics=diagnostics, warnings=warnings)
         return RoundOutcome(next_round=RoundPlan(spec=self._spec(round_ + 1, tasks), engine_state=new_state),
                             diagnostics=diagnostics)
 
     def _close_lloyd(self, spec: RoundSpec, reports: RoundReports, state: dict[str, Any]) -> RoundOutcome:
-        kk = len(_lloyd_buckets(state)) // self.dimension
+        kk = len(state["centers"]) // self.dimension
         (component,) = spec.tasks[0].components
         params = component.mechanism
         if not isinstance(params, BucketizedVectorParams):
@@ -600,22 +592,12 @@ class StemmerEngine(CampaignEngine):
 
     def lloyd_step(self, state: dict[str, Any], sums: NDArray[np.float64] | None, variance: float,
                    reporters: int) -> RoundOutcome:
-        """Round D's server step on any estimate of the per-bucket sums of ``(2t - 1, 1)``.
-
-        The buckets are the coreset's candidates (a state of a campaign started before them: the
-        round-C centers, each moved by one Lloyd step). Each candidate moves toward the mean of the
-        devices that chose it, by the share of the step its noise allows (``lloyd_move``), and the
-        moved candidates, weighted by their fresh counts, are clustered again into the k centers:
-        a finer partition than the k centers' own, so the re-clustering can undo what round C's
-        coreset k-means merged or split, which a Lloyd step of the k centers cannot.
-        """
+        """Round D's server step on any estimate of the per-center sums of ``(2t - 1, 1)``."""
         d = self.dimension
+        previous = np.asarray(state["centers"], dtype=np.float64).reshape(-1, d)
         diagnostics = dict(state["diagnostics"])
         warnings = list(state["warnings"])
         diagnostics["lloyd_reports"] = float(reporters)
-        if "cells" in state:
-            return self._recluster_cells(state, sums, variance, diagnostics, warnings)
-        previous = np.asarray(state["centers"], dtype=np.float64).reshape(-1, d)
         centers = previous
         center_variances = np.asarray(state.get("center_variances", [math.inf] * len(previous)), dtype=np.float64)
         if sums is not None:
@@ -627,38 +609,6 @@ class StemmerEngine(CampaignEngine):
                                lloyd_step_taken_mean=float(move.shrink[moved].mean()) if moved.any() else 0.0)
         return self._finish(np.clip(centers, -1.0, 1.0), np.asarray(state["weights"], dtype=np.float64),
                             center_variances, diagnostics, warnings)
-
-    def _recluster_cells(self, state: dict[str, Any], sums: NDArray[np.float64] | None, variance: float,
-                         diagnostics: dict[str, float], warnings: list[str]) -> RoundOutcome:
-        d, k = self.dimension, int(self.params.k)
-        cells = np.asarray(state["cells"], dtype=np.float64).reshape(-1, d)
-        if sums is None:  # no report in round D: round C's centers stand
-            return self._finish(np.clip(np.asarray(state["centers"], dtype=np.float64).reshape(-1, d), -1.0, 1.0),
-                                np.asarray(state["weights"], dtype=np.float64),
-                                np.asarray(state["center_variances"], dtype=np.float64), diagnostics, warnings)
-        # Every cell is weighed by its fresh count (unbiased, clipped at 0); a cell whose count is not
-        # significant keeps its round-B mean (lloyd_move leaves it in place) and that mean's variance.
-        counts = np.clip(np.asarray(sums, dtype=np.float64)[:, d], 0.0, None)
-        if not counts.sum() > 0:
-            warnings.append("no cell has a positive count in round D: round C's centers published")
-            return self._finish(np.clip(np.asarray(state["centers"], dtype=np.float64).reshape(-1, d), -1.0, 1.0),
-                                np.asarray(state["weights"], dtype=np.float64),
-                                np.asarray(state["center_variances"], dtype=np.float64), diagnostics, warnings)
-        move = lloyd_move(cells, sums, variance, moment_ratio=self._floor_ratio)
-        moved = move.moved
-        variances = np.where(moved, move.variances, np.asarray(state["cell_variances"], dtype=np.float64))
-        points = np.clip(move.centers, -1.0, 1.0)
-        w = np.maximum(counts, 1e-9)
-        kk = min(k, points.shape[0])
-        fit = weighted_kmeans(points, kk, np.random.default_rng(self._seed() + 1), weights=w, n_init=RESTARTS)
-        owned = np.bincount(fit.labels, weights=w, minlength=kk)
-        center_variances = (np.bincount(fit.labels, weights=w**2 * variances, minlength=kk)
-                            / np.maximum(owned, 1e-300)**2)
-        diagnostics.update(lloyd_cells=float(points.shape[0]), lloyd_cells_moved=float(moved.sum()),
-                           lloyd_center_se_mean=float(np.sqrt(move.variances[moved]).mean()) if moved.any() else 0.0,
-                           lloyd_step_taken_mean=float(move.shrink[moved].mean()) if moved.any() else 0.0)
-        return self._finish(np.clip(fit.centers, -1.0, 1.0), owned.astype(np.float64), center_variances, diagnostics,
-                            warnings)
 
     # -- results ------------------------------------------------------------------------------------
 
@@ -726,19 +676,12 @@ def noiseless_outcome(engine: StemmerEngine, points: ArrayLike) -> RoundOutcome:
             weights = np.bincount(nearest, minlength=cand.shape[0]).astype(np.float64)
             outcome = engine.weights_step(round_, state, weights, 0.0, n)
         else:
-            centers = engine._to_original(np.asarray(_lloyd_buckets(state), dtype=np.float64).reshape(-1, d))
+            centers = engine._to_original(np.asarray(state["centers"], dtype=np.float64).reshape(-1, d))
             nearest, _ = assign(x, centers)
             sums = np.column_stack([np.bincount(nearest, weights=rows[:, j], minlength=centers.shape[0])
                                     for j in range(d + 1)]).astype(np.float64)
             outcome = engine.lloyd_step(state, sums, 0.0, n)
     return outcome
-
-
-def _lloyd_buckets(state: dict[str, Any]) -> list[float]:
-    """The points round D buckets its devices by: the coreset's candidates (``cells``), or, in a state
-    written before round D bucketed by them, the round-C centers."""
-    buckets: list[float] = state["cells"] if "cells" in state else state["centers"]
-    return buckets
 
 
 #: Command line: ``--k`` (the dataset's number of labels in a simulation when not given), the vectors'
