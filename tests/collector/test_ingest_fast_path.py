@@ -44,7 +44,7 @@ from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams, Vect
 from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.mechanisms.vector_box import VectorBoxParams
 from ldp_client.mechanisms.vector_l2_ball import VectorL2BallParams
-from ldp_client.payload import payload_from_wire, payload_to_wire
+from ldp_client.payload import HashedValue, payload_from_wire, payload_to_wire
 from ldp_client.report import MAX_CONTAINERS_PER_REPORT, Report, ReportColumns, unpack_batch, unpack_batch_columns
 from ldp_client.rng import SeededRng
 from ldp_client.spec import Component, GroupTask, RoundSpec
@@ -73,8 +73,8 @@ BRR11 = Component(
     encoder=BitVectorEncoder(domain=NumericDomain(lower=(0.0,), upper=(1.0,)), pivots=_PIVOTS,
                              pivots_per_attribute=(11,), half_widths=(0.05,)),
     mechanism=BitwiseRRParams(length=11, epsilon=2.0, sensitivity=4))
-LH64 = Component(encoder=CategoricalEncoder(domain_size=64),
-                 mechanism=LocalHashingParams(domain_size=64, epsilon=1.0))
+_LH64 = LocalHashingParams(domain_size=64, epsilon=1.0)
+LH64 = Component(encoder=CategoricalEncoder(domain_size=64), mechanism=_LH64)
 # The center kinds' vectors: the box randomizer (3 signs in one byte), discrete Laplace, and the
 # bucketized vector sum over the box beside a GRR cell (the net tree's group).
 _SQUARE = NumericDomain(lower=(0.0, 0.0), upper=(1.0, 1.0))
@@ -361,8 +361,9 @@ def test_validate_columns_equals_validate_reports(items: list[Any], stored: list
 def test_normal_batches_skip_every_per_report_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """No Report object, no validate_report, no msgpack decoding of payloads: the batch-wide path.
 
-    Indexes and bits decode column by column too; the tagged payloads (discrete Laplace, the signed
-    vector) decode per report on the wire, so their columns are built as a simulation builds them.
+    Indexes and bits decode column by column too; the tagged payloads (local hashing, discrete
+    Laplace, the signed vector) decode per report on the wire, so their columns are built as a
+    simulation builds them.
     """
     def forbidden(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the per-report path was taken")
@@ -370,10 +371,10 @@ def test_normal_batches_skip_every_per_report_step(monkeypatch: pytest.MonkeyPat
     rng = SeededRng(7)
     spec = CONTEXTS["camp"]
     assert isinstance(spec, RoundContext)
-    for group in (0, 7, 1, 2, 3, 5, 8, 9, 10, 11, 12):
+    for group in (0, 7, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12):
         payloads = [[c.run(value_of(c, 7 * i), rng=rng) for c in TASKS[group]] for i in range(200)]
         items = [[1, rng.token_bytes(16), "camp", ROUND, group, [payload_to_wire(p) for p in row]] for row in payloads]
-        tagged = group in (9, 10, 11, 12)
+        tagged = group in (4, 9, 10, 11, 12)
         if tagged:
             columns = ReportColumns(report_ids=[item[1] for item in items], campaign_ids=["camp"] * len(items),
                                     rounds=[ROUND] * len(items), groups=[group] * len(items), payloads=payloads)
@@ -404,13 +405,16 @@ def test_only_the_odd_reports_take_the_per_report_path(monkeypatch: pytest.Monke
     items = [[1, bytes([i]) * 16, "camp", ROUND, 0, [i % 6]] for i in range(1, 50)]
     items[10][5] = [6]  # out of range
     items[20][3] = ROUND - 1  # another round
-    items[30][4] = 4  # local hashing: no batch check
-    items[30][5] = [[3, 1, 2]]
+    items[30][4] = 4  # local hashing, its bucket out of range
+    items[30][5] = [[3, 1, 2**20]]
+    items[40][4] = 4  # a good local-hashing report beside the GRR reports: a batch check of its own
+    items[40][5] = [[3, 1, 2]]
     _, columns = unpack_batch_columns(pack("r", items))
     batch = validate_batch(columns, lookup)
     assert [r.report_id[0] for r in calls] == [11, 21, 31]
-    assert set(batch.rejected) == {10, 20} and len(batch.valid) == 47
+    assert set(batch.rejected) == {10, 20, 30} and len(batch.valid) == 46
     assert "grr payload must be an index in [0, 6), got 6" in batch.rejected[10]
+    assert "local_hashing bucket must be in" in batch.rejected[30]
 
 
 #: A plausible unary-encoded cell of UE60 (15 of 60 bits set), for the odd reports of group 12.
@@ -422,6 +426,8 @@ _UE_CELL = b"\x11" * 7 + b"\x01"
     (1, [[300], [299, 1], [b"\x00"]]),  # GRR over 300 values: stored payloads of 2 to 4 bytes
     (2, [[b"\x00" * 7], [b"\xff" * 7 + b"\x0f"], [b"\x00" * 7 + b"\x10"], [5], [b"\x01" + b"\x00" * 7, 1]]),  # UE
     (3, [[b"\x00"], [b"\x00\x08"], [b"\xff\x0f"], [7]]),  # bitwise RR: length, spare bits
+    (4, [[[3, 2**32, 1]], [[3, 1, 2**20]], [[3, 1, _LH64.g]], [b"\x01"], [5], [[3, 1, 1], [3, 1, 1]],
+         [[6, 7, b"\x01"]]]),  # local hashing: seed and bucket ranges, kinds, counts
     (8, [[b"\x08"], [b""], [b"\x01\x00"], [3]]),  # the box: spare bits, length, kind
     (9, [[[4, [1]]], [[4, [1, 2, 3]]], [[4, []]], [b"\x01"]]),  # discrete Laplace: length, kind
     (10, [[1, [6, 7, b"\x08"]], [1, [6, 2**32, b"\x01"]], [1, [6, 7, b""]], [1, b"\x01"], [6, [6, 7, b"\x01"]],
@@ -457,6 +463,33 @@ def test_batch_checks_send_exactly_the_odd_reports_per_report(monkeypatch: pytes
     assert len(calls) + len(columns.errors) == len(odd)
     assert fast.rejected == slow.rejected and list(fast.valid) == list(slow.valid)
     assert list(fast.positions) == list(slow.positions)
+
+
+@pytest.mark.parametrize("pool", [0, 16])
+def test_the_local_hashing_batch_check_passes_exactly_what_check_payload_accepts(pool: int) -> None:
+    """Seeds and buckets at and around every limit, with and without a seed pool (whose seeds only
+    pass), and values of other kinds: the batch check passes exactly the payloads ``check_payload``
+    accepts, and stores each as ``pack_payloads`` does."""
+    params = LocalHashingParams(domain_size=64, epsilon=1.0, seed_pool_size=pool, seed_pool_key=99 if pool else 0)
+    check = ingest._payload_check(params)
+    assert isinstance(check, ingest._HashedCheck)
+    seeds = [0, 1, 2**32 - 1, 2**32, 2**64 - 1, *params.pool_seeds[:3]]
+    buckets = [0, 1, params.g - 1, params.g, 2**32 - 1]
+    values: list[Any] = [HashedValue(seed, bucket) for seed in seeds for bucket in buckets]
+    values += [HashedValue(True, 0), HashedValue(seeds[-1], False), (seeds[-1], 0), 5, b"\x01", None]
+    failing = set(check.failing(values))
+
+    def accepted(value: Any) -> bool:
+        try:
+            params.check_payload(value)
+        except ProtocolError:
+            return False
+        return True
+
+    assert [k not in failing for k in range(len(values))] == [accepted(v) for v in values]
+    passed = [v for k, v in enumerate(values) if k not in failing]
+    assert len(passed) == 3 * 3  # the pool's 3 seeds (without a pool: 0, 1, 2^32 - 1) x 3 good buckets
+    assert check.stored(passed) == [ingest.pack_payloads((v,)) for v in passed]
 
 
 def test_large_grr_domains_store_the_same_bytes() -> None:
