@@ -671,12 +671,6 @@ class _TaskCheck:
         return [header + b"".join(item[1:] for item in row) for row in zip(*columns)]
 
 
-@functools.lru_cache(maxsize=64)
-def _pool_seed_set(mechanism: LocalHashingParams) -> frozenset[int]:
-    """A round's seed pool as a set, built once per parameters (O(S)), not once per batch."""
-    return frozenset(mechanism.pool_seeds)
-
-
 def _payload_check(mechanism: MechanismParams) -> _PayloadCheck | None:
     """The batch check equivalent to the mechanism's payload checks, for the mechanisms that have one."""
     kind = type(mechanism)  # exactly these classes: a subclass may check more
@@ -689,7 +683,7 @@ def _payload_check(mechanism: MechanismParams) -> _PayloadCheck | None:
                           hamming_weight_limits(mechanism.domain_size, mechanism.q))
     if kind is LocalHashingParams:
         assert isinstance(mechanism, LocalHashingParams)
-        return _HashedCheck(mechanism.g, _pool_seed_set(mechanism) if mechanism.seed_pool_size else None)
+        return _HashedCheck(mechanism.g, mechanism.pool_seed_set if mechanism.seed_pool_size else None)
     if kind is BitwiseRRParams:
         assert isinstance(mechanism, BitwiseRRParams)
         return _BitsCheck(mechanism.payload_bytes, mechanism.length % 8, None)

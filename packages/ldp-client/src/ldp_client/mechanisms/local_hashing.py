@@ -346,8 +346,9 @@ class LocalHashingParams(MechanismParams):
         return randomize(value, self, rng=rng, seed=seed)
 
     @cached_property
-    def _pool_seed_set(self) -> frozenset[int]:
-        # Built once per parameter object (O(S)), so that check_payload stays O(1) per report.
+    def pool_seed_set(self) -> frozenset[int]:
+        """The pool's seeds as a set (empty without a pool), built once per parameter object (O(S)), so
+        that a membership check (``check_payload``, the collector's batch check) is O(1) per report."""
         return frozenset(self.pool_seeds)
 
     def check_payload(self, payload: Any) -> HashedValue:
@@ -359,7 +360,7 @@ class LocalHashingParams(MechanismParams):
             raise ProtocolError(f"local_hashing seed must be in [0, 2^{SEED_BITS}), got {describe(seed)}")
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.g:
             raise ProtocolError(f"local_hashing bucket must be in [0, {self.g}), got {describe(value)}")
-        if self.seed_pool_size and seed not in self._pool_seed_set:
+        if self.seed_pool_size and seed not in self.pool_seed_set:
             raise ProtocolError(f"local_hashing seed {seed} is not in the round's seed pool")
         return payload
 
