@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from harness.suites import REPORTING_SEEDS, TUNING_SEEDS
 from numpy.typing import NDArray
 
 from ldp_client.mechanisms.bucketized_vector import BucketizedVectorParams
@@ -79,8 +80,6 @@ from ldp_collector.simulation.runner import run_campaign
 from ldp_collector.simulation.scores import adjusted_rand_index, reference_kmeans
 from ldp_collector.storage import open_store
 
-REPORTING_SEEDS = tuple(range(100, 110))
-TUNING_SEEDS = tuple(range(20))
 CENTER_KINDS = ("nettree", "stemmer", "ldp_kmeans", "bitvector", "laplace")
 #: The kinds whose vector sums the small-cluster bound models.
 BOUND_KINDS = ("nettree", "stemmer")

@@ -55,6 +55,23 @@ def test_the_pooled_share_counts_the_leaf_of_two_clusters_in_one_cone() -> None:
     assert row["coverage"] == pytest.approx(1.0, abs=0.01)
     # One center between clusters 0 and 1: far from non-private k-means.
     assert row["cost_ratio"] > 10.0 and row["ari"] < 0.9
+    # Grouped by the truth, the pooled leaf goes to its majority cluster and the other is lost: still
+    # one center between them, so no grouping of these leaves does better.
+    assert row["lost"] == 1.0
+    assert row["truth_cost_ratio"] > 10.0
+
+
+def test_grouping_by_the_truth_pools_each_clusters_leaves() -> None:
+    x, labels = _cone_data(40_000, seed=2)
+    keep = labels != 0  # no two clusters on one ray: every leaf is pure
+    x, labels = x[keep], np.unique(labels[keep], return_inverse=True)[1]
+    x[:2] = [-np.ones(10), np.ones(10)]
+    engine = study.engine_for(x, 3, seed=5, epsilon=2.0, node_map="origin")
+    row = study.leaf_study(engine, x, labels, 3, reference_kmeans_cost(x, 3, 5), "origin")
+    assert row["pooled"] == pytest.approx(0.0, abs=1e-3) and row["lost"] == 0.0
+    # Each cluster's leaves pooled into its own mean: k-means' own cost, up to the corner points.
+    assert row["truth_cost_ratio"] == pytest.approx(1.0, abs=0.05)
+    assert row["truth_cost_ratio"] <= row["cost_ratio"] + 1e-9
 
 
 def test_a_small_study_writes_its_rows_and_the_paired_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,6 +94,15 @@ def test_a_small_study_writes_its_rows_and_the_paired_table(tmp_path: Path, caps
 def test_seeds_outside_the_tuning_range_are_refused() -> None:
     with pytest.raises(SystemExit):
         study.main(["--seeds", "21"])
+    with pytest.raises(SystemExit):
+        study.main(["--seeds", "11", "--reporting"])
+
+
+def test_reporting_runs_the_campaigns_reporting_seeds(tmp_path: Path) -> None:
+    out = tmp_path / "rows.json"
+    assert study.main(["--n", "20000", "--seeds", "2", "--reporting", "--data", "mixture:5:3", "--maps", "origin",
+                       "--out", str(out)]) == 0
+    assert [r["seed"] for r in json.loads(out.read_text())] == [100, 101]
 
 
 @pytest.mark.parametrize(("threshold", "rest_kept"), [(5.0, True), (6.0, False)])
