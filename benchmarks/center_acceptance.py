@@ -9,7 +9,10 @@ non-private k-means++, and the result's own noise floor: ``cost_over_floor``,
 
 Experiments (``--experiment``)
     ``mixture``  Gaussian mixture d = 10, k = 8 (``make_dataset("mixture")``) at ``--n`` and ``--epsilon``:
-                 ARI, cost ratio, cost / floor for ``--kinds``.
+                 ARI, cost ratio, cost / floor for ``--kinds``. ``--epsilon inf`` (stemmer only) runs every
+                 round's server step on exact counts and sums instead of a campaign
+                 (:func:`~ldp_collector.kinds.stemmer.noiseless_outcome`): the algorithm without its noise,
+                 planned as at :data:`NOISELESS_PLAN_EPSILON`. Nettree's is ``benchmarks/lsh_leaves.py``.
     ``floor``    every center kind on mixtures (d = 5, k = 6 and d = 10, k = 8): measured / floor.
     ``small``    a 5-D mixture of six clusters with shares 50/20/15/10/3/2 %, every mean at least
                  ``SEPARATION`` standard deviations from the others: does the 2 % cluster get its own
@@ -72,6 +75,8 @@ from ldp_collector.estimation.kmeans import assign
 from ldp_collector.estimation.vectors import normalized_variance
 from ldp_collector.kinds._lsh import exact_counts, exact_sums, vector_shape
 from ldp_collector.kinds.nettree import leaf_nodes
+from ldp_collector.kinds.stemmer import StemmerEngine
+from ldp_collector.kinds.stemmer import noiseless_outcome as stemmer_noiseless
 from ldp_collector.serde import config_from_proto
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.evaluation import evaluate_clustering
@@ -81,6 +86,8 @@ from ldp_collector.simulation.scores import adjusted_rand_index, reference_kmean
 from ldp_collector.storage import open_store
 
 CENTER_KINDS = ("nettree", "stemmer", "ldp_kmeans", "bitvector", "laplace")
+#: The epsilon an ``--epsilon inf`` run is planned for (its config; the mixture acceptance's).
+NOISELESS_PLAN_EPSILON = 2.0
 #: The kinds whose vector sums the small-cluster bound models.
 BOUND_KINDS = ("nettree", "stemmer")
 #: The kinds whose center noise the real-data bound models (:func:`ideal_center_variances`).
@@ -128,19 +135,30 @@ def real_data(name: str, n: int, seed: int) -> tuple[NDArray[np.float64], NDArra
 
 def run_kind(kind: str, x: NDArray[np.float64], labels: NDArray[np.int64], k: int, epsilon: float, seed: int,
              params: dict[str, Any]) -> dict[str, float]:
-    """One whole campaign of ``kind`` on ``x``, scored as ``simulate`` scores it."""
-    config = config_from_proto(build_campaign_config(kind, epsilon=epsilon, k=k, bounds=numeric_bounds(x), seed=seed,
-                                                     **params))
+    """One whole campaign of ``kind`` on ``x``, scored as ``simulate`` scores it (``epsilon`` inf: stemmer's
+    server steps on exact counts and sums, module docstring)."""
+    noiseless = math.isinf(epsilon)
+    if noiseless and kind != "stemmer":
+        raise ValueError(f"--epsilon inf runs stemmer's noiseless server steps, not {kind}'s "
+                         "(nettree's: benchmarks/lsh_leaves.py)")
+    config = config_from_proto(build_campaign_config(kind, epsilon=NOISELESS_PLAN_EPSILON if noiseless else epsilon,
+                                                     k=k, bounds=numeric_bounds(x), seed=seed, **params))
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        run = run_campaign(Collector(open_store(tmp)), config, x, seed=seed, mode="auto", quiet=True)
+    if noiseless:
+        engine = prepare_campaign(config).engine
+        assert isinstance(engine, StemmerEngine)
+        result = stemmer_noiseless(engine, x).result
+        assert result is not None
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = run_campaign(Collector(open_store(tmp)), config, x, seed=seed, mode="auto", quiet=True).result
     seconds = time.perf_counter() - started
     out: dict[str, float] = {"seconds": seconds}
-    clustering = run.result.clustering
+    clustering = result.clustering
     if clustering is None or not clustering.centers:
         out.update(ari=0.0, cost_ratio=math.inf)
         return out
-    out.update(evaluate_clustering(run.result, x, labels, k=k, seed=seed))
+    out.update(evaluate_clustering(result, x, labels, k=k, seed=seed))
     out["centers"] = float(len(clustering.centers) // x.shape[1])
     out["_centers"] = np.asarray(clustering.centers, dtype=np.float64).reshape(-1, x.shape[1])  # type: ignore[assignment]
     return out
@@ -557,6 +575,9 @@ def main(argv: list[str] | None = None) -> int:
     args.datasets = args.datasets or (["digits10"] if args.experiment == "real-bound" else
                                       ["digits10", "cancer10", "wine5"])
     args.kinds = args.kinds or list(CENTER_KINDS)
+    if math.isinf(args.epsilon) and (args.experiment != "mixture" or args.kinds != ["stemmer"]):
+        parser.error("--epsilon inf runs stemmer's noiseless server steps: it needs --experiment mixture --kinds "
+                     "stemmer (nettree's: benchmarks/lsh_leaves.py)")
     if args.skip < 0 or args.seeds < 0:
         parser.error("--seeds and --skip must not be negative")
     merged = [row for path in args.merge for row in _merged_rows(path, args)]

@@ -35,6 +35,19 @@ def test_a_small_run_scores_every_kind_and_writes_its_rows(tmp_path: Path, capsy
     assert all("cost_over_floor" in r for r in rows if r["kind"] != "kmeans++ (non-private)")
 
 
+def test_epsilon_inf_runs_stemmers_noiseless_server_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "rows.json"
+    assert acceptance.main(["--experiment", "mixture", "--n", "20000", "--epsilon", "inf", "--seeds", "1",
+                            "--kinds", "stemmer", "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    # Without noise every round sees every device exactly: the well-separated mixture is found whole.
+    assert row["kind"] == "stemmer" and row["ari"] == pytest.approx(1.0) and row["cost_ratio"] < 1.01
+    for argv in (["--kinds", "nettree"], ["--kinds", "stemmer", "nettree"], ["--experiment", "small", "--kinds", "stemmer"]):
+        with pytest.raises(SystemExit):
+            acceptance.main(["--experiment", "mixture", "--epsilon", "inf", *argv])
+    assert "--epsilon inf runs stemmer's noiseless server steps" in capsys.readouterr().err
+
+
 def test_a_run_split_over_seeds_merges_into_the_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--skip leaves out the first seeds and --merge joins the parts: the rows of the one run, the same table."""
     common = ["--experiment", "small-bound", "--n", "1000000", "--kinds", "nettree"]
