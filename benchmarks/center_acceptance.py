@@ -329,7 +329,7 @@ def bound_aris(x: NDArray[np.float64], labels: NDArray[np.int64], centers: NDArr
     plus ``sqrt(variances) z[r]`` (``z``: ``(draws, k, d)`` standard normals), clipped to the box as the kinds
     clip theirs; a center of infinite variance is left out (none left: every point in one cluster, ARI 0)."""
     lower, upper = (np.asarray(b, dtype=np.float64) for b in numeric_bounds(x))
-    live = np.isfinite(variances).all(axis=1)
+    live = np.asarray(np.isfinite(variances).all(axis=1), dtype=np.bool_)
     if not live.any():
         return np.zeros(len(z))
     sd = np.sqrt(np.where(live[:, None], variances, 0.0))
@@ -385,6 +385,7 @@ def real_bound_rows(name: str, args: argparse.Namespace, seed: int) -> Iterator[
         cases: list[tuple[str, float]] = [("none (noise-free)", math.inf)]
         cases += [(kind, m) for kind in args.kinds for m in args.multipliers]
         for kind, m in cases:
+            info: dict[str, float]
             if math.isinf(m):
                 variances, info = np.zeros((k, d)), {}
             else:
@@ -407,6 +408,8 @@ def real_bound_rows(name: str, args: argparse.Namespace, seed: int) -> Iterator[
 def rows(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     seeds = (TUNING_SEEDS[: args.seeds] if args.tuning else REPORTING_SEEDS[: args.seeds])[args.skip:]
     for seed in seeds:
+        # (label, points, labels, k (0: the labels' count), the true means of the small-cluster data or None)
+        cases: list[tuple[str, NDArray[np.float64], Any, int, Any]]
         if args.experiment == "mixture":
             cases = [("mixture d=10 k=8", *make_dataset("mixture", args.n, d=10, k=8, seed=seed), 8, None)]
         elif args.experiment == "floor":
