@@ -138,7 +138,7 @@ from .common import (
 )
 from .histogram import aggregator_for, round_aggregators
 
-__all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "StemmerEngine", "StemmerParams", "noiseless_outcome"]
+__all__ = ["DEFAULT_REPETITIONS", "DEFAULT_SCALES", "ExactInputs", "StemmerEngine", "StemmerParams", "noiseless_outcome"]
 
 DEFAULT_SCALES = 6
 DEFAULT_REPETITIONS = 2
@@ -643,44 +643,71 @@ class StemmerEngine(CampaignEngine):
         return RoundOutcome(result=result, diagnostics=diagnostics)
 
 
+class ExactInputs:
+    """Every round's server-step input computed exactly from every device's point: what a round's
+    reports estimate, without their noise (the steps' ``estimate``, ``sums_for``, weights and sums).
+
+    Used by :func:`noiseless_outcome` for all four rounds, and by diagnoses that make some rounds exact
+    and leave the others to the campaign's reports.
+    """
+
+    def __init__(self, engine: StemmerEngine, points: ArrayLike) -> None:
+        x = np.asarray(points, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != engine.dimension:
+            raise ValueError(f"points must be (n, {engine.dimension}), got {x.shape}")
+        self.engine, self.points, self.n = engine, x, x.shape[0]
+        lower = np.asarray(engine.domain.lower, dtype=np.float64)
+        upper = np.asarray(engine.domain.upper, dtype=np.float64)
+        self.rows = np.column_stack([2.0 * np.clip((x - lower) / (upper - lower), 0.0, 1.0) - 1.0, np.ones(self.n)])
+        self._deep = [lsh_nodes(reps[-1], x) for reps in engine.keys]
+
+    def _at(self, r: int, level: int) -> NDArray[np.uint64]:
+        layout = self.engine.layout
+        out: NDArray[np.uint64] = self._deep[r] >> np.uint64(layout.child_bits * (layout.levels - level))
+        return out
+
+    def key_counts(self, r: int, level: int, candidates: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float]:
+        """Round A's ``estimate``: the exact counts of ``candidates`` and a zero standard error."""
+        return exact_counts(self._at(r, level), candidates), 0.0
+
+    def bucket_sums(self, subgroup: int, keys: NDArray[np.uint64]) -> tuple[NDArray[np.float64], float, int]:
+        """Round B's ``sums_for``: every device's ``(2t - 1, 1)`` summed by its key, no variance."""
+        return exact_sums(self._at(*self.engine._subgroup(subgroup)), keys, self.rows), 0.0, self.n
+
+    def candidate_weights(self, state: dict[str, Any]) -> NDArray[np.float64]:
+        """Round C's weights: the devices nearest each of the state's candidates."""
+        cand = self.engine._to_original(np.asarray(state["candidates"], dtype=np.float64).reshape(-1, self.engine.dimension))
+        nearest, _ = assign(self.points, cand)
+        return np.bincount(nearest, minlength=cand.shape[0]).astype(np.float64)
+
+    def center_sums(self, state: dict[str, Any]) -> NDArray[np.float64]:
+        """Round D's sums: every device's ``(2t - 1, 1)`` summed by its nearest center of the state."""
+        d = self.engine.dimension
+        centers = self.engine._to_original(np.asarray(state["centers"], dtype=np.float64).reshape(-1, d))
+        nearest, _ = assign(self.points, centers)
+        return np.column_stack([np.bincount(nearest, weights=self.rows[:, j], minlength=centers.shape[0])
+                                for j in range(d + 1)]).astype(np.float64)
+
+
 def noiseless_outcome(engine: StemmerEngine, points: ArrayLike) -> RoundOutcome:
     """Every round's server step on exact counts, sums and weights: the protocol at epsilon = infinity.
 
     Each round sees every device (as under ``SPLIT``, without noise); what remains is the
     algorithm's own approximation (heavy keys, candidates, the coreset, one Lloyd step).
     """
-    x = np.asarray(points, dtype=np.float64)
-    if x.ndim != 2 or x.shape[1] != engine.dimension:
-        raise ValueError(f"points must be (n, {engine.dimension}), got {x.shape}")
-    n, d = x.shape
-    lower = np.asarray(engine.domain.lower, dtype=np.float64)
-    upper = np.asarray(engine.domain.upper, dtype=np.float64)
-    rows = np.column_stack([2.0 * np.clip((x - lower) / (upper - lower), 0.0, 1.0) - 1.0, np.ones(n)])
-    deep = [lsh_nodes(reps[-1], x) for reps in engine.keys]
-    b, depth = engine.layout.child_bits, engine.layout.levels
-
-    def at(r: int, level: int) -> NDArray[np.uint64]:
-        return deep[r] >> np.uint64(b * (depth - level))
-
-    outcome = engine.keys_step(1, n, lambda r, level, cand: (exact_counts(at(r, level), cand), 0.0))
+    exact = ExactInputs(engine, points)
+    n = exact.n
+    outcome = engine.keys_step(1, n, exact.key_counts)
     for round_ in (2, 3, 4):
         if outcome.next_round is None:
             return outcome
         state = load_state(outcome.next_round.engine_state, "stemmer", _PHASES)
         if state["phase"] == "means":
-            outcome = engine.means_step(round_, state, lambda i, keys: (
-                exact_sums(at(*engine._subgroup(i)), keys, rows), 0.0, n))
+            outcome = engine.means_step(round_, state, exact.bucket_sums)
         elif state["phase"] == "weights":
-            cand = engine._to_original(np.asarray(state["candidates"], dtype=np.float64).reshape(-1, d))
-            nearest, _ = assign(x, cand)
-            weights = np.bincount(nearest, minlength=cand.shape[0]).astype(np.float64)
-            outcome = engine.weights_step(round_, state, weights, 0.0, n)
+            outcome = engine.weights_step(round_, state, exact.candidate_weights(state), 0.0, n)
         else:
-            centers = engine._to_original(np.asarray(state["centers"], dtype=np.float64).reshape(-1, d))
-            nearest, _ = assign(x, centers)
-            sums = np.column_stack([np.bincount(nearest, weights=rows[:, j], minlength=centers.shape[0])
-                                    for j in range(d + 1)]).astype(np.float64)
-            outcome = engine.lloyd_step(state, sums, 0.0, n)
+            outcome = engine.lloyd_step(state, exact.center_sums(state), 0.0, n)
     return outcome
 
 
