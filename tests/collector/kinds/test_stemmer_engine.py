@@ -26,6 +26,7 @@ from ldp_client.spec import RoundSpec
 from ldp_collector.campaigns import prepare_campaign
 from ldp_collector.core import Collector
 from ldp_collector.errors import InvalidArgumentError
+from ldp_collector.estimation.vector_sum import shrink_toward_centroid
 from ldp_collector.ingest import RoundContext, validate_report
 from ldp_collector.kinds import KINDS
 from ldp_collector.kinds.base import load_state
@@ -330,3 +331,33 @@ def test_noiseless_limit_against_nonprivate_kmeans(lloyd: bool, bound: float) ->
     centers = np.asarray(result.clustering.centers).reshape(8, 10)
     ratio = kmeans_cost(x, centers) / reference_kmeans_cost(x, 8, 0, n_init=3)
     assert evaluate_clustering(result, x, truth)["ari"] > 0.99 and ratio < bound, ratio
+
+
+def test_round_b_candidates_are_the_bucket_means_shrunk_by_their_noise() -> None:
+    """Round B's candidates: each key's sum over (its share x the subgroup's reports), pulled toward the
+    share-weighted centroid by ``shrink_toward_centroid`` at the bucket sums' per-report mean noise."""
+    d = 5
+    engine = engine_for(stemmer_config([0.0] * d, [1.0] * d, k=3, scales=1, repetitions=1, campaign_id="st-b"))
+    heavy = [[0, 1, node, share] for node, share in ((0, 0.5), (3, 0.3), (9, 0.2))]
+    state = {"heavy": heavy, "diagnostics": {}, "warnings": []}
+    means = np.array([[0.6, 0.6, 0.0, 0.0, 0.0], [-0.6, 0.0, 0.6, 0.0, 0.0], [0.0, 0.1, 0.0, 0.0, 0.1]])
+    reporters = 10_000
+    variance = 2.0e5 / engine._floor_ratio  # per coordinate: 0.15 / 3 for the smallest key, 0.024 / 3 for the largest
+    counts = np.array([h[3] for h in heavy]) * reporters
+    sums = np.column_stack([means * counts[:, None], counts])
+    outcome = engine.means_step(2, state, lambda i, keys: (sums, variance, reporters))
+    assert outcome.next_round is not None
+    got = np.asarray(load_state(outcome.next_round.engine_state, "stemmer", _PHASES)["candidates"]).reshape(-1, d)
+    moment = engine._floor_ratio * variance / counts**2
+    expected = shrink_toward_centroid(means, moment, counts / reporters)
+    np.testing.assert_allclose(got, expected)
+    # The smallest key's offset (0.32 from the centroid, squared 0.10) is within its noise (0.15 over the
+    # d - 2 coordinates): it lands on the centroid; the largest keeps 93 % of its offset.
+    centroid = (counts[:, None] * means).sum(axis=0) / counts.sum()
+    np.testing.assert_allclose(got[2], centroid)
+    assert np.linalg.norm(got[0] - means[0]) < 0.1 * np.linalg.norm(means[0] - centroid)
+    # Without noise the candidates are the plain bucket means.
+    exact = engine.means_step(2, state, lambda i, keys: (sums, 0.0, reporters))
+    assert exact.next_round is not None
+    np.testing.assert_allclose(np.asarray(load_state(exact.next_round.engine_state, "stemmer",
+                                                     _PHASES)["candidates"]).reshape(-1, d), means)

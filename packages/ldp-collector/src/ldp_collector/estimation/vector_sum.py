@@ -55,7 +55,7 @@ from .olh_hash import hash_values
 from .report_accumulator import ReportAccumulator
 
 __all__ = ["LLOYD_MIN_COUNT_Z", "BucketSumAccumulator", "BucketSums", "LloydMove", "analytic_variance", "bucket_sums", "decode_signed",
-           "lloyd_move"]
+           "james_stein_shares", "lloyd_move", "shrink_toward_centroid"]
 
 #: (reports x buckets) pairs per sign block: about 256 KiB of uint64, so a block stays in cache.
 _BLOCK_PAIRS = 1 << 15
@@ -488,9 +488,49 @@ def lloyd_move(previous: ArrayLike, sums: ArrayLike, variance: float, *, moment_
     safe = np.where(moved, counts, 1.0)
     step = np.where(moved[:, None], s[:, :d] / safe[:, None] - prev, 0.0)
     variances = np.where(moved, max(variance, 0.0) / safe**2, np.inf)
-    length2 = (step**2).sum(axis=1)
-    noise2 = max(d - 2, 0) * moment_ratio * np.where(moved, variances, 0.0)
-    ratio = np.divide(noise2, length2, out=np.zeros_like(length2), where=length2 > 0)
-    shrink = np.where(moved, np.clip(1.0 - ratio, 0.0, 1.0), 0.0)
+    shrink = np.where(moved, james_stein_shares(step, moment_ratio * np.where(moved, variances, 0.0)), 0.0)
     centers = prev + shrink[:, None] * step
     return LloydMove(centers=centers, variances=variances, moved=moved, shrink=shrink)
+
+
+def james_stein_shares(steps: ArrayLike, variances: ArrayLike) -> NDArray[np.float64]:
+    """The positive-part James-Stein share ``max(0, 1 - (d - 2) s^2 / |step|^2)`` of each ``(m, d)`` step
+    whose every coordinate carries independent noise of variance ``s^2`` (``variances``, one per step);
+    1 for every step at ``d <= 2``, where the plain estimate is admissible, and for a step of no noise.
+
+    Each estimate moves that share of the way from its anchor to its noisy target: for ``d >= 3`` and
+    Gaussian noise this errs less in expectation than the whole step, whatever the truth (James and
+    Stein 1961)."""
+    step = np.asarray(steps, dtype=np.float64)
+    var = np.asarray(variances, dtype=np.float64)
+    noise2 = max(step.shape[1] - 2, 0) * var
+    length2 = (step**2).sum(axis=1)
+    ratio = np.divide(noise2, length2, out=np.where(noise2 > 0, np.inf, 0.0), where=length2 > 0)
+    out: NDArray[np.float64] = np.clip(1.0 - ratio, 0.0, 1.0)
+    return out
+
+
+def shrink_toward_centroid(points: ArrayLike, variances: ArrayLike, shares: ArrayLike) -> NDArray[np.float64]:
+    """Noisy estimates of ``m`` means, each pulled toward their ``shares``-weighted centroid by its own noise.
+
+    ``points`` are ``(m, d)`` estimates whose coordinates carry independent noise of variance
+    ``variances[i]`` (per coordinate, one per point); each keeps the :func:`james_stein_shares` share of
+    its offset from the centroid. A point whose offset is within its noise lands near the centroid, one
+    far beyond it stays put; with no noise, one point or ``d <= 2`` nothing moves.
+
+    Raises
+    ------
+    ValueError
+        Not one variance and one share per point.
+    """
+    x = np.asarray(points, dtype=np.float64)
+    var = np.asarray(variances, dtype=np.float64)
+    w = np.asarray(shares, dtype=np.float64)
+    if x.ndim != 2 or var.shape != (x.shape[0],) or w.shape != (x.shape[0],):
+        raise ValueError(f"need one variance and one share per point: points {x.shape}, variances {var.shape}, "
+                         f"shares {w.shape}")
+    if x.shape[0] < 2 or w.sum() <= 0:
+        return x.copy()
+    centroid = (w[:, None] * x).sum(axis=0) / w.sum()
+    out: NDArray[np.float64] = centroid + james_stein_shares(x - centroid, var)[:, None] * (x - centroid)
+    return out

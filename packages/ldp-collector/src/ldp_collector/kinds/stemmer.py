@@ -16,7 +16,12 @@ Rounds
     B. **Bucket means**: subgroup ``(r, j)`` reports the bucketized vector ``(2t - 1, 1)`` of its
        point bucketed by the same key (:mod:`ldp_collector.estimation.vector_sum`). For every heavy
        key the server estimates the bucket's vector sum; the candidate center is the sum divided
-       by the key's count (round A's estimate rescaled to the subgroup).
+       by the key's count (round A's estimate rescaled to the subgroup). A small key's candidate is
+       mostly noise (every report adds noise to every bucket: per coordinate ``n_B M / count^2``), so
+       each candidate keeps only the positive-part James-Stein share of its offset from the
+       candidates' centroid (weighted by round A's shares) that its own noise allows
+       (:func:`~ldp_collector.estimation.vector_sum.shrink_toward_centroid`); at epsilon = infinity
+       nothing moves.
     C. **Weights**: every device reports the index of its nearest candidate (a
        :class:`~ldp_client.encoders.nearest.NearestCandidateEncoder` over the candidates, the
        variance-optimal oracle over their number). Candidates whose weight does not pass
@@ -98,7 +103,7 @@ from ..estimation.heavy_hitters import bonferroni_z
 from ..estimation.kmeans import assign, weighted_kmeans
 from ..estimation.net_tree import NetTreeLayout, grow_tree
 from ..estimation.report_accumulator import AccumulatorGroup
-from ..estimation.vector_sum import BucketSumAccumulator, lloyd_move
+from ..estimation.vector_sum import BucketSumAccumulator, lloyd_move, shrink_toward_centroid
 from ..model import BudgetPolicy, CampaignConfig, CampaignState, Clustering, Result
 from ..storage.base import AccumulateFn
 from ._lsh import (
@@ -462,6 +467,7 @@ class StemmerEngine(CampaignEngine):
         n_b = 0
         candidates: list[list[float]] = []
         candidate_variances: list[float] = []
+        candidate_shares: list[float] = []
         for i in range(self.subgroups):
             r, j = self._subgroup(i)
             keys = [h for h in heavy if h[0] == r and h[1] == j]
@@ -476,11 +482,15 @@ class StemmerEngine(CampaignEngine):
                     continue
                 candidates.append((row[:d] / expected).tolist())
                 candidate_variances.append(variance / expected**2)
+                candidate_shares.append(float(h[3]))
         diagnostics["means_reports"] = float(n_b)
         diagnostics["candidates"] = float(len(candidates))
         if not candidates:
             return self._finish_empty(diagnostics, warnings + ["round B produced no candidate center"])
-        cand = np.clip(np.asarray(candidates), -1.0, 1.0)
+        # Each candidate is its key's noisy bucket mean; those whose noise rivals their distance from the others
+        # are pulled toward the candidates' centroid (weighted by round A's shares), by their own noise.
+        cand = np.clip(shrink_toward_centroid(np.asarray(candidates), self._floor_ratio * np.asarray(candidate_variances),
+                                              np.asarray(candidate_shares)), -1.0, 1.0)
         if len(cand) < 2:  # nothing to weigh or choose from: publish the one candidate
             return self._finish(cand, np.ones(len(cand)), np.asarray(candidate_variances), diagnostics, warnings + [
                 f"round B produced {len(cand)} candidate center for k = {self.params.k}: published as is"])
