@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
@@ -29,12 +30,15 @@ from center_acceptance import real_data, run_kind
 from harness.suites import REPORTING_SEEDS, TUNING_SEEDS
 from numpy.typing import NDArray
 
+from ldp_client.spec import MAX_EPSILON_PER_CAMPAIGN
 from ldp_collector.estimation.kmeans import assign
 from ldp_collector.kinds.stemmer import ExactInputs, StemmerEngine
 from ldp_collector.simulation.datasets import make_dataset
 from ldp_collector.simulation.scores import adjusted_rand_index, reference_kmeans
 
 ROUNDS = "ABCD"
+#: Fewest devices a run takes: below it a campaign's subgroups hear from no device.
+MIN_DEVICES = 1000
 
 
 @contextlib.contextmanager
@@ -137,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="sets of rounds made exact, each a string of A, B, C, D ('-': none)")
     parser.add_argument("--out", help="JSON file of every run")
     args = parser.parse_args(argv)
+    if args.n < MIN_DEVICES:
+        parser.error(f"--n must be at least {MIN_DEVICES} devices, got {args.n}")
+    if not (math.isfinite(args.epsilon) and 0 < args.epsilon <= MAX_EPSILON_PER_CAMPAIGN):
+        parser.error(f"--epsilon must be in (0, {MAX_EPSILON_PER_CAMPAIGN:g}] (every round exact is --exact ABCD), "
+                     f"got {args.epsilon:g}")
     limit = len(REPORTING_SEEDS if args.reporting else TUNING_SEEDS)
     if not 1 <= args.seeds <= limit:
         parser.error(f"--seeds must be in [1, {limit}], got {args.seeds}")

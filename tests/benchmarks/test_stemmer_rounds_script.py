@@ -47,7 +47,8 @@ def test_the_table_and_its_refusals(capsys: pytest.CaptureFixture[str]) -> None:
     assert study.main(["--dataset", "mixture", "--n", "4000", "--seeds", "1", "--epsilon", "2", "--exact", "-", "BC"]) == 0
     table = capsys.readouterr().out
     assert "| - | 1 |" in table and "| BC | 1 |" in table
-    for bad in (["--exact", "E"], ["--exact", "-A"], ["--seeds", "21"]):
+    for bad in (["--exact", "E"], ["--exact", "-A"], ["--seeds", "21"], ["--n", "0"], ["--epsilon", "-1"],
+                ["--epsilon", "inf"], ["--epsilon", "101"]):
         with pytest.raises(SystemExit) as exc:
             study.main(bad)
         assert exc.value.code == 2
