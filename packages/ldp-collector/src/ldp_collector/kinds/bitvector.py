@@ -100,6 +100,7 @@ from .base import (
     K_PARAM,
     NUMERIC,
     CampaignEngine,
+    CliParam,
     Kind,
     KindCli,
     KindParams,
@@ -327,7 +328,14 @@ class BitVectorEngine(CampaignEngine):
 
 
 #: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
-CLI = KindCli(result="clustering", params=(K_PARAM,))
+CLI = KindCli(result="clustering", params=(
+    K_PARAM,
+    CliParam(flag="--bitvector-algorithm", field="algorithm", type="choice",
+             choices=(("kmeans", BitVectorAlgorithm.KMEANS), ("dbscan", BitVectorAlgorithm.DBSCAN)),
+             help="the clustering of the estimated bit vectors: kmeans (default) or dbscan (kCluster's density option)"),
+    CliParam(flag="--pivots", field="pivots_per_attribute", type="uint32", metavar="T",
+             help=f"pivots (bits) per attribute, in [{MIN_PIVOTS_PER_ATTRIBUTE}, {MAX_PIVOTS_PER_ATTRIBUTE}] "
+                  f"(default {DEFAULT_PIVOTS_PER_ATTRIBUTE}, fewer when the bits would pass {MAX_REPORT_BITS})")))
 
 #: The BITVECTOR campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="bitvector", engine=BitVectorEngine,

@@ -93,6 +93,7 @@ from .base import (
     K_PARAM,
     NUMERIC,
     CampaignEngine,
+    CliParam,
     Kind,
     KindCli,
     KindParams,
@@ -470,7 +471,15 @@ class LaplaceEngine(CampaignEngine):
 
 
 #: Command line: ``--k`` (the dataset's number of labels in a simulation when not given).
-CLI = KindCli(result="clustering", params=(K_PARAM,))
+CLI = KindCli(result="clustering", params=(
+    K_PARAM,
+    CliParam(flag="--laplace-algorithm", field="algorithm", type="choice",
+             choices=(("fcm", LaplaceAlgorithm.FCM), ("mnfcm", LaplaceAlgorithm.MNFCM), ("kmeans", LaplaceAlgorithm.KMEANS)),
+             help="the server's clustering of the noisy points: fcm (default), mnfcm (papers/004) or kmeans"),
+    CliParam(flag="--fuzzifier", field="fuzzifier", type="positive_float", metavar="M",
+             help=f"the fuzzifier of fcm and mnfcm, in (1, {MAX_FUZZIFIER:g}] (default {DEFAULT_FUZZIFIER:g})"),
+    CliParam(flag="--grid-bits", field="grid_bits", type="uint32", metavar="B",
+             help=f"bits per coordinate of the noised grid, at most {MAX_GRID_BITS} (default {DEFAULT_GRID_BITS})")))
 
 #: The LAPLACE campaign kind (registered by :mod:`ldp_collector.kinds.registry`).
 KIND = Kind(name="laplace", engine=LaplaceEngine,
