@@ -66,11 +66,9 @@ MAX_ITERATIONS = 3000
 def piece_likelihoods(bits: NDArray[np.uint8], model: BitVectorReports) -> list[NDArray[np.float64]]:
     """Per attribute, ``P(report bits | piece t)`` for every report and piece, ``(m, pieces_j)``."""
     out, start = [], 0
-    for codes in model.codes:
+    for j, codes in enumerate(model.codes):
         width = codes.shape[1]
-        chunk = bits[:, start:start + width].astype(np.float64)
-        hamming = chunk @ (1.0 - codes).T + (1.0 - chunk) @ codes.T
-        out.append(np.exp(hamming * math.log(model.p_flip) + (width - hamming) * math.log1p(-model.p_flip)))
+        out.append(model.piece_likelihoods(j, bits[:, start:start + width].astype(np.float64)))
         start += width
     return out
 

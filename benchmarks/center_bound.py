@@ -167,12 +167,17 @@ class BitVectorReports:
         out: NDArray[np.float64] = np.where(rng.uniform(size=bits.shape) < self.p_flip, 1.0 - bits, bits)
         return out
 
-    def log_and_score(self, j: int, reports: NDArray[np.float64], mu: float,
-                      s: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    def piece_likelihoods(self, j: int, reports: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``P(report bits | piece t)`` for attribute ``j``'s bits ``(m, T)`` and every piece: ``(m, pieces)``."""
         codes, f = self.codes[j], self.p_flip
         width = codes.shape[1]
         hamming = reports @ (1.0 - codes).T + (1.0 - reports) @ codes.T
-        likelihood = np.exp(hamming * math.log(f) + (width - hamming) * math.log1p(-f))
+        out: NDArray[np.float64] = np.exp(hamming * math.log(f) + (width - hamming) * math.log1p(-f))
+        return out
+
+    def log_and_score(self, j: int, reports: NDArray[np.float64], mu: float,
+                      s: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        likelihood = self.piece_likelihoods(j, reports)
         z = (self.edges[j] - mu) / s
         density = np.where(np.isfinite(z), np.exp(-0.5 * np.where(np.isfinite(z), z, 0.0) ** 2), 0.0) / math.sqrt(
             2.0 * math.pi)

@@ -28,7 +28,7 @@ def _reports(epsilon: float, means: np.ndarray, spreads: np.ndarray, weights: np
 
 
 def test_the_piece_likelihoods_give_the_bound_scripts_report_probabilities() -> None:
-    # Two code paths for one model: sum_t P(bits | piece t) w_t must be exp(log p) of center_bound.
+    # The probe slices the report into attributes: sum_t P(bits | piece t) w_t must be exp(log p) of center_bound.
     model, bits = _reports(2.0, np.array([[0.0, 4.0]]), np.array([[0.8, 2.0]]), np.array([1.0]), 300, 2)
     likelihoods = probe.piece_likelihoods(bits, model)
     start = 0
