@@ -665,6 +665,44 @@ def test_multi_round_campaign(store: ReportStore, monkeypatch: pytest.MonkeyPatc
     assert collector.get_result("hist-1").estimates.round == 2
 
 
+class _ReweightingEngine(HistogramEngine):
+    """Round 1 plans round 2 with the group weights of ``WEIGHTS`` (as a release that changed a constant
+    while the campaign was in flight would); round 2 finishes."""
+
+    WEIGHTS: tuple[int, ...] = (7,)
+
+    def close_round(self, spec: RoundSpec, reports: RoundReports, engine_state: bytes) -> RoundOutcome:
+        outcome = super().close_round(spec, reports, engine_state)
+        if spec.round == 1:
+            return RoundOutcome(estimates=outcome.estimates, next_round=RoundPlan(
+                spec=RoundSpec(**{**spec.__dict__, "round": 2, "group_weights": self.WEIGHTS})))
+        return outcome
+
+
+def test_later_rounds_keep_the_campaigns_group_weights(store: ReportStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(KINDS, "histogram", replace(KINDS["histogram"], engine=_ReweightingEngine))
+    collector = Collector(store)
+    collector.create_campaign(config_from_proto(histogram_config(oracle=campaigns_pb2.GRR)))
+    spec1 = spec_of(collector, "hist-1")
+    collector.submit("r1", simulated_reports(spec1, true_values(20), seed=1))
+    assert collector.close_round("hist-1", 1).current_round.round == 2
+    assert spec1.group_weights == (1,) and spec_of(collector, "hist-1").group_weights == (1,)
+
+
+def test_an_engine_that_changes_the_number_of_groups_fails_the_campaign(store: ReportStore,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = type("_Regrouping", (_ReweightingEngine,), {"WEIGHTS": (1, 1)})
+    monkeypatch.setitem(KINDS, "histogram", replace(KINDS["histogram"], engine=engine))
+    collector = Collector(store)
+    collector.create_campaign(config_from_proto(histogram_config(oracle=campaigns_pb2.GRR)))
+    collector.submit("r1", simulated_reports(spec_of(collector, "hist-1"), true_values(20), seed=1))
+    campaign = collector.close_round("hist-1", 1)
+    assert campaign.state == campaigns_pb2.FAILED
+    assert campaign.error == ("round 1: RuntimeError: engine planned round 2 with 2 groups, but the campaign has 1: "
+                              "group weights never change within a campaign")
+    assert store.count_reports("hist-1", 1) == 20
+
+
 def windowed_campaign(collector: Collector, clock: Clock, store: ReportStore, windows: int = 3) -> RoundSpec:
     """A histogram with ``windows`` rounds; round 1 holds 50 reports and was closed by "another
     process" that died in the server step (it won the close, then no process holds the step lock)."""

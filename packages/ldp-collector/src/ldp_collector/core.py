@@ -826,13 +826,29 @@ class Collector:
         return False
 
     def _checked_plan_spec(self, campaign_id: str, plan: RoundPlan, config: CampaignConfig,
-                           now: float, *, after_round: int) -> RoundSpec:
-        """The plan's spec with the round deadline set; engine mistakes raise ``RuntimeError``."""
+                           now: float, *, after_round: int, closing: RoundSpec | None = None) -> RoundSpec:
+        """The plan's spec with the round deadline set; engine mistakes raise ``RuntimeError``.
+
+        After the first round (``closing``: the round just closed) the spec carries the campaign's
+        group weights, those of its first round (docs/protocol.md section 9.2: a device draws its
+        group once and keeps it). Engines derive their weights from their parameters and module
+        constants; a release that changes a constant while a campaign is in flight must not change
+        the shares late devices draw from, nor what the engine plans from them. A plan with another
+        number of groups is an engine mistake.
+        """
         spec = plan.spec
         if not isinstance(spec, RoundSpec) or spec.campaign_id != campaign_id or spec.round <= after_round:
             raise RuntimeError(
                 f"engine planned an invalid round for campaign {campaign_id}: it must be a RoundSpec of this "
                 f"campaign with a round number above {after_round}")
+        if closing is not None and spec.group_weights != closing.group_weights:
+            if len(spec.group_weights) != len(closing.group_weights):
+                raise RuntimeError(
+                    f"engine planned round {spec.round} with {len(spec.group_weights)} groups, but the campaign "
+                    f"has {len(closing.group_weights)}: group weights never change within a campaign")
+            log.info("round %d keeps the campaign's group weights (the engine planned others)", spec.round,
+                     extra={"campaign_id": campaign_id, "round": spec.round})
+            spec = dataclasses.replace(spec, group_weights=closing.group_weights)
         check_allowed_oracles(spec, config)
         if config.round_duration is not None:
             spec = dataclasses.replace(spec, deadline=now + config.round_duration.total_seconds)
@@ -852,13 +868,15 @@ class Collector:
                          else _StoredRoundReports(self._store, cid, rr.round))
         try:
             engine = self._engine(record)
-            outcome = engine.close_round(self._spec(cid, rr), round_reports, record.engine_state)
+            closing = self._spec(cid, rr)
+            outcome = engine.close_round(closing, round_reports, record.engine_state)
             if not isinstance(outcome, RoundOutcome):
                 raise TypeError(f"close_round returned {type(outcome).__name__}, not a RoundOutcome")
             if outcome.next_round is None and outcome.result is None:
                 raise RuntimeError("the engine produced neither a next round nor a result")
             now = self._clock()
-            next_spec = (self._checked_plan_spec(cid, outcome.next_round, config, now, after_round=rr.round)
+            next_spec = (self._checked_plan_spec(cid, outcome.next_round, config, now, after_round=rr.round,
+                                                 closing=closing)
                          if outcome.next_round is not None else None)
         except Exception as exc:  # an engine bug or a degenerate round: fail the campaign, keep the reports
             log.exception("server step failed", extra={"campaign_id": cid, "round": rr.round})

@@ -539,14 +539,16 @@ class GridEngine(CampaignEngine):
         warnings = list(estimate.warnings)
         z = float(p.dense_threshold)
         r = dense_fraction(counts, se, max(n, 1), d, level, z=z) if n else 1.0
-        total_weight = sum(plan.weights)
+        # The shares devices drew their groups from: the campaign's (its first spec's), not this release's plan.
+        weights = spec.group_weights
+        total_weight = sum(weights)
         if self.config.budget_policy == BudgetPolicy.SPLIT:
             population = float(n)
             aggregation_reports = float(n)
         else:
-            calib_share = sum(plan.weights[g] for g in plan.calibrate) / total_weight
+            calib_share = sum(weights[g] for g in plan.calibrate) / total_weight
             population = n / calib_share if n else 0.0
-            aggregation_reports = population * sum(plan.weights[g] for g in plan.aggregate) / total_weight
+            aggregation_reports = population * sum(weights[g] for g in plan.aggregate) / total_weight
         aggregation_reports = max(aggregation_reports, 1.0)
         variance = oracle_variance(plan.round_epsilon)  # the aggregation grid is large: OUE/local hashing
         consistent_side = consistent_granularity(aggregation_reports, variance, d, r)
