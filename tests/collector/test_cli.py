@@ -729,6 +729,11 @@ def test_serve_workers_flag_and_setting_are_checked(capsys: pytest.CaptureFixtur
     monkeypatch.delenv("LDP_WORKERS")
     code, _, err = run_cli(capsys, "serve", "--workers", "3", "--metrics-port", "65534", "--data-dir", str(tmp_path))
     assert_one_line_error(code, err, "metrics_port + workers - 1 must be at most 65535")
+    for workers, metrics in (("1", "47320"), ("2", "47319")):
+        code, _, err = run_cli(capsys, "serve", "--listen", "127.0.0.1:47320", "--workers", workers, "--metrics-port",
+                               metrics, "--data-dir", str(tmp_path))
+        assert_one_line_error(code, err, f"metrics_port {metrics} (worker i serves metrics on metrics_port + i) takes "
+                                         "the listen port 47320 of 127.0.0.1:47320")
 
 
 def test_serve_config_file_that_is_not_utf8_is_one_line(capsys: pytest.CaptureFixture[str],
@@ -885,3 +890,56 @@ def test_a_flag_several_kinds_declare_is_one_option_naming_them(capsys: pytest.C
     code, out, _ = run_cli(capsys, "campaign", "create", "--help")
     text = " ".join(out.split())
     assert code == 0 and f"--k K number of clusters ({', '.join(owners)})" in text
+
+
+def test_batch_commands_never_create_a_store(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    missing = tmp_path / "mistyped"
+    for location in (str(missing), f"sqlite:///{missing}"):
+        code, _, err = run_cli(capsys, "close-round", "c1", "--data-dir", location)
+        assert_one_line_error(code, err, f"no store at '{missing}' (no collector.sqlite3 there)")
+    assert not missing.exists()
+
+
+class _FailingStep(KINDS["histogram"].engine):  # type: ignore[name-defined, misc]
+    def close_round(self, spec: Any, reports: Any, engine_state: bytes) -> Any:
+        raise ArithmeticError("boom")
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_close_round_that_fails_the_campaign_exits_1(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path, as_json: bool) -> None:
+    from dataclasses import replace
+
+    from ldp_client.device import Device
+    from ldp_client.rng import SeededRng
+    from ldp_collector.core import Collector
+    from ldp_collector.serde import config_from_proto
+    from ldp_collector.storage import open_store
+
+    store = open_store(tmp_path)
+    try:
+        collector = Collector(store)
+        collector.create_campaign(config_from_proto(campaigns_pb2.CampaignConfig(
+            campaign_id="c1", kind=campaigns_pb2.HISTOGRAM, epsilon=1.0, domain=campaigns_pb2.Domain(categorical_size=4))))
+        spec, _ = collector.get_round_spec("c1")
+        assert spec is not None
+        reports = [Device.in_memory(rng=SeededRng(i)).participate(spec, i % 4) for i in range(20)]
+        collector.submit("r", [r for r in reports if r is not None])
+    finally:
+        store.close()
+    monkeypatch.setitem(KINDS, "histogram", replace(KINDS["histogram"], engine=_FailingStep))
+    code, out, err = run_cli(capsys, "close-round", "c1", "--data-dir", str(tmp_path), *(["--json"] if as_json else []))
+    assert_one_line_error(code, err, "campaign c1 failed closing round 1: round 1: ArithmeticError: boom")
+    if as_json:
+        assert json.loads(out)["state"] == "FAILED"
+    else:
+        assert "closed round 1 (inprocess)" in out and "FAILED" in out
+
+
+def test_a_reader_that_stops_early_is_no_error(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    def closed_pipe(args: Any) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "_cmd_campaign_list", closed_pipe)  # the parser is built after this
+    code, out, err = run_cli(capsys, "campaign", "list")
+    assert code == 141 and err == ""

@@ -547,8 +547,10 @@ def test_close_round_preconditions(store: ReportStore) -> None:
         collector.close_round("hist-1", 1)
     with pytest.raises(NotFoundError):
         collector.get_estimates("hist-1", 5)
-    with pytest.raises(InvalidArgumentError, match="confidence"):
-        collector.get_estimates("hist-1", 1, confidence=1.5)
+    for confidence in (1.5, 1.0, 0.9999999999999999, -0.5, float("nan")):
+        with pytest.raises(InvalidArgumentError, match=r"confidence must be in \(0, 1\), at most 1 - 2\^-52, got "):
+            collector.get_estimates("hist-1", 1, confidence=confidence)
+    assert collector.get_estimates("hist-1", 1, confidence=1 - 2**-52).confidence == 1 - 2**-52
 
 
 def test_get_estimates_other_confidence(store: ReportStore) -> None:

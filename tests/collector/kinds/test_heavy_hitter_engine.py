@@ -92,6 +92,8 @@ def test_defaults(size: int, bits: int, per_level: int, levels: int) -> None:
     (lambda c: setattr(c, "epsilon", 30.0), r"\(0, 20\]"),
     (lambda c: setattr(c.heavy_hitters, "value_bits", 11), r"value_bits must be in \[12, 53\]"),
     (lambda c: setattr(c.heavy_hitters, "value_bits", 54), "value_bits"),
+    (lambda c: setattr(c.domain, "categorical_size", 2**53 + 1), r"supports at most 2\^53 values .*got 9007199254740993$"),
+    (lambda c: setattr(c.domain, "categorical_size", 2**63), r"supports at most 2\^53 values"),
     (lambda c: setattr(c.heavy_hitters, "bits_per_level", 13), r"bits_per_level must be in \[1, 12\]"),
     (lambda c: setattr(c.heavy_hitters, "false_positive_rate", 1.0), "false_positive_rate"),
     (lambda c: setattr(c.heavy_hitters, "max_candidates", 2**21), "max_candidates"),

@@ -377,7 +377,8 @@ class Device:
         BudgetExhaustedError
             The report would exceed a budget or report cap.
         AlreadyReportedError
-            The device's report of this round was already acknowledged by the collector.
+            The device is charged for this round and its report is no longer stored (acknowledged
+            by the collector, or lost in a crash between the charge and the outbox write).
         EncodingError
             ``point`` does not fit the round's encoders. Nothing is stored or charged.
         LedgerCorruptedError, OutboxCorruptedError

@@ -132,10 +132,12 @@ class BudgetExhaustedError(LdpError):
 
 
 class AlreadyReportedError(LdpError):
-    """The device already reported in this round and the collector acknowledged the report.
+    """The device is charged for this round and its report is no longer stored.
 
-    A device never reports twice in one round (that would spend the budget twice), and an
-    acknowledged report is no longer stored, so there is nothing to return or resend.
+    Usually the collector acknowledged the report; otherwise the device stopped between the charge
+    and the outbox write (device.py, "Crash safety"), and the report was never sent. Either way a
+    device never reports twice in one round (that would spend the budget twice), so there is
+    nothing to return or resend.
 
     Attributes
     ----------
@@ -150,8 +152,9 @@ class AlreadyReportedError(LdpError):
         self.round = round
         self.report_id = report_id
         super().__init__(
-            f"already reported in campaign {campaign_id!r} round {round} (report {report_id.hex()}, "
-            "acknowledged by the collector); a device reports at most once per round")
+            f"already reported in campaign {campaign_id!r} round {round} (report {report_id.hex()} is charged and no "
+            "longer stored: acknowledged by the collector, or lost before it was stored); a device reports at most "
+            "once per round")
 
 
 class StateCorruptedError(LdpError):

@@ -76,7 +76,8 @@ MAX_BITS = 2**20
 _HASHED, _INTEGERS, _FLOATS, _SIGNED_VECTOR = 3, 4, 5, 6
 _MAX_U64 = 2**64 - 1
 _MAX_U32 = 2**32 - 1
-_MAX_S64 = 2**63 - 1
+#: Largest signed 64-bit integer: the range of the wire's integer payloads (sint64).
+MAX_S64 = 2**63 - 1
 
 
 def pack_bits(bits: list[int] | tuple[int, ...] | list[bool]) -> bytes:
@@ -140,7 +141,7 @@ def payload_from_wire(data: Any, where: str = "payload") -> Payload:
     if tag == _HASHED and len(data) == 3 and _is_int(data[1], 0, _MAX_U64) and _is_int(data[2], 0, _MAX_U32):
         return HashedValue(int(data[1]), int(data[2]))
     if tag == _INTEGERS and len(data) == 2 and isinstance(data[1], (list, tuple)):
-        if all(_is_int(v, -_MAX_S64 - 1, _MAX_S64) for v in data[1]):
+        if all(_is_int(v, -MAX_S64 - 1, MAX_S64) for v in data[1]):
             return Integers(tuple(int(v) for v in data[1]))
     if tag == _FLOATS and len(data) == 2 and isinstance(data[1], (bytes, bytearray)) and len(data[1]) % 4 == 0:
         return Floats(struct.unpack(f"<{len(data[1]) // 4}f", data[1]))

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import traceback
@@ -259,14 +260,21 @@ def _cmd_campaign_close(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(f"closed round {round_}\n")
         print_campaign(campaign, sys.stdout)
+    _raise_if_failed(campaign, round_)
     return 0
+
+
+def _raise_if_failed(campaign: campaigns_pb2.Campaign, round_: int) -> None:
+    """A close whose server step failed the campaign exits 1 (``failed``), its error on stderr."""
+    if campaign.state == campaigns_pb2.FAILED:
+        raise ResultFailedError(f"campaign {campaign.config.campaign_id} failed closing round {round_}: {campaign.error}")
 
 
 def _open_data_store(args: argparse.Namespace) -> ReportStore:
     """The store of ``--data-dir`` (or ``$LDP_DATA_DIR``, the configuration's) for the batch commands."""
     from .storage import open_store
 
-    return open_store(load_config(args.config, overrides={"data_dir": args.data_dir}).data_dir)
+    return open_store(load_config(args.config, overrides={"data_dir": args.data_dir}).data_dir, create=False)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -320,6 +328,7 @@ def _cmd_close_round(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(f"closed round {round_} ({args.engine})\n")
         print_campaign(message, sys.stdout)
+    _raise_if_failed(message, round_)
     return 0
 
 
@@ -525,7 +534,8 @@ def _one_line(error: BaseException | str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 runtime error or failed result, 2 usage error, 130 interrupted)."""
+    """Run the CLI; returns the exit code (0 ok, 1 runtime error or failed result, 2 usage error, 130 interrupted,
+    141 output pipe closed by its reader, as after SIGPIPE)."""
     parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
     # Beam's pipeline options follow "--" and go to Beam untouched (argparse would mix them with
@@ -546,6 +556,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"{_PROG}: interrupted\n")
         return 130
+    except BrokenPipeError:
+        # The reader stopped early (``| head``): nothing to report. Point stdout at /dev/null so that the
+        # interpreter's last flush does not fail again (the recipe of Python's signal documentation).
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except _RUNTIME_ERRORS as exc:
         if getattr(args, "status_json", False) and args.json and not isinstance(exc, ResultFailedError):
             # A result command's --json always answers with its status, even when there is no result.

@@ -204,7 +204,7 @@ class CollectorConfig:
 
     def __post_init__(self) -> None:
         _check_str("listen", self.listen, nonempty=True)
-        host, _ = split_listen(self.listen)
+        host, listen_port = split_listen(self.listen)
         _check_str("data_dir", self.data_dir, nonempty=True)
         _check_str("operator_token", self.operator_token)
         if self.operator_token:
@@ -256,6 +256,11 @@ class CollectorConfig:
             raise ConfigError(f"metrics_port + workers - 1 must be at most 65535 (worker i serves metrics on "
                               f"metrics_port + i), got {self.metrics_port} + {self.workers} - 1")
         _check_str("metrics_host", self.metrics_host, nonempty=True)
+        wildcards = ("", "0.0.0.0", "::", "[::]")
+        if (self.metrics_port and self.metrics_port <= listen_port < self.metrics_port + self.workers
+                and (self.metrics_host == host.strip("[]") or self.metrics_host in wildcards or host in wildcards)):
+            raise ConfigError(f"metrics_port {self.metrics_port} (worker i serves metrics on metrics_port + i) takes the "
+                              f"listen port {listen_port} of {self.listen}; choose another metrics port")
         if self.log_format not in _LOG_FORMATS:
             raise ConfigError(f"log_format must be one of {', '.join(_LOG_FORMATS)}, got {self.log_format!r}")
         if not isinstance(self.log_level, str) or self.log_level.upper() not in _LOG_LEVELS:

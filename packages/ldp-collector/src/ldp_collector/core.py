@@ -615,8 +615,9 @@ class Collector:
         """
         if confidence == 0:
             confidence = DEFAULT_CONFIDENCE
-        if not (math.isfinite(confidence) and 0.0 < confidence < 1.0):
-            raise InvalidArgumentError(f"confidence must be in (0, 1), got {confidence:g}")
+        # 0.5 + confidence / 2 must stay below 1 in floating point for the normal quantile: at most 1 - 2^-52.
+        if not (math.isfinite(confidence) and 0.0 < confidence < 1.0 and 0.5 + confidence / 2.0 < 1.0):
+            raise InvalidArgumentError(f"confidence must be in (0, 1), at most 1 - 2^-52, got {confidence!r}")
         if round < 0:
             raise InvalidArgumentError(f"round must be >= 0, got {round}")
         self._store.get_campaign(campaign_id)

@@ -72,6 +72,22 @@ class MechanismParams(Spec, abc.ABC):
         """Return ``payload`` if it is a possible output of this mechanism, else raise ``ProtocolError``."""
 
 
+#: Smallest epsilon (or per-bit share of it) whose exact ratio exceeds 1: :func:`~ldp_client._exact.exp_below`
+#: keeps about 48 bits and takes one unit off, so below about 1.5e-14 the ratio is 1, a holder and a
+#: non-holder report alike and nothing can be estimated (the count estimates divide by p - q = 0).
+MIN_RATIO_EPSILON = 1.5e-14
+
+
+def privacy_ratio(x: float, name: str = "epsilon") -> Fraction:
+    """``exp_below(x)``, the exact rational stand-in for e^x, refused with ``InvalidParameterError``
+    when it is 1 (``x`` below about :data:`MIN_RATIO_EPSILON`): every mechanism's ratio comes from here."""
+    r = exp_below(x)
+    if r <= 1:
+        raise InvalidParameterError(f"{name} must be at least {MIN_RATIO_EPSILON:g} for an unbiased estimate "
+                                    f"(e^({name}) rounds to 1 at the mechanisms' 48-bit precision), got {x:g}")
+    return r
+
+
 def bits_for(n: int) -> int:
     """Bits needed to write an index in ``[0, n)``."""
     return max(1, math.ceil(math.log2(n))) if n > 1 else 1
@@ -106,14 +122,12 @@ class VectorParams(MechanismParams):
     def __post_init__(self) -> None:
         check_int("dimension", self.dimension, 1, MAX_DIMENSION)
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        if self.ratio <= 1:
-            raise InvalidParameterError(
-                f"epsilon must be at least 1.5e-14 for an unbiased vector estimate, got {self.epsilon:g}")
+        _ = self.ratio  # refuses an epsilon whose ratio is 1
 
     @cached_property
     def ratio(self) -> Fraction:
         """r: the exact rational stand-in for e^epsilon (r <= e^epsilon)."""
-        return exp_below(self.epsilon)
+        return privacy_ratio(self.epsilon)
 
     @property
     def realized_epsilon(self) -> float:

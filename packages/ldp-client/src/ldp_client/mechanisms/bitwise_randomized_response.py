@@ -33,12 +33,12 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar
 
-from .._exact import exp_below, log_fraction
+from .._exact import log_fraction
 from .._validation import check_epsilon, check_int, describe
 from ..errors import InvalidParameterError, ProtocolError
 from ..payload import MAX_BITS
 from ..rng import Rng, resolve_rng
-from .base import MECHANISMS, MechanismParams
+from .base import MECHANISMS, MechanismParams, privacy_ratio
 from .unary_encoding import bernoulli_mask
 
 __all__ = ["BitwiseRRParams", "randomize"]
@@ -69,11 +69,12 @@ class BitwiseRRParams(MechanismParams):
         check_int("length", self.length, 1, MAX_LENGTH)
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         check_int("sensitivity", self.sensitivity, 1, self.length)
+        _ = self.r_b  # refuses an epsilon whose per-bit ratio is 1
 
     @cached_property
     def r_b(self) -> Fraction:
         """Per-bit ratio: the exact rational stand-in for e^(epsilon / sensitivity), never above it."""
-        return exp_below(self.epsilon / self.sensitivity)
+        return privacy_ratio(self.epsilon / self.sensitivity, "epsilon / sensitivity")
 
     @cached_property
     def ratio(self) -> Fraction:

@@ -23,7 +23,9 @@ No extra grid step is charged
     end points are exactly 0 and 1: every rounded coordinate lies in {0..N}, so the integer
     sensitivity per coordinate is exactly N.
 Parameters
-    ``dimension`` d in [1, 4096], ``epsilon`` in (0, 20], ``grid_bits`` in [0, 30] (default 10).
+    ``dimension`` d in [1, 4096], ``epsilon`` in (0, 20], ``grid_bits`` in [0, 30] (default 10), with
+    the scale d 2^grid_bits / epsilon at most :data:`MAX_SCALE` (2^56): larger noise would not fit
+    the payload's 64-bit integers.
 Utility
     :func:`decode` is unbiased for the *rounded* point z / N (which is within 2^-(grid_bits+1) of
     the true point in every coordinate). Per coordinate its variance is
@@ -51,17 +53,20 @@ from typing import Any, ClassVar
 from .._exact import discrete_laplace
 from .._validation import check_epsilon, check_int, check_vector, describe
 from ..encoders.base import MAX_DIMENSION, UNIT_CUBE
-from ..errors import EncodingError, ProtocolError
-from ..payload import Integers
+from ..errors import EncodingError, InvalidParameterError, ProtocolError
+from ..payload import MAX_S64, Integers
 from ..rng import Rng, resolve_rng
 from .base import MECHANISMS, MechanismParams, bits_for
 
-__all__ = ["DiscreteLaplaceParams", "MAX_GRID_BITS", "decode", "randomize"]
+__all__ = ["DiscreteLaplaceParams", "MAX_GRID_BITS", "MAX_SCALE", "decode", "randomize"]
 
 #: Largest ``grid_bits``: 2^30 grid steps are far below float resolution needs of any device.
 MAX_GRID_BITS = 30
 #: Tail probability used to size :attr:`DiscreteLaplaceParams.payload_bits`.
 _TAIL = 1e-6
+#: Largest noise scale: a coordinate's noise reaches 2^62 (near the 64-bit integers of the payload)
+#: with probability about exp(-2^62 / scale) = e^-64 at this scale.
+MAX_SCALE = 2**56
 
 
 @MECHANISMS.register
@@ -84,6 +89,11 @@ class DiscreteLaplaceParams(MechanismParams):
         check_int("dimension", self.dimension, 1, MAX_DIMENSION)
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         check_int("grid_bits", self.grid_bits, 0, MAX_GRID_BITS)
+        if self.scale > MAX_SCALE:
+            raise InvalidParameterError(
+                f"epsilon must be at least {float(Fraction(self.sensitivity) / MAX_SCALE):.3g} for dimension "
+                f"{self.dimension} and grid_bits {self.grid_bits} (noise scale d 2^grid_bits / epsilon at most 2^56, "
+                f"so that reports fit 64-bit integers), got {self.epsilon:g}")
 
     @cached_property
     def grid_size(self) -> int:
@@ -138,6 +148,8 @@ class DiscreteLaplaceParams(MechanismParams):
         for v in payload.values:
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ProtocolError(f"discrete_laplace payload values must be integers, got {describe(v)}")
+            if not -MAX_S64 - 1 <= v <= MAX_S64:
+                raise ProtocolError(f"discrete_laplace payload value {v} does not fit a signed 64-bit integer")
         return payload
 
     def round_to_grid(self, value: Any) -> list[int]:

@@ -65,14 +65,14 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar
 
-from .._exact import exp_below, log_fraction
+from .._exact import log_fraction
 from .._spec import grown_field
 from .._validation import check_epsilon, check_int, describe
 from ..encoders.projection import splitmix64, stream_key
 from ..errors import InvalidParameterError, ProtocolError
 from ..payload import HashedValue
 from ..rng import Rng, resolve_rng
-from .base import MECHANISMS, MechanismParams, bits_for, check_index_value, count_estimate_variance
+from .base import MECHANISMS, MechanismParams, bits_for, check_index_value, count_estimate_variance, privacy_ratio
 
 __all__ = [
     "HASH_OFFSET",
@@ -221,7 +221,7 @@ def optimal_hash_range(epsilon: float) -> int:
     implementation derives the same g (``math.exp`` is not correctly rounded on every platform:
     near a tie, floor(e^epsilon + 1/2) could differ between two devices); see docs/protocol.md §7.4.
     """
-    return max(2, math.floor(exp_below(check_epsilon(epsilon)) + Fraction(1, 2)) + 1)
+    return max(2, math.floor(privacy_ratio(check_epsilon(epsilon)) + Fraction(1, 2)) + 1)
 
 
 @MECHANISMS.register
@@ -253,6 +253,7 @@ class LocalHashingParams(MechanismParams):
                 f"hash_range must be 0 (optimal) or in [2, {_MAX_HASH_RANGE}], got 1")
         check_int("seed_pool_size", self.seed_pool_size, 0, MAX_SEED_POOL)
         check_int("seed_pool_key", self.seed_pool_key, 0, _MASK64)
+        _ = self.ratio  # refuses an epsilon whose ratio is 1
         if not self.seed_pool_size and self.seed_pool_key:
             # One meaning per message: a key without a pool would be silently ignored.
             raise InvalidParameterError(
@@ -266,7 +267,7 @@ class LocalHashingParams(MechanismParams):
     @cached_property
     def ratio(self) -> Fraction:
         """r: the exact rational stand-in for e^epsilon (r <= e^epsilon), the privacy ratio."""
-        return exp_below(self.epsilon)
+        return privacy_ratio(self.epsilon)
 
     @cached_property
     def p_exact(self) -> Fraction:

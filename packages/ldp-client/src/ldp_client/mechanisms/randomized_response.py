@@ -26,12 +26,12 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar
 
-from .._exact import exp_below, log_fraction
+from .._exact import log_fraction
 from .._validation import check_epsilon, check_int, describe
 from ..errors import ProtocolError
 from ..payload import Payload
 from ..rng import Rng, resolve_rng
-from .base import MECHANISMS, MechanismParams, bits_for, check_index_value, count_estimate_variance
+from .base import MECHANISMS, MechanismParams, bits_for, check_index_value, count_estimate_variance, privacy_ratio
 
 __all__ = ["GRRParams", "randomize"]
 
@@ -53,11 +53,12 @@ class GRRParams(MechanismParams):
     def __post_init__(self) -> None:
         check_int("domain_size", self.domain_size, 2, _MAX_DOMAIN)
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        _ = self.ratio  # refuses an epsilon whose ratio is 1
 
     @cached_property
     def ratio(self) -> Fraction:
         """r: the exact rational stand-in for e^epsilon (r <= e^epsilon)."""
-        return exp_below(self.epsilon)
+        return privacy_ratio(self.epsilon)
 
     @cached_property
     def p_exact(self) -> Fraction:

@@ -36,12 +36,12 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar
 
-from .._exact import exp_below, log_fraction
+from .._exact import log_fraction
 from .._validation import check_epsilon, check_int, describe
 from ..errors import InvalidParameterError, ProtocolError
 from ..payload import MAX_BITS
 from ..rng import Rng, resolve_rng
-from .base import MECHANISMS, MechanismParams, check_index_value, count_estimate_variance
+from .base import MECHANISMS, MechanismParams, check_index_value, count_estimate_variance, privacy_ratio
 
 __all__ = ["UnaryEncodingParams", "UnaryVariant", "bernoulli_mask", "oue", "randomize", "sue"]
 
@@ -135,13 +135,14 @@ class UnaryEncodingParams(MechanismParams):
             raise InvalidParameterError(
                 f"variant must be SYMMETRIC (1) or OPTIMIZED (2), got {int(variant)}")
         object.__setattr__(self, "variant", UnaryVariant(variant))
+        _ = self.r  # refuses an epsilon whose ratio is 1
 
     @cached_property
     def r(self) -> Fraction:
         """The rational stand-in for e^(epsilon/2) (SUE) or e^epsilon (OUE), never above it."""
         if self.variant == UnaryVariant.SYMMETRIC:
-            return exp_below(self.epsilon / 2)
-        return exp_below(self.epsilon)
+            return privacy_ratio(self.epsilon / 2, "epsilon / 2")
+        return privacy_ratio(self.epsilon)
 
     @cached_property
     def ratio(self) -> Fraction:

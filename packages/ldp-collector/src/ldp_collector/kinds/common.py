@@ -176,7 +176,7 @@ def check_report_epsilon(epsilon: float, who: str) -> None:
     if not 0.0 < epsilon <= MAX_MECHANISM_EPSILON:  # NaN fails the comparison
         raise InvalidArgumentError(
             f"{who} spends its whole epsilon in one report, so epsilon must be in "
-            f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon:g}")
+            f"(0, {MAX_MECHANISM_EPSILON:g}], got {epsilon!r}")
 
 
 def numeric_domain(lower: Sequence[float], upper: Sequence[float]) -> NumericDomain:

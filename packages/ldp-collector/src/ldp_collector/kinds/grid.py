@@ -338,7 +338,7 @@ class GridParams(KindParams):
             raise InvalidArgumentError(f"grid.refinement_share must be 0 for the {variant.name} variant (no refinement)")
         for name, value in (("calibration_share", calibration_share), ("refinement_share", refinement_share)):
             if not (math.isfinite(value) and 0 <= value < 1):
-                raise InvalidArgumentError(f"grid.{name} must be in (0, 1), got {value:g}")
+                raise InvalidArgumentError(f"grid.{name} must be in (0, 1), got {value!r}")
         if calibration_share + refinement_share >= 0.95:
             raise InvalidArgumentError(
                 f"grid.calibration_share + grid.refinement_share must leave at least 0.05 of the devices for the "
@@ -354,7 +354,7 @@ class GridParams(KindParams):
         if value == 0:
             return default
         if not (math.isfinite(value) and 0 < value <= 10):
-            raise InvalidArgumentError(f"grid.{name} must be in (0, 10] standard errors, got {value:g}")
+            raise InvalidArgumentError(f"grid.{name} must be in (0, 10] standard errors, got {value!r}")
         return value
 
 

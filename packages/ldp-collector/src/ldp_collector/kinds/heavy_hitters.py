@@ -160,6 +160,9 @@ class HeavyHitterParams(KindParams):
         needed = max(1, math.ceil(math.log2(size))) if size > 1 else 1
         while 2**needed < size:  # guard against log2 rounding for huge sizes
             needed += 1
+        if needed > MAX_VALUE_BITS:
+            raise InvalidArgumentError(
+                f"heavy_hitters supports at most 2^{MAX_VALUE_BITS} values (values travel as exact floats), got {size}")
         value_bits = self.value_bits or needed
         if not needed <= value_bits <= MAX_VALUE_BITS:
             raise InvalidArgumentError(
@@ -173,7 +176,7 @@ class HeavyHitterParams(KindParams):
         false_positive_rate = self.false_positive_rate or DEFAULT_FALSE_POSITIVE_RATE
         if not (math.isfinite(false_positive_rate) and 0.0 < false_positive_rate < 1.0):
             raise InvalidArgumentError(
-                f"heavy_hitters.false_positive_rate must be in (0, 1), got {false_positive_rate:g}")
+                f"heavy_hitters.false_positive_rate must be in (0, 1), got {false_positive_rate!r}")
         max_candidates = self.max_candidates or DEFAULT_MAX_CANDIDATES
         if not 1 <= max_candidates <= MAX_CANDIDATES:
             raise InvalidArgumentError(

@@ -329,11 +329,11 @@ class LaplaceParams(KindParams):
         if algorithm == LaplaceAlgorithm.KMEANS:
             if fuzzifier != 0:
                 raise InvalidArgumentError(
-                    f"laplace.fuzzifier applies to the FCM and MNFCM algorithms only, got {fuzzifier:g} for KMEANS")
+                    f"laplace.fuzzifier applies to the FCM and MNFCM algorithms only, got {fuzzifier!r} for KMEANS")
         else:
             fuzzifier = fuzzifier or DEFAULT_FUZZIFIER
             if not (math.isfinite(fuzzifier) and 1.0 < fuzzifier <= MAX_FUZZIFIER):
-                raise InvalidArgumentError(f"laplace.fuzzifier must be in (1, {MAX_FUZZIFIER:g}], got {fuzzifier:g}")
+                raise InvalidArgumentError(f"laplace.fuzzifier must be in (1, {MAX_FUZZIFIER:g}], got {fuzzifier!r}")
         grid_bits = self.grid_bits or DEFAULT_GRID_BITS
         if not 1 <= grid_bits <= MAX_GRID_BITS:
             raise InvalidArgumentError(

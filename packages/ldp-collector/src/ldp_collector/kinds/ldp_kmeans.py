@@ -595,7 +595,7 @@ class LdpKmeansParams(KindParams):
             raise InvalidArgumentError(f"ldp_kmeans.iterations must be in [1, {MAX_ITERATIONS}], got {iterations}")
         data_share = self.data_share or DEFAULT_DATA_SHARE
         if not (math.isfinite(data_share) and 0.0 < data_share < 1.0):
-            raise InvalidArgumentError(f"ldp_kmeans.data_share must be in (0, 1), got {data_share:g}")
+            raise InvalidArgumentError(f"ldp_kmeans.data_share must be in (0, 1), got {data_share!r}")
         return replace(self, iterations=iterations, data_share=data_share)
 
 

@@ -297,21 +297,21 @@ class NetTreeParams(KindParams):
                                        f"{max_nodes_per_level}")
         false_positive_rate = self.false_positive_rate or DEFAULT_FALSE_POSITIVE_RATE
         if not (math.isfinite(false_positive_rate) and 0.0 < false_positive_rate < 1.0):
-            raise InvalidArgumentError(f"nettree.false_positive_rate must be in (0, 1), got {false_positive_rate:g}")
+            raise InvalidArgumentError(f"nettree.false_positive_rate must be in (0, 1), got {false_positive_rate!r}")
         if not 0 <= self.expected_reports <= MAX_EXPECTED_REPORTS:
             raise InvalidArgumentError(f"nettree.expected_reports must be in [0, {MAX_EXPECTED_REPORTS}], got "
                                        f"{self.expected_reports}")
         refinement_share = self.refinement_share
         if not (math.isfinite(refinement_share) and 0.0 <= refinement_share <= MAX_REFINEMENT_SHARE):
             raise InvalidArgumentError(f"nettree.refinement_share must be in [0, {MAX_REFINEMENT_SHARE:g}] (0 = no "
-                                       f"refinement round), got {refinement_share:g}")
+                                       f"refinement round), got {refinement_share!r}")
         if refinement_share and config.budget_policy == BudgetPolicy.SPLIT:
             raise InvalidArgumentError("nettree.refinement_share needs the PARTITION budget policy: the refinement "
                                        "round's devices are fresh ones, each reporting once")
         node_share = self.node_share or self.planned_node_share(
             config.epsilon, k, NetTreeLayout(levels=depth, child_bits=bits_per_level), false_positive_rate)
         if not (math.isfinite(node_share) and 0.0 < node_share < 1.0):
-            raise InvalidArgumentError(f"nettree.node_share must be in (0, 1), got {node_share:g}")
+            raise InvalidArgumentError(f"nettree.node_share must be in (0, 1), got {node_share!r}")
         check_vector_shape(self.vector_shape, "nettree")
         check_seed_pool_size(self.seed_pool_size, config, "nettree.seed_pool_size")
         return replace(self, depth=depth, node_map=node_map, projection_dimension=projection_dimension,

@@ -220,7 +220,7 @@ class StemmerParams(KindParams):
             raise InvalidArgumentError(f"stemmer.repetitions must be in [1, {MAX_REPETITIONS}], got {repetitions}")
         z = self.threshold_z
         if z != 0 and not (math.isfinite(z) and 0 < z <= 20):
-            raise InvalidArgumentError(f"stemmer.threshold_z must be in (0, 20] (0 = Bonferroni), got {z:g}")
+            raise InvalidArgumentError(f"stemmer.threshold_z must be in (0, 20] (0 = Bonferroni), got {z!r}")
         check_vector_shape(self.vector_shape, "stemmer")
         check_seed_pool_size(self.seed_pool_size, config, "stemmer.seed_pool_size")
         return replace(self, projection_dimension=projection_dimension, scales=scales, repetitions=repetitions,

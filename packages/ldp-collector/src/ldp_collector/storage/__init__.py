@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, NotFoundError
 from .base import (
     AccumulateFn,
     CampaignRecord,
@@ -22,7 +22,7 @@ from .base import (
 )
 from .migrations import SchemaVersionError
 from .postgres import PostgresReportStore  # psycopg itself is imported only when one is opened
-from .sqlite import SqliteReportStore
+from .sqlite import DATABASE_FILE, SqliteReportStore
 
 __all__ = [
     "AccumulateFn",
@@ -41,7 +41,7 @@ __all__ = [
 _SQLITE_PREFIX = "sqlite:///"
 
 
-def open_store(location: str | os.PathLike[str]) -> ReportStore:
+def open_store(location: str | os.PathLike[str], *, create: bool = True) -> ReportStore:
     """Open the report store at ``location``.
 
     Parameters
@@ -53,6 +53,9 @@ def open_store(location: str | os.PathLike[str]) -> ReportStore:
         Or a PostgreSQL URL, ``postgresql://[user[:password]@]host[:port]/database`` (also
         ``postgres://`` and ``postgresql+psycopg://``), shared by any number of collector
         processes.
+    create : bool
+        ``False``: an SQLite data directory must already hold ``collector.sqlite3`` (the batch commands,
+        which read a store some server wrote: a mistyped path is an error, not a new empty store).
 
     Returns
     -------
@@ -71,14 +74,16 @@ def open_store(location: str | os.PathLike[str]) -> ReportStore:
         The database was written by a newer ldp-collector.
     CollectorError
         The SQLite database file cannot be opened (not a database, unreadable); the message names it.
+    NotFoundError
+        ``create=False`` and the SQLite data directory holds no database.
     """
     if not isinstance(location, str):
-        return SqliteReportStore(os.fspath(location))
+        return _sqlite(os.fspath(location), create)
     if location.startswith(_SQLITE_PREFIX):
         path = location[len(_SQLITE_PREFIX):]
         if not path:
             raise InvalidArgumentError(f"store URL {location!r} names no directory; use sqlite:///<data-dir>")
-        return SqliteReportStore(path)
+        return _sqlite(path, create)
     scheme = location.split("://", 1)[0].lower() if "://" in location else ""
     if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
         return PostgresReportStore(location)  # imports psycopg now, with a clear error if it is missing
@@ -88,4 +93,10 @@ def open_store(location: str | os.PathLike[str]) -> ReportStore:
             "or postgresql://host/database")
     if not location:
         raise InvalidArgumentError("the store location is empty; use a data directory path or sqlite:///<data-dir>")
-    return SqliteReportStore(location)
+    return _sqlite(location, create)
+
+
+def _sqlite(path: str, create: bool) -> SqliteReportStore:
+    if not create and not os.path.isfile(os.path.join(path, DATABASE_FILE)):
+        raise NotFoundError(f"no store at {path!r} (no {DATABASE_FILE} there): check --data-dir or $LDP_DATA_DIR")
+    return SqliteReportStore(path)
