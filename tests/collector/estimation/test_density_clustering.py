@@ -46,6 +46,35 @@ def test_smoothing_keeps_a_constant_interior_and_zero_outside() -> None:
     assert smooth_counts(grid, 1.0, 0.0)[0] == pytest.approx(grid)
 
 
+@pytest.mark.parametrize("side", [1, 2, 3, 6, 7, 12])
+def test_smoothing_keeps_the_grid_shape_and_equals_the_direct_sum(side: int) -> None:
+    """Narrower grids than the kernel (7 taps at the default bandwidth) keep their shape: each smoothed
+    cell is the kernel-weighted sum of the cells within reach, zero outside the box."""
+    from ldp_collector.estimation.density_clustering import SMOOTHING_BANDWIDTH, _kernel
+
+    rng = np.random.default_rng(side)
+    grid = rng.normal(5.0, 2.0, (side, side))
+    kernel = _kernel(SMOOTHING_BANDWIDTH)
+    half = kernel.size // 2
+    smoothed, _ = smooth_counts(grid, 1.0, SMOOTHING_BANDWIDTH)
+    assert smoothed.shape == grid.shape
+    weight = {o: kernel[o + half] for o in range(-half, half + 1)}
+    direct = np.zeros_like(grid)
+    for i in range(side):
+        for j in range(side):
+            direct[i, j] = sum(weight[a - i] * weight[b - j] * grid[a, b] for a in range(side) for b in range(side)
+                               if abs(a - i) <= half and abs(b - j) <= half)
+    assert smoothed == pytest.approx(direct)
+
+
+@pytest.mark.parametrize("side", [2, 4, 6])
+def test_a_grid_narrower_than_the_kernel_is_clustered(side: int) -> None:
+    counts = np.zeros((side,) * 3)
+    counts[(0,) * 3] = counts[(side - 1,) * 3] = 1000.0
+    result = cluster_density(counts, 5.0, 2000.0)
+    assert result.labels.shape == counts.shape and result.clusters >= 1
+
+
 def _benjamini_hochberg(z: np.ndarray, rate: float) -> int:
     """Number of discoveries by the textbook BH step-up procedure."""
     p = np.array(sorted(1.0 - NormalDist().cdf(float(v)) for v in z))

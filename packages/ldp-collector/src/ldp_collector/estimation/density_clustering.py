@@ -157,9 +157,12 @@ def smooth_counts(counts: ArrayLike, std_error: float, bandwidth: float) -> tupl
     """
     grid = np.asarray(counts, dtype=np.float64)
     kernel = _kernel(bandwidth)
+    half = kernel.size // 2
     out = grid
     for axis in range(grid.ndim):
-        out = np.apply_along_axis(lambda row: np.convolve(row, kernel, mode="same"), axis, out)
+        # The full convolution's middle m values: numpy's mode="same" returns max(m, kernel) values, so a
+        # grid narrower than the kernel (2 to 6 cells per side) would grow to the kernel's length.
+        out = np.apply_along_axis(lambda row: np.convolve(row, kernel)[half:half + row.size], axis, out)
     factor = float((kernel**2).sum()) ** grid.ndim
     return out, float(std_error) * math.sqrt(factor)
 
