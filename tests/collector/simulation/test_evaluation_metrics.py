@@ -268,3 +268,19 @@ def test_evaluate_clustering_returns_every_metric() -> None:
         evaluate_clustering(x, labels, pred[:-1])
     with pytest.raises(InvalidParameterError, match="reference_cost must be a finite number"):
         evaluate_clustering(x, labels, pred, centers=centers, reference_cost=-1.0)
+
+
+def test_heavy_hitters_are_scored_against_the_values_held_without_laying_out_the_domain() -> None:
+    from ldp_collector.model import HeavyHitter, Result
+    from ldp_collector.simulation.evaluation import evaluate_heavy_hitters
+
+    big = 2**52 + 5  # a domain no dense count array could hold
+    values = np.array([big] * 50 + [7] * 30 + [3] * 20, dtype=np.int64)
+    found = (HeavyHitter(value=big, count=55.0, std_error=5.0), HeavyHitter(value=11, count=4.0, std_error=2.0))
+    scores = evaluate_heavy_hitters(Result(heavy_hitters=found), values)
+    assert scores["found"] == 2
+    assert scores["max_abs_freq_error"] == pytest.approx(5 / 100) and scores["mean_abs_freq_error"] == pytest.approx(4.5 / 100)
+    assert scores["mean_abs_z"] == pytest.approx((5 / 5 + 4 / 2) / 2)
+    assert scores["recall_of_true_top"] == pytest.approx(1 / 2)  # the true top two are big and 7
+    assert scores["smallest_found_true_freq"] == 0.0  # 11 is held by no device
+    assert evaluate_heavy_hitters(Result(), values) == {"found": 0}
