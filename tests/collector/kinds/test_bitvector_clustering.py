@@ -472,3 +472,14 @@ def test_the_reports_hamming_weights_are_counted_once_and_exactly() -> None:
     cached = _Bits(bits)
     assert np.array_equal(cached.weights, bits.sum(axis=1).astype(np.float64))
     assert cached.weights is cached.weights
+
+
+def test_fewer_clusters_than_k_is_a_warning() -> None:
+    """DBSCAN over noisy bits merges the mixture (its docstring's measurement); the result says so."""
+    x, _ = make_dataset("mixture", 3000, d=2, k=4, seed=1)
+    lower, upper = numeric_bounds(x)
+    run = _run(bv_config(lower, upper, epsilon=2.0, campaign_id="bv-dbscan",
+                         algorithm=campaigns_pb2.BitVectorParameters.DBSCAN), x, seed=2)
+    assert run.result.clustering.k < 4
+    assert [w for w in run.result.warnings if w.startswith(f"only {run.result.clustering.k} clusters found for k = 4: "
+                                                            "DBSCAN's core links")]

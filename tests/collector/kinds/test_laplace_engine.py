@@ -23,6 +23,7 @@ from ldp_client.encoders.vectors import UnitCubeEncoder
 from ldp_client.errors import ProtocolError
 from ldp_client.mechanisms.discrete_laplace import DiscreteLaplaceParams
 from ldp_client.payload import Integers, payload_to_wire
+from ldp_client.rng import SeededRng
 from ldp_client.serde import cluster_model_from_proto
 from ldp_collector.campaigns import make_engine, prepare_campaign
 from ldp_collector.core import Collector
@@ -383,3 +384,19 @@ def test_end_to_end_centers_are_close_at_high_epsilon() -> None:
     spread = float(np.ptp(x, axis=0).max())
     # Measured: 0.056 of the domain's width (FCM 0.117, k-means 0.238).
     assert center_error(truth, centers) < 0.1 * spread
+
+
+@pytest.mark.parametrize("epsilon,dominated", [(0.01, True), (20.0, False)])
+def test_noise_that_drowns_every_center_is_a_warning(epsilon: float, dominated: bool) -> None:
+    """At epsilon 0.01, d = 2, 1000 reports a center's noise is about 280 / sqrt(500) box widths per
+    coordinate, far above the 1 / sqrt(12) of guessing the box's middle; at epsilon 20 far below."""
+    engine = engine_for(laplace_config(epsilon=epsilon, k=2, campaign_id=f"lap-drowned-{epsilon:g}"))
+    spec = engine.first_round().spec
+    mechanism = spec.tasks[0].components[0].mechanism
+    rng = SeededRng(5)
+    truth = [(0.2, 0.25)] * 500 + [(0.8, 0.75)] * 500
+    values = [list(mechanism.randomize(p, rng=rng).values) for p in truth]
+    result = engine.close_round(spec, ListRoundReports(stored(values)), b"").result
+    assert result is not None
+    drowned = [w for w in result.warnings if w.startswith("noise dominates: the best-supported center has a standard error")]
+    assert bool(drowned) == dominated, result.warnings

@@ -310,6 +310,10 @@ class BitVectorEngine(CampaignEngine):
                                     f"with its centers still moving by {REFINE_STOP:g} standard errors or more")
             n = int(fit.sizes.sum())
             keep = fit.sizes > 0
+            if int(keep.sum()) < kk:
+                reason = ("DBSCAN's core links over noisy reports merge clusters; kmeans is the algorithm for noisy "
+                          "bits" if algorithm == BitVectorAlgorithm.DBSCAN else "the others hold no report")
+                warnings.append(f"only {int(keep.sum())} clusters found for k = {k}: {reason}")
             centers = decode_centers(fit.centers[keep], layout)
             clustering = replace(clustering, k=len(centers), centers=tuple(centers.ravel().tolist()),
                                  weights=tuple((fit.sizes[keep] / n).tolist()))

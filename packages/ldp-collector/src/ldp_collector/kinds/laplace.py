@@ -133,6 +133,9 @@ TOLERANCE = 1e-6
 SEED_SAMPLE_SIZE = 1 << 16
 #: The wire tag of an ``Integers`` payload (``ldp_client.payload``).
 _INTEGERS_TAG = 4
+#: Per-coordinate error (in box widths) of guessing the box's middle for a point uniform in it, 1 / sqrt(12):
+#: a center whose standard error reaches it carries no information (the "noise dominates" warning).
+_GUESS_ERROR = 1.0 / math.sqrt(12.0)
 
 
 def decode_points(batches: Iterable[list[StoredReport]], params: DiscreteLaplaceParams) -> NDArray[np.float64]:
@@ -462,6 +465,12 @@ class LaplaceEngine(CampaignEngine):
         # variance divided by the points it pools (for FCM, its fuzzy share of n).
         counts = np.asarray(shares, dtype=np.float64) * n
         noise = np.divide(mechanism.noise_variance, counts, out=np.full_like(counts, np.inf), where=counts > 0)
+        best_se = math.sqrt(float(noise.min()))
+        if best_se >= _GUESS_ERROR:
+            # Even the best-supported center errs more than a guess of the box's middle would.
+            warnings.append(f"noise dominates: the best-supported center has a standard error of {best_se:.3g} box "
+                            f"widths per coordinate, more than the {_GUESS_ERROR:.3f} of guessing the box's middle; "
+                            "collect more reports or raise epsilon")
         diagnostics.update(floor_diagnostics(unit_to_data_variance(noise, lower, upper, unit_width=1.0), counts,
                                               centers=original, lower=lower, upper=upper))
         clustering = Clustering(k=k, dimension=d, centers=tuple(original.reshape(-1).tolist()),
