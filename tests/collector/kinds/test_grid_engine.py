@@ -195,7 +195,7 @@ def test_bad_parameters(top: dict[str, Any], grid: dict[str, Any], message: str)
     (30, 0, r"a grid campaign resolves at most 20 dimensions.*2\^30 cells.*got d = 30"),
     (21, 2**20, r"at most 20 dimensions"),
     # Within the limit but above the default: the message says it is the default and what to set.
-    (13, 0, r"grid.max_cells \(default 4096\) is below the 8192 cells.*set grid.max_cells in \[8192, 1048576\]"),
+    (13, 0, r"grid.max_cells \(default 4096\) is below the 8192 cells.*set grid.max_cells \(--max-cells\) in \[8192, 1048576\]"),
     (13, 4096, r"grid.max_cells must be in \[8192, 1048576\] in dimension 13, got 4096"),
 ])
 def test_dimension_beyond_the_grid_names_the_limit(d: int, max_cells: int, message: str) -> None:

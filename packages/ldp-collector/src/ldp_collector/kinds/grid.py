@@ -298,7 +298,7 @@ class GridParams(KindParams):
         if not self.max_cells and 2**d > DEFAULT_MAX_CELLS:
             raise InvalidArgumentError(
                 f"grid.max_cells (default {DEFAULT_MAX_CELLS}) is below the {2**d} cells of the coarsest grid in "
-                f"dimension {d}: set grid.max_cells in [{2**d}, {MAX_GRID_CELLS}]")
+                f"dimension {d}: set grid.max_cells (--max-cells) in [{2**d}, {MAX_GRID_CELLS}]")
         max_cells = self.max_cells or DEFAULT_MAX_CELLS
         if not 2**d <= max_cells <= MAX_GRID_CELLS:
             raise InvalidArgumentError(
@@ -953,6 +953,9 @@ CLI = KindCli(
                  help="fix the grid's dyadic level (2^LEVEL cells per dimension) instead of the rule"),
         CliParam(flag="--tree-height", field="tree_height", type="uint32",
                  help="deepest tree level the refinement may reach (tree and iterative variants)"),
+        CliParam(flag="--max-cells", field="max_cells", type="uint32", metavar="C",
+                 help=f"largest number of cells in any reported grid, in [2^d, {MAX_GRID_CELLS}] "
+                      f"(default {DEFAULT_MAX_CELLS}, enough for 12 dimensions; each one more needs twice the cells)"),
         CliParam(flag="--max-iterations", field="max_iterations", type="uint32",
                  help=f"most merge/split rounds (iterative variant; default {DEFAULT_MAX_ITERATIONS})"),
         CliParam(flag="--seed-pool", field="seed_pool_size", type="uint32", metavar="S",
