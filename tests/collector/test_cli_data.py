@@ -75,3 +75,38 @@ def test_bad_cells_are_one_located_line(capsys: pytest.CaptureFixture[str], tmp_
     path.write_text("x,y\n1.5,\n")
     code, _, err = run_cli(capsys, "simulate", "--kind", "histogram", "--data", str(path))
     assert_one_line_error(code, err, f"{path}: row 2, column 2 ('y') is empty")
+
+
+def test_text_labels_left_in_the_features_get_the_flag_that_takes_them(capsys: pytest.CaptureFixture[str],
+                                                                        tmp_path: Path) -> None:
+    path = tmp_path / "iris.csv"
+    path.write_text("x,y,species\n1.0,2.0,setosa\n3.0,4.0,virginica\n")
+    code, _, err = run_cli(capsys, "simulate", "--kind", "histogram", "--data", str(path), "--cells", "4")
+    assert_one_line_error(code, err, "row 2, column 3 ('species'): 'setosa' is not a number (if column 2 holds labels, "
+                                     "say so: --label-column 2)")
+
+
+def test_k_taken_from_a_single_class_is_refused_by_name(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "one.csv"
+    path.write_text("".join(f"{i * 0.1!r},{i * 0.2!r},0\n" for i in range(200)))
+    code, _, err = run_cli(capsys, "simulate", "--kind", "stemmer", "--data", str(path), "--label-column", "last")
+    assert_one_line_usage_error(code, err, "the labels hold 1 class, so k taken from them is 1; a clustering needs "
+                                           "--k 2 or more")
+
+
+def test_resampling_a_file_is_said_on_stderr(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = _labelled(tmp_path / "points.csv", 300)
+    code, _, err = run_cli(capsys, "simulate", "--kind", "histogram", "--data", str(path), "--label-column", "last",
+                           "--cells", "4", "--n", "1000", "--quiet")
+    assert code == 0 and err == f"ldp-collector: note: --n 1000 draws with replacement from the 300 points of {path}\n"
+
+
+def test_a_plot_the_data_cannot_have_is_refused_before_the_run(capsys: pytest.CaptureFixture[str],
+                                                                tmp_path: Path) -> None:
+    path = tmp_path / "three.csv"
+    path.write_text("".join(f"{i * 0.1!r},{i * 0.2!r},{i * 0.3!r}\n" for i in range(100)))
+    for kind in ("grid", "histogram"):
+        code, out, err = run_cli(capsys, "simulate", "--kind", kind, "--data", str(path), "--plot",
+                                 str(tmp_path / "p.png"), "--cells", "4")
+        assert_one_line_usage_error(code, err, "--plot: ")
+        assert "cover" in err and "this one has 3 dimensions" in err and out == ""

@@ -43,7 +43,7 @@ def test_grid_cells_are_rectangles_in_the_domain_units() -> None:
 def test_grid_cells_refuse_what_cannot_be_drawn() -> None:
     three_d = CellClusterModel(domain=NumericDomain(lower=(0.0, 0.0, 0.0), upper=(1.0, 1.0, 1.0)),
                                cells=(TreeCell(level=0, morton_index=0),), labels=(0,))
-    with pytest.raises(InvalidParameterError, match="2-D domains, this one has 3 dimensions"):
+    with pytest.raises(InvalidParameterError, match="grid clustering plots cover 2-D numeric domains, this one has 3 dimensions"):
         grid_cell_rectangles(three_d)
     # A map whose labels do not match its cells, or without cells, is refused by the model itself:
     # nothing that reaches the plots can be such a map.

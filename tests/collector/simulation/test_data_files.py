@@ -78,9 +78,9 @@ def test_a_header_is_a_row_of_names_only(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("content", "label_column", "message"), [
     # Rows are the file's lines as an editor numbers them: blank lines, comments and the header count.
-    ("x,y\n\n# a comment\n1,2\n3,abc\n", None, r"row 5, column 2 \('y'\): 'abc' is not a number$"),
+    ("x,y\n\n# a comment\n1,2\n3,abc\n", None, r"row 5, column 2 \('y'\): 'abc' is not a number \(if column 1 holds labels, say so: --label-column 1\)$"),
     ("1;2;3\n4;;6\n", None, r"row 2, column 2 is empty"),
-    ("a b\n1 2\n3 x\n", None, r"row 3, column 2 \('b'\): 'x' is not a number$"),
+    ("a b\n1 2\n3 x\n", None, r"row 3, column 2 \('b'\): 'x' is not a number \(if column 1 holds labels, say so: --label-column 1\)$"),
     ("x,y,label\n1,2,a\n3,inf,b\n", "last", r"row 3, column 2 \('y'\) is inf; NaN and infinite values are not allowed"),
     ("x,y\n1,2\n3,4,5\n", None, r"row 3 has 3 columns, row 1 \(the header\) has 2$"),
     ("x,y,z\n1,2\n3,4\n", None, r"row 2 has 2 columns, row 1 \(the header\) has 3$"),

@@ -136,6 +136,9 @@ def _load_points(args: argparse.Namespace) -> tuple[NDArray[np.float64], NDArray
             x = x[index]
             labels = labels[index] if labels is not None else None
             info["resampled"] = "with replacement" if args.n > info["file_points"] else "random subset"
+            sys.stderr.write(f"ldp-collector: note: --n {args.n} draws "
+                             f"{'with replacement from' if args.n > len(data[0]) else 'a random subset of'} the "
+                             f"{len(data[0])} points of {args.data}\n")
         return x, labels, info
     if args.label_column is not None:
         raise UsageError("--label-column applies to --data files")
@@ -172,6 +175,13 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     data_s = time.perf_counter() - started[0], time.process_time() - started[1]
     lower, upper = numeric_bounds(x)
     d = x.shape[1]
+    if args.plot is not None:  # before the campaign runs, not after
+        from .plotting import check_plot_dimension
+
+        try:
+            check_plot_dimension("grid clustering" if kind.cli.result == "clustering" else "estimates", d)
+        except InvalidParameterError as exc:
+            raise UsageError(f"--plot: {exc}") from None
     cells: tuple[int, ...] | None = args.cells
     if cells is not None and len(cells) == 1:
         cells = cells * d
@@ -187,6 +197,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if values["k"] is None:
             raise UsageError(f"a {kind.name} simulation needs --k: the data have no labels (--label-column) to take "
                              "it from")
+        if not args.k and values["k"] < 2:
+            raise UsageError(f"the labels hold {values['k']} class, so k taken from them is {values['k']}; "
+                             "a clustering needs --k 2 or more")
     if "expected_reports" in declared:  # the simulation knows its population: the plan uses it
         values["expected_reports"] = values.get("expected_reports") or len(x)
     points: Any = x

@@ -31,6 +31,7 @@ from .model import CampaignConfig, Estimates
 
 __all__ = [
     "MatplotlibMissingError",
+    "check_plot_dimension",
     "draw_grid_clustering",
     "draw_labelled_points",
     "estimates_grid",
@@ -69,6 +70,19 @@ def require_matplotlib() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+#: The numeric dimensions each plot draws: estimates as a bar chart (1-D) or an image (2-D), a grid
+#: clustering's cell map in the plane.
+PLOT_DIMENSIONS = {"estimates": (1, 2), "grid clustering": (2,)}
+
+
+def check_plot_dimension(plot: str, dimension: int) -> None:
+    """Raise ``InvalidParameterError`` unless ``plot`` (a key of :data:`PLOT_DIMENSIONS`) draws ``dimension``."""
+    allowed = PLOT_DIMENSIONS[plot]
+    if dimension not in allowed:
+        raise InvalidParameterError(f"{plot} plots cover {' and '.join(f'{a}-D' for a in allowed)} numeric domains, "
+                                    f"this one has {dimension} dimensions")
 
 
 def estimates_grid(estimates: Estimates, cells_per_dimension: Sequence[int]) -> NDArray[np.float64]:
@@ -190,6 +204,8 @@ def plot_estimates(estimates: Estimates, config: CampaignConfig,
         raise InvalidParameterError("there are no estimates to plot")
     numeric = config.domain.numeric
     cells = list(config.parameters.cells_per_dimension) if numeric is not None else []
+    if numeric is not None:
+        check_plot_dimension("estimates", numeric.dimension)
     fig, ax = plt.subplots(figsize=(7.0, 4.8), layout="constrained")
     try:
         if numeric is not None and numeric.dimension == 2:
@@ -200,9 +216,6 @@ def plot_estimates(estimates: Estimates, config: CampaignConfig,
             fig.colorbar(image, ax=ax, label="estimated devices per cell (clipped at 0)")
             ax.set_xlabel("x")
             ax.set_ylabel("y")
-        elif numeric is not None and numeric.dimension != 1:
-            raise InvalidParameterError(f"plots cover 1-D and 2-D numeric domains, this one has {numeric.dimension} "
-                             "dimensions")
         else:
             values = np.array([e.value for e in estimates.estimates])
             counts = np.array([e.count for e in estimates.estimates])
@@ -234,8 +247,7 @@ def grid_cell_rectangles(cell_map: CellClusterModel) -> NDArray[np.float64]:
         The map is not two-dimensional.
     """
     domain = cell_map.domain
-    if domain.dimension != 2:
-        raise InvalidParameterError(f"grid clustering plots cover 2-D domains, this one has {domain.dimension} dimensions")
+    check_plot_dimension("grid clustering", domain.dimension)
     out = np.empty((len(cell_map.cells), 4))
     for i, cell in enumerate(cell_map.cells):
         (x0, y0), (x1, y1) = tree_cell_bounds(cell, 2, domain)

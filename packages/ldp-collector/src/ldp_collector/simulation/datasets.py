@@ -1071,8 +1071,12 @@ def _precise_csv(path: Path, layout: _CsvLayout, label_at: int | None) -> _FileA
                 raise InvalidParameterError(f"{path}: row {number} has {len(cells)} columns, {where} has "
                                             f"{layout.columns}")
             # A first row that mixes names and numbers is data by the header rule: say how to say otherwise.
-            hint = " (if this row is a header, say so: --header)" if number == first_row and not layout.header_line else ""
-            rows.append([_cell_value(f"{path}: row {number}, {_column_text(layout, j)}", cells[j], hint)
+            header_hint = number == first_row and not layout.header_line
+            # A text cell below the first row: a column of text labels, most likely (0-based, as --label-column).
+            rows.append([_cell_value(f"{path}: row {number}, {_column_text(layout, j)}", cells[j],
+                                     " (if this row is a header, say so: --header)" if header_hint
+                                     else f" (if column {j} holds labels, say so: --label-column {j})"
+                                     if label_at is None else "")
                          for j in features])
             if label_at is not None:
                 label = cells[label_at]
