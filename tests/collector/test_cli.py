@@ -943,3 +943,15 @@ def test_a_reader_that_stops_early_is_no_error(capsys: pytest.CaptureFixture[str
     monkeypatch.setattr(cli, "_cmd_campaign_list", closed_pipe)  # the parser is built after this
     code, out, err = run_cli(capsys, "campaign", "list")
     assert code == 141 and err == ""
+
+
+def test_campaign_show_lists_the_centers(capsys: pytest.CaptureFixture[str]) -> None:
+    from ldp_collector.model import Clustering, Result
+
+    result = Result(state=campaigns_pb2.FINISHED, clustering=Clustering(
+        k=3, dimension=2, centers=(0.5, 1.25, -2.0, 3.0, 7.0, 8.0), weights=(0.5, 0.3, 0.2)))
+    cli._print_shown(campaigns_pb2.Campaign(state=campaigns_pb2.FINISHED), result, 2)
+    out = capsys.readouterr().out
+    assert "3 centers in 2-D" in out
+    assert "center 0     weight 0.500  (0.5, 1.25)" in out and "center 1     weight 0.300  (-2, 3)" in out
+    assert "center 2" not in out and "... 1 more centers (--top, or --json for all)" in out

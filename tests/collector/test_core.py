@@ -625,6 +625,9 @@ def test_engine_failure_marks_campaign_failed_and_keeps_reports(store: ReportSto
     assert result.state == campaigns_pb2.FAILED and list(result.warnings) == [campaign.error]
     assert collector.get_round_spec("hist-1") == (None, True)
     assert [o for o, _ in collector.submit("late", simulated_reports(spec, [1], seed=2))] == [REJECTED]
+    with pytest.raises(FailedPreconditionError, match=r"has no closed round with estimates \(it failed: round 1: "
+                                                      r"ArithmeticError: boom\)"):
+        collector.get_estimates("hist-1")
 
 
 class _TwoRoundEngine(HistogramEngine):

@@ -238,6 +238,14 @@ def _print_shown(campaign: campaigns_pb2.Campaign, result: Result, top: int) -> 
         sys.stdout.write(f"  heavy hitter {hh.value}: {hh.count:.1f} +- {hh.std_error:.1f}\n")
     if result.clustering is not None:
         sys.stdout.write(f"  clustering   {clustering_text(result.clustering)}\n")
+        clustering = result.clustering
+        if clustering.centers and clustering.dimension:
+            rows = [clustering.centers[i:i + clustering.dimension]
+                    for i in range(0, len(clustering.centers), clustering.dimension)]
+            for i, (row, weight) in enumerate(zip(rows[:top], clustering.weights, strict=False)):
+                sys.stdout.write(f"  center {i}     weight {weight:.3f}  ({', '.join(f'{v:.6g}' for v in row)})\n")
+            if len(rows) > top:
+                sys.stdout.write(f"  ... {len(rows) - top} more centers (--top, or --json for all)\n")
     for key, value in sorted(result.diagnostics.items()):
         sys.stdout.write(f"  {key} = {value:g}\n")
     if campaign.state != campaigns_pb2.FAILED:
@@ -455,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = campaign_commands.add_parser("show", help="show a campaign and its result")
     _add_remote(show)
     show.add_argument("campaign_id", metavar="CAMPAIGN_ID")
-    show.add_argument("--top", type=positive_int, default=10, help="estimates to list (default 10)")
+    show.add_argument("--top", type=positive_int, default=10, help="estimates, heavy hitters or centers to list (default 10)")
     show.add_argument("--json", action="store_true")
     show.set_defaults(handler=_cmd_campaign_show, status_json=True)
 

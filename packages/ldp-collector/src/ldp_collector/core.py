@@ -620,11 +620,12 @@ class Collector:
             raise InvalidArgumentError(f"confidence must be in (0, 1), at most 1 - 2^-52, got {confidence!r}")
         if round < 0:
             raise InvalidArgumentError(f"round must be >= 0, got {round}")
-        self._store.get_campaign(campaign_id)
+        record = self._store.get_campaign(campaign_id)
         if round == 0:
             with_estimates = [r for r in self._store.list_rounds(campaign_id) if r.estimates is not None]
             if not with_estimates:
-                raise FailedPreconditionError(f"campaign {campaign_id} has no closed round with estimates yet",
+                never = f" (it failed: {record.error})" if record.state == FAILED else " yet"
+                raise FailedPreconditionError(f"campaign {campaign_id} has no closed round with estimates{never}",
                                               reason=ErrorReason.NO_ESTIMATES)
             rr = with_estimates[-1]
         else:
