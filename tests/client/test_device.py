@@ -205,6 +205,16 @@ def test_group_is_chosen_once_and_kept(new_device: Factory) -> None:
     assert new_device().participate(make_spec(round=5, weights=(1, 1, 1, 1), groups=other), 1) is None
 
 
+def test_a_bad_point_is_refused_even_when_the_group_sits_out(new_device: Factory) -> None:
+    device = new_device()
+    group = device.group_for(make_spec(weights=(1, 1)))
+    sitting_out = make_spec(weights=(1, 1), groups=(1 - group,))
+    for bad in (DOMAIN, "three", None):
+        with pytest.raises((EncodingError, TypeError)):
+            device.participate(sitting_out, bad)
+    assert device.participate(sitting_out, 2) is None and device.spent_total() == 0.0
+
+
 def test_group_outside_new_weights_is_a_protocol_error() -> None:
     device = Device.in_memory(rng=ScriptedRng([2]))
     assert device.group_for(make_spec(weights=(1, 1, 1))) == 2

@@ -110,3 +110,12 @@ def test_a_plot_the_data_cannot_have_is_refused_before_the_run(capsys: pytest.Ca
                                  str(tmp_path / "p.png"), "--cells", "4")
         assert_one_line_usage_error(code, err, "--plot: ")
         assert "cover" in err and "this one has 3 dimensions" in err and out == ""
+
+
+def test_a_pandas_header_with_an_empty_index_name_gets_the_header_hint(capsys: pytest.CaptureFixture[str],
+                                                                       tmp_path: Path) -> None:
+    path = tmp_path / "frame.csv"
+    path.write_text(",x,y\n0,1.5,2\n1,3,4\n")
+    code, _, err = run_cli(capsys, "simulate", "--kind", "histogram", "--data", str(path), "--cells", "4")
+    assert_one_line_error(code, err, "row 1, column 1 is empty; every feature of a data row needs a number (if this "
+                                     "row is a header, say so: --header; pandas: to_csv(index=False))")

@@ -380,7 +380,8 @@ class Device:
             The device is charged for this round and its report is no longer stored (acknowledged
             by the collector, or lost in a crash between the charge and the outbox write).
         EncodingError
-            ``point`` does not fit the round's encoders. Nothing is stored or charged.
+            ``point`` does not fit the round's encoders (checked with the round's first encoder when the
+            device's group sits out the round). Nothing is stored or charged.
         LedgerCorruptedError, OutboxCorruptedError
             The device's state cannot be read back; nothing is reset or dropped.
         """
@@ -408,6 +409,10 @@ class Device:
                               group_rng=functools.partial(self._group_rng, campaign))
             group, task, caps = admission.group, admission.task, admission.caps
             if task is None:
+                # The group sits out; the point is still checked (every task of a campaign encodes the same
+                # device point), so that an app learns of a bad point now rather than in a later round.
+                if spec.tasks and spec.tasks[0].components:
+                    spec.tasks[0].components[0].encoder.encode(point)
                 if recorded is None:
                     ledger.set_group(campaign, group)
                 return None

@@ -1072,11 +1072,15 @@ def _precise_csv(path: Path, layout: _CsvLayout, label_at: int | None) -> _FileA
                                             f"{layout.columns}")
             # A first row that mixes names and numbers is data by the header rule: say how to say otherwise.
             header_hint = number == first_row and not layout.header_line
+            # pandas writes its index column's header as an empty cell: names beside empty cells are a header too.
+            names = header_hint and any(cells) and all(not c or not _is_number(c) for c in cells)
             # A text cell below the first row: a column of text labels, most likely (0-based, as --label-column).
             rows.append([_cell_value(f"{path}: row {number}, {_column_text(layout, j)}", cells[j],
                                      " (if this row is a header, say so: --header)" if header_hint
                                      else f" (if column {j} holds labels, say so: --label-column {j})"
-                                     if label_at is None else "")
+                                     if label_at is None else "",
+                                     " (if this row is a header, say so: --header; pandas: to_csv(index=False))"
+                                     if names else "")
                          for j in features])
             if label_at is not None:
                 label = cells[label_at]
@@ -1096,9 +1100,9 @@ def _precise_csv(path: Path, layout: _CsvLayout, label_at: int | None) -> _FileA
     return np.array(rows, dtype=np.float64).reshape(len(rows), len(features)), labels
 
 
-def _cell_value(where: str, cell: str, hint: str) -> float:
+def _cell_value(where: str, cell: str, hint: str, empty_hint: str = "") -> float:
     if not cell:
-        raise InvalidParameterError(f"{where} is empty; every feature of a data row needs a number")
+        raise InvalidParameterError(f"{where} is empty; every feature of a data row needs a number{empty_hint}")
     try:
         value = float(cell)
     except ValueError:
