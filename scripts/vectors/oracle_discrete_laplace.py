@@ -4,7 +4,7 @@ Input: the ``DiscreteLaplace`` parameters, the point (floats in [0, 1]) and the 
 stream (§6). Output: the grid coordinates z (nearest of 0..2^grid_bits, ties to even), the scale
 d 2^grid_bits / epsilon as ``[numerator, denominator]`` decimal strings in lowest terms, the payload
 (z plus noise, one integer a coordinate) and every draw in order. Error vectors: a payload a
-collector MUST reject.
+collector MUST reject (a wrong number of integers, or one outside the signed 64-bit range).
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ def generate() -> list[dict[str, Any]]:
             key = vector_key(f"{label}/{k}")
             vectors.append({"name": f"{label}-key{k}", "input": {**base, "point": point, "key": key.hex()},
                             "output": _output(params, point, key)})
-        for what, payload in [("too-few", Integers((0,) * (d - 1))), ("too-many", Integers((0,) * (d + 1)))]:
+        for what, payload in [("too-few", Integers((0,) * (d - 1))), ("too-many", Integers((0,) * (d + 1))),
+                              ("above-int64", Integers((2**63,) + (0,) * (d - 1))),
+                              ("below-int64", Integers((0,) * (d - 1) + (-(2**63) - 1,)))]:
             vectors.append({"name": f"{label}-reject-{what}", "input": {**base, "payload": payload_json(payload)},
                             "output": {"error": rejection(params, payload)}})
     return vectors

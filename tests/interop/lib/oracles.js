@@ -298,7 +298,10 @@ export function payloadError(mechanismSpec, payload) {
     case "discrete_laplace": {
       const values = Array.isArray(payload.integers) ? payload.integers : payload.integers?.values;
       if (!Array.isArray(values)) return "integers expected";
-      return values.length === Number(m.dimension) ? null : "wrong number of integers";
+      if (values.length !== Number(m.dimension)) return "wrong number of integers";
+      // §7.6: every value is a signed 64-bit integer.
+      const outside = values.some((v) => BigInt(v) < -(2n ** 63n) || BigInt(v) >= 2n ** 63n);
+      return outside ? "integer outside the signed 64-bit range" : null;
     }
     default:
       return `no payload check for ${which}`;
