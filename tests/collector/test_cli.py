@@ -127,6 +127,8 @@ U32, U64 = 2**32, 2**64
     (["campaign", "create", "--epsilon", "1", "--categories", "4", "--timeout", "1e300"],
      "argument --timeout: expected a positive number up to 86400, got '1e300'"),
     (["campaign", "close", "c1", "--round", str(U32)], "argument --round: expected an integer in"),
+    (["campaign", "create", "--epsilon", "1", "--categories", "4", "--id", ""],
+     "argument --id: expected a value, got an empty string (leave the flag out for the default)"),
     (["plot", "c1", "--round", str(U32)], "argument --round: expected an integer in"),
     (["simulate", "--kind", "stemmer", "--dataset", "moons", "--k", str(U32)], "argument --k: expected an integer in"),
     (["simulate", "--kind", "histogram", "--dataset", "moons", "--cells", str(U32)],

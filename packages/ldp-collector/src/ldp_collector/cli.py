@@ -86,6 +86,7 @@ from .cli_args import (
     key_value,
     kind_values,
     non_negative_int,
+    nonempty,
     oracle_list,
     positive_float,
     positive_int,
@@ -442,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--close-after", type=uint64, help="close a round automatically at this many reports")
     create.add_argument("--round-duration", metavar="SECONDS", type=seconds_up_to(_MAX_DURATION_S),
                         help="close a round automatically after this long")
-    create.add_argument("--id", help="campaign id (default: assigned by the collector)")
+    create.add_argument("--id", type=nonempty, help="campaign id (default: assigned by the collector)")
     create.add_argument("--seed", type=seed_uint64,
                         help="campaign seed: the engine's public randomness, so that a run can be repeated "
                              "(default: drawn by the collector; public, not a privacy parameter)")

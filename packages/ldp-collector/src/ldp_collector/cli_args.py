@@ -24,7 +24,7 @@ from .kinds import KINDS
 from .kinds.base import CliParam, Kind
 from .operator import kind_value
 
-__all__ = ["KIND_FLAGS", "POLICIES", "UsageError", "add_kind_options", "build_campaign_config", "kind_values",
+__all__ = ["KIND_FLAGS", "POLICIES", "UsageError", "add_kind_options", "build_campaign_config", "kind_values", "nonempty",
            "oracle_list"]
 
 POLICIES = {"partition": campaigns_pb2.PARTITION, "split": campaigns_pb2.SPLIT}
@@ -36,6 +36,13 @@ _UINT64_MAX = 2**64 - 1
 
 class UsageError(Exception):
     """Flags that parse but do not fit together (exit code 2)."""
+
+
+def nonempty(text: str) -> str:
+    """A value that must not be empty (an unset shell variable, most likely: ``--id "$ID"``)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a value, got an empty string (leave the flag out for the default)")
+    return text
 
 
 def positive_int(text: str) -> int:
