@@ -957,3 +957,9 @@ def test_campaign_show_lists_the_centers(capsys: pytest.CaptureFixture[str]) -> 
     assert "3 centers in 2-D" in out
     assert "center 0     weight 0.500  (0.5, 1.25)" in out and "center 1     weight 0.300  (-2, 3)" in out
     assert "center 2" not in out and "... 1 more centers (--top, or --json for all)" in out
+
+
+def test_a_label_given_twice_with_two_values_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "campaign", "create", "--epsilon", "1", "--categories", "4", "--label", "team=maps",
+                           "--label", "team=search", "--collector", "127.0.0.1:9")
+    assert_one_line_usage_error(code, err, "--label team is given twice ('maps' and 'search')")

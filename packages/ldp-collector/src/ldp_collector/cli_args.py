@@ -283,6 +283,8 @@ def build_campaign_config(kind: str, *, epsilon: float, categories: int | None =
         config.domain.numeric.lower.extend(bounds[0])
         config.domain.numeric.upper.extend(bounds[1])
     for key, value in labels:
+        if key in config.labels and config.labels[key] != value:
+            raise UsageError(f"--label {key} is given twice ({config.labels[key]!r} and {value!r})")
         config.labels[key] = value
     if budget_policy is not None:
         config.budget_policy = POLICIES[budget_policy]
