@@ -133,3 +133,15 @@ def test_a_clipped_floor_uses_the_centers_box() -> None:
     assert boxed[FLOOR_EXCESS_COST] < 0.25 < free[FLOOR_EXCESS_COST] == 4.0
     with pytest.raises(InvalidParameterError, match="box"):
         floor_diagnostics([[4.0]], [1.0], centers=[[0.5]])
+
+
+def test_centers_no_better_than_a_guess_of_the_middle_are_flagged() -> None:
+    from ldp_collector.estimation.center_floor import GUESS_ERROR, drowned_centers_warning
+
+    lower, upper = (0.0, 10.0), (2.0, 30.0)  # widths 2 and 20
+    at_guess = np.array([[(2 * GUESS_ERROR) ** 2, (20 * GUESS_ERROR) ** 2]])
+    assert drowned_centers_warning(at_guess * 1.0001, lower, upper) is not None
+    assert drowned_centers_warning(at_guess * 0.9999, lower, upper) is None
+    # The best-determined center decides: one informative center is enough.
+    assert drowned_centers_warning(np.vstack([at_guess * 100, at_guess * 0.5]), lower, upper) is None
+    assert drowned_centers_warning(np.empty((0, 2)), lower, upper) is None

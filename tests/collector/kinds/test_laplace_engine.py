@@ -398,5 +398,5 @@ def test_noise_that_drowns_every_center_is_a_warning(epsilon: float, dominated: 
     values = [list(mechanism.randomize(p, rng=rng).values) for p in truth]
     result = engine.close_round(spec, ListRoundReports(stored(values)), b"").result
     assert result is not None
-    drowned = [w for w in result.warnings if w.startswith("noise dominates: the best-supported center has a standard error")]
+    drowned = [w for w in result.warnings if w.startswith("noise dominates: the best-determined center has a standard error")]
     assert bool(drowned) == dominated, result.warnings

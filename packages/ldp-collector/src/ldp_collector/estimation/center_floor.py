@@ -46,7 +46,9 @@ from ldp_client.errors import InvalidParameterError
 __all__ = [
     "FLOOR_CENTER_ERROR",
     "FLOOR_EXCESS_COST",
+    "GUESS_ERROR",
     "clipped_mse",
+    "drowned_centers_warning",
     "expected_norm",
     "floor_cost_ratio",
     "floor_diagnostics",
@@ -154,6 +156,30 @@ def floor_diagnostics(variances: ArrayLike, weights: ArrayLike, *, centers: Arra
         FLOOR_CENTER_ERROR: float(expected_norm(v).mean()),
         FLOOR_EXCESS_COST: float((w * v.sum(axis=1)).sum() / w.sum()),
     }
+
+
+#: Per-coordinate error, in box widths, of guessing the box's middle for a point uniform in it: 1 / sqrt(12).
+GUESS_ERROR = 1.0 / math.sqrt(12.0)
+
+
+def drowned_centers_warning(variances: ArrayLike, lower: ArrayLike, upper: ArrayLike) -> str | None:
+    """The "noise dominates" warning when even the best-determined center carries no information.
+
+    ``variances`` (c, d) are the centers' per-coordinate noise variances in the data's units. A
+    center's standard error in box widths is ``sqrt(mean_j s_cj^2 / (upper_j - lower_j)^2)``; when
+    the smallest over the centers reaches :data:`GUESS_ERROR`, no center says more about where its
+    cluster lies than a guess of the box's middle, and the result is noise. ``None`` otherwise.
+    """
+    v = np.atleast_2d(np.asarray(variances, dtype=np.float64))
+    width = np.asarray(upper, dtype=np.float64) - np.asarray(lower, dtype=np.float64)
+    if v.size == 0:
+        return None
+    best = float(np.sqrt((v / width**2).mean(axis=1)).min())
+    if not best >= GUESS_ERROR:
+        return None
+    return (f"noise dominates: the best-determined center has a standard error of {best:.3g} box widths per "
+            f"coordinate, more than the {GUESS_ERROR:.3f} of guessing the box's middle; collect more reports or "
+            "raise epsilon")
 
 
 def floor_cost_ratio(excess_cost: float, optimal_cost_per_point: float) -> float:

@@ -93,7 +93,7 @@ from ..estimation.bitvector import (
     refine_on_round,
     unpack_bit_payloads,
 )
-from ..estimation.center_floor import floor_diagnostics
+from ..estimation.center_floor import drowned_centers_warning, floor_diagnostics
 from ..estimation.report_accumulator import ReportSample
 from ..model import CampaignConfig, CampaignState, Clustering, Result
 from .base import (
@@ -319,6 +319,8 @@ class BitVectorEngine(CampaignEngine):
                                  weights=tuple((fit.sizes[keep] / n).tolist()))
             variances = decoded_center_variances(fit.centers[keep], fit.sizes[keep], layout,
                                                  float(mechanism.bit_variance), np.random.default_rng((self._seed(), 1)))
+            if (drowned := drowned_centers_warning(variances, layout.lower, layout.upper)) is not None:
+                warnings.append(drowned)
             diagnostics.update(floor_diagnostics(variances, fit.sizes[keep], centers=centers, lower=layout.lower,
                                                   upper=layout.upper))
             diagnostics["encoded_cost"] = fit.cost

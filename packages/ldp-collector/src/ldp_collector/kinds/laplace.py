@@ -75,7 +75,7 @@ from ldp_client.spec import Component, GroupTask, RoundSpec
 
 from ..errors import InvalidArgumentError
 from ..estimation.accumulators import decode_report_payloads
-from ..estimation.center_floor import floor_diagnostics, unit_to_data_variance
+from ..estimation.center_floor import drowned_centers_warning, floor_diagnostics, unit_to_data_variance
 from ..estimation.fuzzy import DEFAULT_FUZZIFIER, MAX_FUZZIFIER, Distance, fuzzy_model, fuzzy_passes
 from ..estimation.kmeans import (
     InMemory,
@@ -133,9 +133,6 @@ TOLERANCE = 1e-6
 SEED_SAMPLE_SIZE = 1 << 16
 #: The wire tag of an ``Integers`` payload (``ldp_client.payload``).
 _INTEGERS_TAG = 4
-#: Per-coordinate error (in box widths) of guessing the box's middle for a point uniform in it, 1 / sqrt(12):
-#: a center whose standard error reaches it carries no information (the "noise dominates" warning).
-_GUESS_ERROR = 1.0 / math.sqrt(12.0)
 
 
 def decode_points(batches: Iterable[list[StoredReport]], params: DiscreteLaplaceParams) -> NDArray[np.float64]:
@@ -465,14 +462,10 @@ class LaplaceEngine(CampaignEngine):
         # variance divided by the points it pools (for FCM, its fuzzy share of n).
         counts = np.asarray(shares, dtype=np.float64) * n
         noise = np.divide(mechanism.noise_variance, counts, out=np.full_like(counts, np.inf), where=counts > 0)
-        best_se = math.sqrt(float(noise.min()))
-        if best_se >= _GUESS_ERROR:
-            # Even the best-supported center errs more than a guess of the box's middle would.
-            warnings.append(f"noise dominates: the best-supported center has a standard error of {best_se:.3g} box "
-                            f"widths per coordinate, more than the {_GUESS_ERROR:.3f} of guessing the box's middle; "
-                            "collect more reports or raise epsilon")
-        diagnostics.update(floor_diagnostics(unit_to_data_variance(noise, lower, upper, unit_width=1.0), counts,
-                                              centers=original, lower=lower, upper=upper))
+        data_noise = unit_to_data_variance(noise, lower, upper, unit_width=1.0)
+        if (drowned := drowned_centers_warning(data_noise, lower, upper)) is not None:
+            warnings.append(drowned)
+        diagnostics.update(floor_diagnostics(data_noise, counts, centers=original, lower=lower, upper=upper))
         clustering = Clustering(k=k, dimension=d, centers=tuple(original.reshape(-1).tolist()),
                                 weights=tuple(shares.tolist()), fuzzifier=fuzzifier)
         result = Result(state=CampaignState.FINISHED, clustering=clustering, warnings=tuple(warnings))
