@@ -77,13 +77,21 @@ def test_bad_cells_are_one_located_line(capsys: pytest.CaptureFixture[str], tmp_
     assert_one_line_error(code, err, f"{path}: row 2, column 2 ('y') is empty")
 
 
-def test_text_labels_left_in_the_features_get_the_flag_that_takes_them(capsys: pytest.CaptureFixture[str],
-                                                                        tmp_path: Path) -> None:
-    path = tmp_path / "iris.csv"
-    path.write_text("x,y,species\n1.0,2.0,setosa\n3.0,4.0,virginica\n")
+@pytest.mark.parametrize("text,expected", [
+    # text labels left in the features
+    ("x,y,species\n1.0,2.0,setosa\n3.0,4.0,virginica\n",
+     "row 2, column 3 ('species'): 'setosa' is not a number (if column 2 holds labels, say so: --label-column 2)"),
+    # pandas' to_csv() header, whose index column has an empty name
+    (",x,y\n0,1.5,2\n1,3,4\n",
+     "row 1, column 1 is empty; every feature of a data row needs a number (if this row is a header, say so: "
+     "--header; pandas: to_csv(index=False))"),
+])
+def test_a_common_csv_shape_gets_the_flag_that_reads_it(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                        text: str, expected: str) -> None:
+    path = tmp_path / "points.csv"
+    path.write_text(text)
     code, _, err = run_cli(capsys, "simulate", "--kind", "histogram", "--data", str(path), "--cells", "4")
-    assert_one_line_error(code, err, "row 2, column 3 ('species'): 'setosa' is not a number (if column 2 holds labels, "
-                                     "say so: --label-column 2)")
+    assert_one_line_error(code, err, expected)
 
 
 def test_k_taken_from_a_single_class_is_refused_by_name(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -110,12 +118,3 @@ def test_a_plot_the_data_cannot_have_is_refused_before_the_run(capsys: pytest.Ca
                                  str(tmp_path / "p.png"), "--cells", "4")
         assert_one_line_usage_error(code, err, "--plot: ")
         assert "cover" in err and "this one has 3 dimensions" in err and out == ""
-
-
-def test_a_pandas_header_with_an_empty_index_name_gets_the_header_hint(capsys: pytest.CaptureFixture[str],
-                                                                       tmp_path: Path) -> None:
-    path = tmp_path / "frame.csv"
-    path.write_text(",x,y\n0,1.5,2\n1,3,4\n")
-    code, _, err = run_cli(capsys, "simulate", "--kind", "histogram", "--data", str(path), "--cells", "4")
-    assert_one_line_error(code, err, "row 1, column 1 is empty; every feature of a data row needs a number (if this "
-                                     "row is a header, say so: --header; pandas: to_csv(index=False))")
